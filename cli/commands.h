@@ -1,0 +1,9 @@
+// Subcommands of the hlat binary. Each takes its own argv (argv[0] is the
+// subcommand name) and returns the process exit code.
+#pragma once
+
+namespace hlat::cli {
+
+int train_command(int argc, char** argv);
+
+}  // namespace hlat::cli

@@ -1,0 +1,47 @@
+// hlat: one binary, one subcommand per job. Errors are reported here, once, as
+// one line on stderr, with a non-zero exit code.
+#include "cli/commands.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <exception>
+#include <string>
+
+namespace {
+
+struct Command {
+    const char* name;
+    const char* summary;
+    int (*run)(int, char**);
+};
+
+const Command kCommands[] = {
+    {"train", "train the LLaMA model on a token file", hlat::cli::train_command},
+};
+
+void print_usage() {
+    fmt::print("usage: hlat <command> [options]\n\ncommands:\n");
+    for (const Command& c : kCommands) fmt::print("  {:<8} {}\n", c.name, c.summary);
+    fmt::print("\n`hlat <command> --help` lists a command's options with their defaults.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+        print_usage();
+        return argc < 2 ? 2 : 0;
+    }
+    for (const Command& c : kCommands) {
+        if (std::string(argv[1]) != c.name) continue;
+        try {
+            return c.run(argc - 1, argv + 1);
+        } catch (const std::exception& e) {
+            fmt::print(stderr, "hlat {}: error: {}\n", c.name, e.what());
+            return 1;
+        }
+    }
+    fmt::print(stderr, "hlat: unknown command \"{}\"; `hlat --help` lists the commands\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,56 @@
+"""Computes what hlat's parity test compares against, in float64.
+
+usage: /usr/bin/python3 parity.py DIR
+
+Reads DIR/config.json (a full hlat config), DIR/weights.safetensors (hlat's
+initial weights) and DIR/tokens.i32 (int32, shape (steps, grad_accum, 2, B, T):
+inputs then targets of every micro-batch). Writes DIR/reference_grads.safetensors
+(the gradients of step 0, before clipping) and DIR/reference.json (the loss and
+gradient norm of every step, with AdamW, clipping and the LR schedule applied).
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llama_ref import Llama, learning_rate, make_optimizer, read_safetensors, write_safetensors  # noqa: E402
+
+
+def main(d):
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    run, sched, opt = cfg["run"], cfg["schedule"], cfg["optimizer"]
+    B, T, accum = run["batch_size"], run["seq_len"], run["grad_accum"]
+    tokens = np.fromfile(os.path.join(d, "tokens.i32"), dtype=np.int32).reshape(-1, accum, 2, B, T)
+    torch.manual_seed(0)
+    model = Llama(cfg["model"]).double()
+    weights, _ = read_safetensors(os.path.join(d, "weights.safetensors"))
+    model.load_numpy(weights)
+    optimizer = make_optimizer(model, opt)
+    losses, grad_norms = [], []
+    for step in range(tokens.shape[0]):
+        optimizer.zero_grad(set_to_none=False)
+        total = 0.0
+        for micro in range(accum):
+            x = torch.from_numpy(tokens[step, micro, 0].astype(np.int64))
+            y = torch.from_numpy(tokens[step, micro, 1].astype(np.int64))
+            _, loss = model(x, y)
+            (loss / accum).backward()
+            total += loss.item() / accum
+        if step == 0:
+            write_safetensors(os.path.join(d, "reference_grads.safetensors"),
+                              {n: p.grad.numpy() for n, p in model.named_parameters()})
+        max_norm = opt["grad_clip"] if opt["grad_clip"] > 0 else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(sched, step)
+        optimizer.step()
+        losses.append(total)
+        grad_norms.append(norm.item())
+    json.dump({"losses": losses, "grad_norms": grad_norms}, open(os.path.join(d, "reference.json"), "w"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,284 @@
+// Each fast kernel against its plain reference loop, and each backward against
+// central finite differences of its forward on small shapes.
+#include "test_util.h"
+#include "trainer/kernels.h"
+#include "trainer/kernels_reference.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <functional>
+
+namespace hlat {
+namespace {
+
+using test::random_vector;
+using test::relative_error;
+
+// Checks an analytic input gradient against finite differences of
+// loss(x) = sum_i dout_i * forward(x)_i, on every element of x. forward must
+// not modify its argument.
+void expect_matches_finite_differences(
+    const std::function<std::vector<float>(const std::vector<float>&)>& forward,
+    const std::vector<float>& x, const std::vector<float>& dout, const std::vector<float>& analytic,
+    double tolerance = 2e-2, float h = 1e-2f) {
+    ASSERT_EQ(x.size(), analytic.size());
+    auto loss = [&](const std::vector<float>& at) {
+        std::vector<float> y = forward(at);
+        double s = 0.0;
+        for (size_t i = 0; i < y.size(); i++) s += (double)dout[i] * y[i];
+        return s;
+    };
+    std::vector<float> numeric(x.size());
+    std::vector<float> probe = x;
+    for (size_t i = 0; i < x.size(); i++) {
+        probe[i] = x[i] + h;
+        double up = loss(probe);
+        probe[i] = x[i] - h;
+        double down = loss(probe);
+        probe[i] = x[i];
+        numeric[i] = (float)((up - down) / (2.0 * h));
+    }
+    double err = relative_error(analytic, numeric);
+    EXPECT_LT(err, tolerance) << "analytic gradient differs from finite differences";
+}
+
+TEST(Matmul, ForwardAndBackwardMatchReference) {
+    const int N = 37, IC = 29, OC = 23;
+    auto inp = random_vector(N * IC, 1), w = random_vector(OC * IC, 2), dout = random_vector(N * OC, 3);
+    std::vector<float> out(N * OC), out_ref(N * OC);
+    matmul_forward(out.data(), inp.data(), w.data(), N, IC, OC);
+    reference::matmul_forward(out_ref.data(), inp.data(), w.data(), N, IC, OC);
+    EXPECT_LT(relative_error(out, out_ref), 1e-5);
+
+    std::vector<float> dinp(N * IC, 7.0f), dinp_ref(N * IC), dw(OC * IC, 0.5f), dw_ref(OC * IC, 0.5f);
+    matmul_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), N, IC, OC);
+    reference::matmul_backward(dinp_ref.data(), dw_ref.data(), dout.data(), inp.data(), w.data(), N, IC, OC);
+    EXPECT_LT(relative_error(dinp, dinp_ref), 1e-5) << "dinp must be overwritten";
+    EXPECT_LT(relative_error(dw, dw_ref), 1e-5) << "dweight must accumulate";
+}
+
+TEST(Matmul, BackwardMatchesFiniteDifferences) {
+    const int N = 5, IC = 6, OC = 4;
+    auto inp = random_vector(N * IC, 4), w = random_vector(OC * IC, 5), dout = random_vector(N * OC, 6);
+    std::vector<float> dinp(N * IC), dw(OC * IC, 0.0f);
+    matmul_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), N, IC, OC);
+    auto forward_x = [&](const std::vector<float>& x) {
+        std::vector<float> y(N * OC);
+        matmul_forward(y.data(), x.data(), w.data(), N, IC, OC);
+        return y;
+    };
+    auto forward_w = [&](const std::vector<float>& ww) {
+        std::vector<float> y(N * OC);
+        matmul_forward(y.data(), inp.data(), ww.data(), N, IC, OC);
+        return y;
+    };
+    expect_matches_finite_differences(forward_x, inp, dout, dinp);
+    expect_matches_finite_differences(forward_w, w, dout, dw);
+}
+
+struct AttentionShape {
+    int B, T, NH, NKV, HD;
+};
+
+class AttentionTest : public ::testing::TestWithParam<AttentionShape> {};
+
+// T values that are not multiples of the 64-row block exercise the blocking.
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
+                         ::testing::Values(AttentionShape{2, 7, 2, 2, 4}, AttentionShape{1, 70, 4, 2, 8},
+                                           AttentionShape{2, 130, 4, 1, 6}, AttentionShape{1, 64, 2, 2, 16}),
+                         [](const auto& info) {
+                             const AttentionShape& s = info.param;
+                             return fmt::format("B{}_T{}_NH{}_NKV{}_HD{}", s.B, s.T, s.NH, s.NKV, s.HD);
+                         });
+
+TEST_P(AttentionTest, ForwardAndBackwardMatchReference) {
+    auto [B, T, NH, NKV, HD] = GetParam();
+    const int QKV = (NH + 2 * NKV) * HD, CA = NH * HD;
+    auto qkv = random_vector((long)B * T * QKV, 11);
+    auto dout = random_vector((long)B * T * CA, 12);
+    std::vector<float> out((long)B * T * CA), out_ref(out.size());
+    std::vector<float> att((long)B * NH * T * T), att_ref(att.size());
+    std::vector<float> scratch(omp_get_max_threads() * AttentionScratch::floats(T));
+    attention_forward(out.data(), att.data(), scratch.data(), qkv.data(), B, T, NH, NKV, HD);
+    reference::attention_forward(out_ref.data(), att_ref.data(), qkv.data(), B, T, NH, NKV, HD);
+    EXPECT_LT(relative_error(out, out_ref), 1e-5);
+    EXPECT_LT(relative_error(att, att_ref), 1e-5);
+
+    // Without stored probabilities (activation checkpointing) the output is the same.
+    std::vector<float> out_ckpt(out.size());
+    attention_forward(out_ckpt.data(), nullptr, scratch.data(), qkv.data(), B, T, NH, NKV, HD);
+    EXPECT_EQ(out_ckpt, out);
+
+    std::vector<float> dqkv(qkv.size(), 3.0f), dqkv_ref(qkv.size()), dqkv_ckpt(qkv.size(), -1.0f);
+    attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, NH, NKV, HD);
+    reference::attention_backward(dqkv_ref.data(), dout.data(), qkv.data(), att_ref.data(), B, T, NH, NKV, HD);
+    EXPECT_LT(relative_error(dqkv, dqkv_ref), 1e-5);
+    attention_backward(dqkv_ckpt.data(), scratch.data(), dout.data(), qkv.data(), nullptr, B, T, NH, NKV, HD);
+    EXPECT_EQ(dqkv_ckpt, dqkv) << "recomputed probabilities must give the same gradient";
+}
+
+TEST(Attention, IsCausal) {
+    // Changing a token's q, k and v at position t must not change outputs before t.
+    const int B = 1, T = 20, NH = 2, NKV = 1, HD = 4, QKV = (NH + 2 * NKV) * HD, CA = NH * HD;
+    auto qkv = random_vector(B * T * QKV, 13);
+    std::vector<float> scratch(omp_get_max_threads() * AttentionScratch::floats(T));
+    std::vector<float> out(B * T * CA), out2(B * T * CA);
+    attention_forward(out.data(), nullptr, scratch.data(), qkv.data(), B, T, NH, NKV, HD);
+    const int t = 12;
+    for (int i = t * QKV; i < T * QKV; i++) qkv[i] += 1.0f;
+    attention_forward(out2.data(), nullptr, scratch.data(), qkv.data(), B, T, NH, NKV, HD);
+    for (int i = 0; i < t * CA; i++) ASSERT_EQ(out[i], out2[i]) << "output at row " << i / CA << " saw the future";
+    bool later_changed = false;
+    for (int i = t * CA; i < T * CA; i++) later_changed |= out[i] != out2[i];
+    EXPECT_TRUE(later_changed);
+}
+
+TEST(Attention, BackwardMatchesFiniteDifferences) {
+    const int B = 1, T = 5, NH = 2, NKV = 1, HD = 4, QKV = (NH + 2 * NKV) * HD, CA = NH * HD;
+    auto qkv = random_vector(B * T * QKV, 14);
+    auto dout = random_vector(B * T * CA, 15);
+    std::vector<float> scratch(omp_get_max_threads() * AttentionScratch::floats(T));
+    std::vector<float> dqkv(qkv.size());
+    attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), nullptr, B, T, NH, NKV, HD);
+    auto forward = [&](const std::vector<float>& x) {
+        std::vector<float> y(B * T * CA);
+        attention_forward(y.data(), nullptr, scratch.data(), x.data(), B, T, NH, NKV, HD);
+        return y;
+    };
+    expect_matches_finite_differences(forward, qkv, dout, dqkv);
+}
+
+TEST(RMSNorm, ForwardMatchesDefinition) {
+    const int N = 3, C = 8;
+    auto x = random_vector(N * C, 20), w = random_vector(C, 21);
+    std::vector<float> y(N * C), rstd(N);
+    rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+    for (int n = 0; n < N; n++) {
+        double ms = 0.0;
+        for (int c = 0; c < C; c++) ms += (double)x[n * C + c] * x[n * C + c] / C;
+        for (int c = 0; c < C; c++)
+            EXPECT_NEAR(y[n * C + c], x[n * C + c] / std::sqrt(ms + 1e-5) * w[c], 1e-5);
+    }
+}
+
+TEST(RMSNorm, BackwardMatchesFiniteDifferences) {
+    const int N = 4, C = 6;
+    auto x = random_vector(N * C, 22), w = random_vector(C, 23), dout = random_vector(N * C, 24);
+    std::vector<float> y(N * C), rstd(N), dx(N * C, 0.0f), dw(C, 0.0f);
+    rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+    rmsnorm_backward_accumulate(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+    auto forward_x = [&](const std::vector<float>& xx) {
+        std::vector<float> yy(N * C), r(N);
+        rmsnorm_forward(yy.data(), r.data(), xx.data(), w.data(), N, C, 1e-5f);
+        return yy;
+    };
+    auto forward_w = [&](const std::vector<float>& ww) {
+        std::vector<float> yy(N * C), r(N);
+        rmsnorm_forward(yy.data(), r.data(), x.data(), ww.data(), N, C, 1e-5f);
+        return yy;
+    };
+    expect_matches_finite_differences(forward_x, x, dout, dx);
+    expect_matches_finite_differences(forward_w, w, dout, dw);
+}
+
+TEST(RoPE, RotatesHalvesByPositionAngle) {
+    const int B = 1, T = 3, NH = 1, NKV = 1, HD = 4, QKV = 3 * HD;
+    std::vector<float> cos_t(T * HD / 2), sin_t(T * HD / 2);
+    rope_tables(cos_t.data(), sin_t.data(), T, HD, 10000.0f);
+    auto qkv = random_vector(B * T * QKV, 30);
+    auto orig = qkv;
+    rope_forward(qkv.data(), cos_t.data(), sin_t.data(), B, T, NH, NKV, HD);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < HD / 2; i++) {
+            double angle = t * std::pow(10000.0, -2.0 * i / HD);
+            const float* x = orig.data() + t * QKV;  // query head
+            EXPECT_NEAR(qkv[t * QKV + i], x[i] * std::cos(angle) - x[i + 2] * std::sin(angle), 1e-6);
+            EXPECT_NEAR(qkv[t * QKV + i + 2], x[i + 2] * std::cos(angle) + x[i] * std::sin(angle), 1e-6);
+        }
+    for (int t = 0; t < T; t++)  // value heads are not rotated
+        for (int d = 2 * HD; d < QKV; d++) EXPECT_EQ(qkv[t * QKV + d], orig[t * QKV + d]);
+}
+
+TEST(RoPE, BackwardMatchesFiniteDifferences) {
+    const int B = 2, T = 4, NH = 2, NKV = 1, HD = 6, QKV = (NH + 2 * NKV) * HD;
+    std::vector<float> cos_t(T * HD / 2), sin_t(T * HD / 2);
+    rope_tables(cos_t.data(), sin_t.data(), T, HD, 500.0f);
+    auto qkv = random_vector(B * T * QKV, 31), dout = random_vector(B * T * QKV, 32);
+    auto dqkv = dout;
+    rope_backward(dqkv.data(), cos_t.data(), sin_t.data(), B, T, NH, NKV, HD);
+    auto forward = [&](const std::vector<float>& x) {
+        auto y = x;
+        rope_forward(y.data(), cos_t.data(), sin_t.data(), B, T, NH, NKV, HD);
+        return y;
+    };
+    expect_matches_finite_differences(forward, qkv, dout, dqkv);
+}
+
+TEST(SwiGLU, ForwardAndBackward) {
+    const int N = 3, H = 5;
+    auto gu = random_vector(N * 2 * H, 40), dout = random_vector(N * H, 41);
+    std::vector<float> y(N * H), dgu(N * 2 * H);
+    swiglu_forward(y.data(), gu.data(), N, H);
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < H; i++) {
+            double g = gu[n * 2 * H + i], u = gu[n * 2 * H + H + i];
+            EXPECT_NEAR(y[n * H + i], g / (1.0 + std::exp(-g)) * u, 1e-6);
+        }
+    swiglu_backward(dgu.data(), dout.data(), gu.data(), N, H);
+    auto forward = [&](const std::vector<float>& x) {
+        std::vector<float> yy(N * H);
+        swiglu_forward(yy.data(), x.data(), N, H);
+        return yy;
+    };
+    expect_matches_finite_differences(forward, gu, dout, dgu);
+}
+
+TEST(CrossEntropy, ForwardAndBackward) {
+    const int N = 4, V = 9;
+    auto logits = random_vector(N * V, 50, 3.0f);
+    std::vector<int32_t> targets = {0, 8, 3, 3};
+    auto probs = logits;
+    std::vector<float> losses(N);
+    crossentropy_forward(probs.data(), losses.data(), targets.data(), N, V);
+    for (int n = 0; n < N; n++) {
+        double lse = 0.0;
+        for (int v = 0; v < V; v++) lse += std::exp((double)logits[n * V + v]);
+        EXPECT_NEAR(losses[n], std::log(lse) - logits[n * V + targets[n]], 1e-5);
+    }
+    const float dloss = 0.25f;
+    crossentropy_backward(probs.data(), targets.data(), dloss, N, V);
+    auto forward = [&](const std::vector<float>& x) {
+        auto p = x;
+        std::vector<float> l(N);
+        crossentropy_forward(p.data(), l.data(), targets.data(), N, V);
+        return l;
+    };
+    expect_matches_finite_differences(forward, logits, std::vector<float>(N, dloss), probs);
+}
+
+TEST(CrossEntropy, StableForHugeLogits) {
+    std::vector<float> logits = {1000.0f, 0.0f, -1000.0f};
+    std::vector<int32_t> target = {0};
+    float loss;
+    crossentropy_forward(logits.data(), &loss, target.data(), 1, 3);
+    EXPECT_TRUE(std::isfinite(loss));
+    EXPECT_NEAR(loss, 0.0f, 1e-6);
+}
+
+TEST(Embedding, BackwardAccumulatesRepeatedTokens) {
+    const int N = 4, C = 3, V = 5;
+    auto embed = random_vector(V * C, 60), dout = random_vector(N * C, 61);
+    std::vector<int32_t> tokens = {2, 4, 2, 0};
+    std::vector<float> out(N * C), dembed(V * C, 0.0f);
+    embedding_forward(out.data(), tokens.data(), embed.data(), N, C);
+    for (int c = 0; c < C; c++) EXPECT_EQ(out[1 * C + c], embed[4 * C + c]);
+    embedding_backward(dembed.data(), dout.data(), tokens.data(), N, C);
+    for (int c = 0; c < C; c++) {
+        EXPECT_FLOAT_EQ(dembed[2 * C + c], dout[0 * C + c] + dout[2 * C + c]);
+        EXPECT_EQ(dembed[1 * C + c], 0.0f);
+    }
+}
+
+}  // namespace
+}  // namespace hlat

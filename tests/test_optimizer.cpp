@@ -1,0 +1,38 @@
+#include "test_util.h"
+#include "trainer/optimizer.h"
+
+namespace hlat {
+namespace {
+
+TEST(Schedule, WarmupThenCosineToMin) {
+    ScheduleConfig s{1.0, 0.1, 10, 110};
+    EXPECT_DOUBLE_EQ(learning_rate(s, 0), 0.1);
+    EXPECT_DOUBLE_EQ(learning_rate(s, 9), 1.0);
+    EXPECT_DOUBLE_EQ(learning_rate(s, 10), 1.0);
+    EXPECT_NEAR(learning_rate(s, 60), 0.55, 1e-12);  // half way: the mean of max and min
+    EXPECT_DOUBLE_EQ(learning_rate(s, 110), 0.1);
+    EXPECT_DOUBLE_EQ(learning_rate(s, 5000), 0.1);
+    for (int i = 11; i < 110; i++) EXPECT_LE(learning_rate(s, i), learning_rate(s, i - 1));
+}
+
+TEST(Clipping, ScalesOnlyAboveTheLimit) {
+    std::vector<float> g = {3.0f, 4.0f};
+    bool clipped;
+    EXPECT_DOUBLE_EQ(clip_grad_norm(g.data(), 2, 10.0, &clipped), 5.0);
+    EXPECT_FALSE(clipped);
+    EXPECT_EQ(g[0], 3.0f);
+    EXPECT_DOUBLE_EQ(clip_grad_norm(g.data(), 2, 1.0, &clipped), 5.0);
+    EXPECT_TRUE(clipped);
+    EXPECT_NEAR(l2_norm(g.data(), 2), 1.0, 1e-6);
+}
+
+TEST(Clipping, NonFiniteNormIsReportedNotSpread) {
+    std::vector<float> g = {1.0f, NAN};
+    bool clipped;
+    EXPECT_TRUE(std::isnan(clip_grad_norm(g.data(), 2, 1.0, &clipped)));
+    EXPECT_FALSE(clipped);
+    EXPECT_EQ(g[0], 1.0f);
+}
+
+}  // namespace
+}  // namespace hlat

@@ -1,0 +1,72 @@
+// Helpers shared by the tests: random buffers, comparisons that report where
+// they differ, a scratch folder, and running a command.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace hlat::test {
+
+inline std::vector<float> random_vector(long n, unsigned seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng);
+    return v;
+}
+
+// max |a - b| / max |b|: the relative error measure of the parity tests.
+inline double relative_error(const float* a, const float* b, long n) {
+    double max_diff = 0.0, max_ref = 0.0;
+    for (long i = 0; i < n; i++) {
+        max_diff = std::max(max_diff, std::fabs((double)a[i] - b[i]));
+        max_ref = std::max(max_ref, std::fabs((double)b[i]));
+    }
+    return max_ref > 0 ? max_diff / max_ref : max_diff;
+}
+
+inline double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    return relative_error(a.data(), b.data(), (long)std::min(a.size(), b.size()));
+}
+
+// A fresh folder under the system temp dir, removed when the object dies.
+class ScratchDir {
+  public:
+    explicit ScratchDir(const std::string& name) {
+        path_ = std::filesystem::temp_directory_path() /
+                ("hlat_test_" + name + "_" + std::to_string(::getpid()));
+        std::filesystem::remove_all(path_);
+        std::filesystem::create_directories(path_);
+    }
+    ~ScratchDir() { std::filesystem::remove_all(path_); }
+    std::string file(const std::string& name) const { return (path_ / name).string(); }
+    const std::filesystem::path& path() const { return path_; }
+
+  private:
+    std::filesystem::path path_;
+};
+
+struct CommandResult {
+    int exit_code;
+    std::string output;  // stdout and stderr together
+};
+
+inline CommandResult run_command(const std::string& command) {
+    CommandResult r{-1, ""};
+    FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+    if (!pipe) return r;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
+    int status = ::pclose(pipe);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+}
+
+}  // namespace hlat::test

@@ -1,0 +1,253 @@
+#include "trainer/config.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+
+namespace hlat {
+namespace {
+
+using json = nlohmann::json;
+
+// Reads the fields of one JSON object, checking each one's type and range, and
+// remembers which keys it consumed so that leftovers are reported as unknown.
+class Section {
+  public:
+    Section(const json& root, const std::string& name) : name_(name) {
+        if (!root.contains(name)) return;
+        obj_ = &root.at(name);
+        if (!obj_->is_object()) fail(name, *obj_, "an object");
+    }
+
+    void integer(const char* key, int& out, long lo, long hi) {
+        const json* v = get(key);
+        if (!v) return;
+        if (!v->is_number_integer()) fail(path(key), *v, fmt::format("an integer in [{}, {}]", lo, hi));
+        long x = v->get<long>();
+        if (x < lo || x > hi) fail(path(key), *v, fmt::format("an integer in [{}, {}]", lo, hi));
+        out = (int)x;
+    }
+
+    void seed(const char* key, unsigned long long& out) {
+        const json* v = get(key);
+        if (!v) return;
+        if (!v->is_number_unsigned() && !(v->is_number_integer() && v->get<long long>() >= 0))
+            fail(path(key), *v, "a non-negative integer");
+        out = v->get<unsigned long long>();
+    }
+
+    void number(const char* key, double& out, double lo, double hi, bool lo_open = false) {
+        const json* v = get(key);
+        if (!v) return;
+        std::string allowed = fmt::format("a number in {}{}, {}]", lo_open ? "(" : "[", lo, hi);
+        if (!v->is_number()) fail(path(key), *v, allowed);
+        double x = v->get<double>();
+        if (!std::isfinite(x) || x < lo || x > hi || (lo_open && x == lo)) fail(path(key), *v, allowed);
+        out = x;
+    }
+
+    void boolean(const char* key, bool& out) {
+        const json* v = get(key);
+        if (!v) return;
+        if (!v->is_boolean()) fail(path(key), *v, "true or false");
+        out = v->get<bool>();
+    }
+
+    void string(const char* key, std::string& out, const std::set<std::string>& choices = {}) {
+        const json* v = get(key);
+        if (!v) return;
+        std::string allowed = "a string";
+        if (!choices.empty()) {
+            allowed = "one of";
+            for (auto& c : choices) allowed += " \"" + c + "\"";
+        }
+        if (!v->is_string()) fail(path(key), *v, allowed);
+        std::string s = v->get<std::string>();
+        if (!choices.empty() && !choices.count(s)) fail(path(key), *v, allowed);
+        out = s;
+    }
+
+    // Reports the first key that no reader asked for.
+    void reject_unknown() const {
+        if (!obj_) return;
+        for (auto it = obj_->begin(); it != obj_->end(); ++it) {
+            if (!seen_.count(it.key())) {
+                throw ConfigError(fmt::format("unknown config field \"{}\"", path(it.key().c_str())));
+            }
+        }
+    }
+
+    [[noreturn]] static void fail(const std::string& field, const json& v, const std::string& allowed) {
+        throw ConfigError(
+            fmt::format("config field \"{}\" is {}; expected {}", field, v.dump(), allowed));
+    }
+
+  private:
+    const json* get(const char* key) {
+        seen_.insert(key);
+        if (!obj_ || !obj_->contains(key)) return nullptr;
+        return &obj_->at(key);
+    }
+    std::string path(const char* key) const { return name_ + "." + key; }
+
+    std::string name_;
+    const json* obj_ = nullptr;
+    std::set<std::string> seen_;
+};
+
+const char* init_scaling_name(InitScaling s) {
+    switch (s) {
+        case InitScaling::PerLayer: return "per_layer";
+        case InitScaling::TotalLayers: return "total_layers";
+        case InitScaling::None: return "none";
+    }
+    return "?";
+}
+
+}  // namespace
+
+TrainConfig config_from_json(const json& j) {
+    if (!j.is_object()) throw ConfigError("config must be a JSON object");
+    static const std::set<std::string> sections = {"model", "optimizer", "schedule", "run"};
+    for (auto it = j.begin(); it != j.end(); ++it) {
+        if (!sections.count(it.key()))
+            throw ConfigError(fmt::format(
+                "unknown config section \"{}\"; expected model, optimizer, schedule or run", it.key()));
+    }
+    TrainConfig c;
+    constexpr long kMaxInt = std::numeric_limits<int>::max();
+
+    Section m(j, "model");
+    m.integer("vocab_size", c.model.vocab_size, 2, 1 << 24);
+    m.integer("dim", c.model.dim, 2, 65536);
+    m.integer("n_layers", c.model.n_layers, 1, 1024);
+    m.integer("n_heads", c.model.n_heads, 1, 1024);
+    m.integer("n_kv_heads", c.model.n_kv_heads, 1, 1024);
+    m.integer("hidden_dim", c.model.hidden_dim, 1, 1 << 20);
+    m.integer("max_seq_len", c.model.max_seq_len, 1, 1 << 20);
+    m.number("norm_eps", c.model.norm_eps, 0.0, 1.0, true);
+    m.number("rope_theta", c.model.rope_theta, 1.0, 1e12);
+    m.number("init_std", c.model.init_std, 0.0, 10.0, true);
+    std::string scaling = init_scaling_name(c.model.init_scaling);
+    m.string("init_scaling", scaling, {"per_layer", "total_layers", "none"});
+    c.model.init_scaling = scaling == "per_layer"      ? InitScaling::PerLayer
+                           : scaling == "total_layers" ? InitScaling::TotalLayers
+                                                       : InitScaling::None;
+    m.reject_unknown();
+
+    Section o(j, "optimizer");
+    o.number("beta1", c.optimizer.beta1, 0.0, 1.0);
+    o.number("beta2", c.optimizer.beta2, 0.0, 1.0);
+    o.number("eps", c.optimizer.eps, 0.0, 1.0, true);
+    o.number("weight_decay", c.optimizer.weight_decay, 0.0, 10.0);
+    o.boolean("decay_norms_and_embeddings", c.optimizer.decay_norms_and_embeddings);
+    o.number("grad_clip", c.optimizer.grad_clip, 0.0, 1e9);
+    o.reject_unknown();
+
+    Section s(j, "schedule");
+    s.number("max_lr", c.schedule.max_lr, 0.0, 10.0);
+    s.number("min_lr", c.schedule.min_lr, 0.0, 10.0);
+    s.integer("warmup_steps", c.schedule.warmup_steps, 0, kMaxInt);
+    s.integer("total_steps", c.schedule.total_steps, 1, kMaxInt);
+    s.reject_unknown();
+
+    Section r(j, "run");
+    r.integer("batch_size", c.run.batch_size, 1, 1 << 16);
+    r.integer("seq_len", c.run.seq_len, 1, 1 << 20);
+    r.integer("grad_accum", c.run.grad_accum, 1, 1 << 16);
+    r.seed("seed", c.run.seed);
+    r.integer("threads", c.run.threads, 1, 1024);
+    r.boolean("activation_checkpointing", c.run.activation_checkpointing);
+    r.string("data", c.run.data);
+    r.string("data_dtype", c.run.data_dtype, {"uint16", "uint32"});
+    r.number("peak_gflops", c.run.peak_gflops, 0.0, 1e9);
+    r.integer("log_every", c.run.log_every, 1, kMaxInt);
+    r.reject_unknown();
+
+    validate_config(c);
+    return c;
+}
+
+void validate_config(const TrainConfig& c) {
+    const ModelConfig& m = c.model;
+    if (m.dim % m.n_heads != 0)
+        throw ConfigError(fmt::format("model.n_heads = {} must divide model.dim = {}", m.n_heads, m.dim));
+    if (m.head_dim() % 2 != 0)
+        throw ConfigError(fmt::format(
+            "head dim model.dim / model.n_heads = {} must be even for RoPE", m.head_dim()));
+    if (m.n_heads % m.n_kv_heads != 0)
+        throw ConfigError(fmt::format("model.n_kv_heads = {} must divide model.n_heads = {}",
+                                      m.n_kv_heads, m.n_heads));
+    if (c.run.seq_len > m.max_seq_len)
+        throw ConfigError(fmt::format("run.seq_len = {} exceeds model.max_seq_len = {}",
+                                      c.run.seq_len, m.max_seq_len));
+    if (c.schedule.min_lr > c.schedule.max_lr)
+        throw ConfigError(fmt::format("schedule.min_lr = {} exceeds schedule.max_lr = {}",
+                                      c.schedule.min_lr, c.schedule.max_lr));
+    if (c.schedule.warmup_steps > c.schedule.total_steps)
+        throw ConfigError(fmt::format("schedule.warmup_steps = {} exceeds schedule.total_steps = {}",
+                                      c.schedule.warmup_steps, c.schedule.total_steps));
+    if ((long)c.run.batch_size * c.run.seq_len > std::numeric_limits<int>::max() / 4)
+        throw ConfigError("run.batch_size * run.seq_len is too large");
+}
+
+TrainConfig load_config(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw ConfigError(fmt::format("cannot open config file {}", path));
+    json j;
+    try {
+        j = json::parse(in);
+    } catch (const json::parse_error& e) {
+        throw ConfigError(fmt::format("config file {} is not valid JSON: {}", path, e.what()));
+    }
+    try {
+        return config_from_json(j);
+    } catch (const ConfigError& e) {
+        throw ConfigError(fmt::format("{}: {}", path, e.what()));
+    }
+}
+
+json config_to_json(const TrainConfig& c) {
+    return {
+        {"model",
+         {{"vocab_size", c.model.vocab_size},
+          {"dim", c.model.dim},
+          {"n_layers", c.model.n_layers},
+          {"n_heads", c.model.n_heads},
+          {"n_kv_heads", c.model.n_kv_heads},
+          {"hidden_dim", c.model.hidden_dim},
+          {"max_seq_len", c.model.max_seq_len},
+          {"norm_eps", c.model.norm_eps},
+          {"rope_theta", c.model.rope_theta},
+          {"init_std", c.model.init_std},
+          {"init_scaling", init_scaling_name(c.model.init_scaling)}}},
+        {"optimizer",
+         {{"beta1", c.optimizer.beta1},
+          {"beta2", c.optimizer.beta2},
+          {"eps", c.optimizer.eps},
+          {"weight_decay", c.optimizer.weight_decay},
+          {"decay_norms_and_embeddings", c.optimizer.decay_norms_and_embeddings},
+          {"grad_clip", c.optimizer.grad_clip}}},
+        {"schedule",
+         {{"max_lr", c.schedule.max_lr},
+          {"min_lr", c.schedule.min_lr},
+          {"warmup_steps", c.schedule.warmup_steps},
+          {"total_steps", c.schedule.total_steps}}},
+        {"run",
+         {{"batch_size", c.run.batch_size},
+          {"seq_len", c.run.seq_len},
+          {"grad_accum", c.run.grad_accum},
+          {"seed", c.run.seed},
+          {"threads", c.run.threads},
+          {"activation_checkpointing", c.run.activation_checkpointing},
+          {"data", c.run.data},
+          {"data_dtype", c.run.data_dtype},
+          {"peak_gflops", c.run.peak_gflops},
+          {"log_every", c.run.log_every}}},
+    };
+}
+
+}  // namespace hlat

@@ -1,0 +1,82 @@
+// Training configuration: one JSON file with sections model, optimizer,
+// schedule and run. Every field has a documented default (see README); a field
+// of the wrong type, out of range, or unknown is an error naming it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace hlat {
+
+enum class InitScaling { PerLayer, TotalLayers, None };
+
+struct ModelConfig {
+    int vocab_size = 8192;
+    int dim = 256;          // C
+    int n_layers = 4;       // L
+    int n_heads = 4;        // NH
+    int n_kv_heads = 4;     // NKV, divides NH
+    int hidden_dim = 704;   // H, SwiGLU width
+    int max_seq_len = 256;  // T
+    double norm_eps = 1e-5;
+    double rope_theta = 10000.0;
+    double init_std = 0.02;
+    // Output projections of layer l (1-based) scaled by 1/sqrt(2l) (per_layer),
+    // by 1/sqrt(2L) (total_layers), or not at all (none).
+    InitScaling init_scaling = InitScaling::PerLayer;
+
+    int head_dim() const { return dim / n_heads; }
+    int qkv_dim() const { return (n_heads + 2 * n_kv_heads) * head_dim(); }
+};
+
+struct OptimizerConfig {
+    double beta1 = 0.9;
+    double beta2 = 0.95;
+    double eps = 1e-8;
+    double weight_decay = 0.1;
+    bool decay_norms_and_embeddings = true;  // false: no decay on norm weights and the embedding
+    double grad_clip = 1.0;                  // global L2 norm; 0 disables clipping
+};
+
+struct ScheduleConfig {
+    double max_lr = 3e-4;
+    double min_lr = 3e-5;
+    int warmup_steps = 100;
+    int total_steps = 2000;
+};
+
+struct RunConfig {
+    int batch_size = 8;      // B, sequences per micro-batch
+    int seq_len = 256;       // T of training sequences, <= model.max_seq_len
+    int grad_accum = 1;      // micro-batches per optimizer step
+    unsigned long long seed = 1234;
+    int threads = 2;
+    bool activation_checkpointing = false;  // recompute attention probabilities in backward
+    std::string data;                       // binary token file
+    std::string data_dtype = "uint16";      // uint16 or uint32
+    double peak_gflops = 0.0;               // 0: measure with an sgemm probe at start
+    int log_every = 1;
+};
+
+struct TrainConfig {
+    ModelConfig model;
+    OptimizerConfig optimizer;
+    ScheduleConfig schedule;
+    RunConfig run;
+};
+
+// Parses and validates a config; throws ConfigError naming the offending field.
+TrainConfig config_from_json(const nlohmann::json& j);
+// Reads a JSON file and validates it; errors name the file and the field.
+TrainConfig load_config(const std::string& path);
+// Every field with its value, for run records and --help.
+nlohmann::json config_to_json(const TrainConfig& c);
+// Checks cross-field constraints (heads divide dim, ...); throws ConfigError.
+void validate_config(const TrainConfig& c);
+
+struct ConfigError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+}  // namespace hlat

@@ -1,0 +1,35 @@
+#include "trainer/flops.h"
+
+#include <cblas.h>
+
+#include <chrono>
+#include <vector>
+
+namespace hlat {
+
+long matmul_parameters(const ModelConfig& m) {
+    long C = m.dim, H = m.hidden_dim, CA = (long)m.n_heads * m.head_dim();
+    long per_layer = (long)m.qkv_dim() * C + C * CA + 2 * H * C + C * H;
+    return m.n_layers * per_layer + (long)m.vocab_size * C;
+}
+
+double flops_per_token(const ModelConfig& m, int T) {
+    return 6.0 * matmul_parameters(m) + 12.0 * m.n_layers * m.dim * T;
+}
+
+double measure_sgemm_peak_gflops() {
+    const int n = 1024;
+    std::vector<float> a((long)n * n, 0.5f), b((long)n * n, 0.25f), c((long)n * n, 0.0f);
+    double best = 0.0;
+    for (int rep = 0; rep < 6; rep++) {
+        auto t0 = std::chrono::steady_clock::now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
+                    n, 0.0f, c.data(), n);
+        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        double gflops = 2.0 * n * n * n / s / 1e9;
+        if (rep > 0 && gflops > best) best = gflops;  // the first call pays for thread start-up
+    }
+    return best;
+}
+
+}  // namespace hlat

@@ -1,0 +1,72 @@
+// Forward and backward kernels of the LLaMA block, on flat fp32 buffers.
+//
+// Letters: B batch, T sequence length, C model dim, V vocab, NH query heads,
+// NKV key/value heads, HD head dim, H feed-forward hidden dim, N = B*T rows.
+// QKV = (NH + 2*NKV) * HD is the width of the coalesced qkv projection; a row of
+// qkv holds NH query heads, then NKV key heads, then NKV value heads.
+//
+// Argument order everywhere: outputs, then inputs, then sizes. Backward kernels
+// accumulate (+=) into weight gradients; into input gradients they accumulate
+// where the name says so, and otherwise overwrite.
+#pragma once
+
+#include <cstdint>
+
+namespace hlat {
+
+// out (N, OC) = inp (N, IC) @ weight (OC, IC)^T. No bias: LLaMA has none.
+void matmul_forward(float* out, const float* inp, const float* weight, int N, int IC, int OC);
+// dinp (N, IC) = dout @ weight (overwritten); dweight (OC, IC) += dout^T @ inp.
+void matmul_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                     const float* weight, int N, int IC, int OC);
+
+// out (N, C) = embed[tokens] ; dembed (V, C) += scattered dout.
+void embedding_forward(float* out, const int32_t* tokens, const float* embed, int N, int C);
+void embedding_backward(float* dembed, const float* dout, const int32_t* tokens, int N, int C);
+
+// out = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps); rstd (N) is kept
+// for backward. dinp (N, C) and dweight (C) are accumulated.
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                     float eps);
+void rmsnorm_backward_accumulate(float* dinp, float* dweight, const float* dout, const float* inp,
+                                 const float* weight, const float* rstd, int N, int C);
+
+// Rotary tables (T, HD/2): angle of position t and frequency i is
+// t * theta^(-2i/HD), the rotate-half convention of Hugging Face LLaMA.
+void rope_tables(float* cos_table, float* sin_table, int T, int HD, float theta);
+// Rotates the query and key heads of qkv (B, T, QKV) in place; backward applies
+// the inverse rotation to their gradients in place.
+void rope_forward(float* qkv, const float* cos_table, const float* sin_table, int B, int T, int NH,
+                  int NKV, int HD);
+void rope_backward(float* dqkv, const float* cos_table, const float* sin_table, int B, int T,
+                   int NH, int NKV, int HD);
+
+// Causal softmax attention. out (B, T, NH*HD) from qkv (B, T, QKV). The causal
+// mask (key position <= query position) is generated here, never passed in.
+// att (B, NH, T, T) receives the probabilities when non-null; when null they are
+// computed into per-thread scratch and not kept (activation checkpointing).
+// scratch holds AttentionScratch::floats(T) floats per OpenMP thread.
+struct AttentionScratch {
+    static long floats(int T) { return 2L * T * T; }
+};
+void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T,
+                       int NH, int NKV, int HD);
+// dqkv (B, T, QKV) is overwritten. att holds the forward probabilities, or is
+// null, in which case they are recomputed from qkv.
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* att, int B, int T, int NH, int NKV, int HD);
+
+// out (N, H) = silu(gate) * up, gate_up (N, 2H) = [gate | up].
+void swiglu_forward(float* out, const float* gate_up, int N, int H);
+void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int N, int H);
+
+// out = a + b over n floats.
+void residual_forward(float* out, const float* a, const float* b, long n);
+
+// Fused softmax + cross-entropy in fp32. logits (N, V) are replaced by the
+// probabilities; losses (N) get -log p[target].
+void crossentropy_forward(float* logits, float* losses, const int32_t* targets, int N, int V);
+// Replaces the probabilities by dlogits = (p - onehot(target)) * dloss.
+void crossentropy_backward(float* logits, const int32_t* targets, float dloss, int N, int V);
+
+}  // namespace hlat

@@ -1,0 +1,207 @@
+#include "trainer/model.h"
+
+#include "trainer/kernels.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+namespace hlat {
+
+Model::Model(const ModelConfig& config, int B, int T, bool checkpoint_attention)
+    : config_(config), B_(B), T_(T), checkpoint_attention_(checkpoint_attention) {
+    const long V = config.vocab_size, C = config.dim, L = config.n_layers, H = config.hidden_dim;
+    const long QKV = config.qkv_dim(), CA = (long)config.n_heads * config.head_dim();
+    const long NH = config.n_heads, N = (long)B * T;
+
+    // The parameter table: every loop over parameters (I/O, norms, optimizer)
+    // walks it instead of naming tensors one by one.
+    long offset = 0;
+    auto add = [&](const char* name, int layers, long rows, long cols, bool norm_or_embedding) {
+        kinds_.push_back({name, layers, rows, cols, offset, norm_or_embedding});
+        offset += kinds_.back().numel();
+        return kinds_.back().offset;
+    };
+    long o_embed = add("embed_tokens", 0, V, C, true);
+    long o_attn_norm = add("input_layernorm", L, C, 1, true);
+    long o_qkv = add("qkv_proj", L, QKV, C, false);
+    long o_o = add("o_proj", L, C, CA, false);
+    long o_ffn_norm = add("post_attention_layernorm", L, C, 1, true);
+    long o_gate_up = add("gate_up_proj", L, 2 * H, C, false);
+    long o_down = add("down_proj", L, C, H, false);
+    long o_final = add("norm", 0, C, 1, true);
+    long o_head = add("lm_head", 0, V, C, false);
+    params_.assign(offset, 0.0f);
+    grads_.assign(offset, 0.0f);
+    auto point = [&](float* base) {
+        return ParameterTensors{base + o_embed, base + o_attn_norm, base + o_qkv,
+                                base + o_o,     base + o_ffn_norm,  base + o_gate_up,
+                                base + o_down,  base + o_final,     base + o_head};
+    };
+    p_ = point(params_.data());
+    g_ = point(grads_.data());
+
+    // Activations: one allocation, carved in the order of the struct.
+    long att_floats = checkpoint_attention ? 0 : L * B * NH * T * T;
+    long sizes[] = {(L + 1) * N * C, L * N * C, L * N,     L * N * QKV, att_floats,
+                    L * N * CA,      L * N * C, L * N * C, L * N,       L * N * 2 * H,
+                    L * N * H,       N * C,     N,         N * V,       N};
+    activation_floats_ = 0;
+    for (long s : sizes) activation_floats_ += s;
+    acts_.assign(activation_floats_, 0.0f);
+    float* ptrs[15];
+    float* cursor = acts_.data();
+    for (int i = 0; i < 15; i++) {
+        ptrs[i] = sizes[i] ? cursor : nullptr;
+        cursor += sizes[i];
+    }
+    a_ = ActivationTensors{ptrs[0], ptrs[1], ptrs[2],  ptrs[3],  ptrs[4],
+                           ptrs[5], ptrs[6], ptrs[7],  ptrs[8],  ptrs[9],
+                           ptrs[10], ptrs[11], ptrs[12], ptrs[13], ptrs[14]};
+
+    d_residual_.assign(N * C, 0.0f);
+    d_norm_.assign(N * C, 0.0f);
+    d_qkv_.assign(N * QKV, 0.0f);
+    d_att_out_.assign(N * CA, 0.0f);
+    d_gate_up_.assign(N * 2 * H, 0.0f);
+    d_swiglu_.assign(N * H, 0.0f);
+    int half = config.head_dim() / 2;
+    rope_cos_.assign((long)T * half, 0.0f);
+    rope_sin_.assign((long)T * half, 0.0f);
+    rope_tables(rope_cos_.data(), rope_sin_.data(), T, config.head_dim(), (float)config.rope_theta);
+    inputs_.assign(N, 0);
+    targets_.assign(N, 0);
+}
+
+long Model::activation_bytes_without_checkpointing() const {
+    if (!checkpoint_attention_) return activation_bytes();
+    long att = (long)config_.n_layers * B_ * config_.n_heads * T_ * T_;
+    return (activation_floats_ + att) * 4;
+}
+
+void Model::init_weights(unsigned long long seed) {
+    std::mt19937_64 rng(seed);
+    const int L = config_.n_layers;
+    for (const TensorKind& k : kinds_) {
+        float* base = params_.data() + k.offset;
+        if (k.cols == 1) {  // norm weights start at one
+            std::fill(base, base + k.numel(), 1.0f);
+            continue;
+        }
+        bool output_projection = k.name == "o_proj" || k.name == "down_proj";
+        long per_layer = k.rows * k.cols;
+        for (int l = 0; l < (k.layers ? k.layers : 1); l++) {
+            double std = config_.init_std;
+            if (output_projection && config_.init_scaling == InitScaling::PerLayer)
+                std /= std::sqrt(2.0 * (l + 1));
+            if (output_projection && config_.init_scaling == InitScaling::TotalLayers)
+                std /= std::sqrt(2.0 * L);
+            std::normal_distribution<float> dist(0.0f, (float)std);
+            float* w = base + l * per_layer;
+            for (long i = 0; i < per_layer; i++) w[i] = dist(rng);
+        }
+    }
+}
+
+float* Model::attention_scratch() {
+    // Sized at use, not construction: the thread count may be set after the model exists.
+    size_t need = (size_t)omp_get_max_threads() * AttentionScratch::floats(T_);
+    if (att_scratch_.size() < need) att_scratch_.assign(need, 0.0f);
+    return att_scratch_.data();
+}
+
+void Model::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+
+float Model::forward(const int32_t* inputs, const int32_t* targets) {
+    const int B = B_, T = T_, N = B * T;
+    const int C = config_.dim, V = config_.vocab_size, L = config_.n_layers, H = config_.hidden_dim;
+    const int NH = config_.n_heads, NKV = config_.n_kv_heads, HD = config_.head_dim();
+    const int QKV = config_.qkv_dim(), CA = NH * HD;
+    const float eps = (float)config_.norm_eps;
+    const ParameterTensors& p = p_;
+    const ActivationTensors& a = a_;
+
+    std::copy(inputs, inputs + N, inputs_.begin());
+    embedding_forward(a.residual, inputs, p.embed, N, C);
+    for (int l = 0; l < L; l++) {
+        const long nc = (long)l * N * C;
+        float* res = a.residual + nc;
+        float* an = a.attn_norm + nc;
+        float* qkv = a.qkv + (long)l * N * QKV;
+        float* att = a.att ? a.att + (long)l * B * NH * T * T : nullptr;
+        float* att_out = a.att_out + (long)l * N * CA;
+        float* mid = a.residual_mid + nc;
+        float* fn = a.ffn_norm + nc;
+        float* gu = a.gate_up + (long)l * N * 2 * H;
+        float* sw = a.swiglu + (long)l * N * H;
+        float* next = a.residual + nc + (long)N * C;
+
+        rmsnorm_forward(an, a.attn_rstd + (long)l * N, res, p.attn_norm + (long)l * C, N, C, eps);
+        matmul_forward(qkv, an, p.qkv + (long)l * QKV * C, N, C, QKV);
+        rope_forward(qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+        attention_forward(att_out, att, attention_scratch(), qkv, B, T, NH, NKV, HD);
+        matmul_forward(mid, att_out, p.o_proj + (long)l * C * CA, N, CA, C);
+        residual_forward(mid, mid, res, (long)N * C);
+        rmsnorm_forward(fn, a.ffn_rstd + (long)l * N, mid, p.ffn_norm + (long)l * C, N, C, eps);
+        matmul_forward(gu, fn, p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
+        swiglu_forward(sw, gu, N, H);
+        matmul_forward(next, sw, p.down + (long)l * C * H, N, H, C);
+        residual_forward(next, next, mid, (long)N * C);
+    }
+    rmsnorm_forward(a.final_norm, a.final_rstd, a.residual + (long)L * N * C, p.final_norm, N, C, eps);
+    matmul_forward(a.logits, a.final_norm, p.lm_head, N, C, V);
+    if (!targets) return 0.0f;
+
+    std::copy(targets, targets + N, targets_.begin());
+    crossentropy_forward(a.logits, a.losses, targets, N, V);
+    double sum = 0.0;
+    for (int n = 0; n < N; n++) sum += a.losses[n];
+    return (float)(sum / N);
+}
+
+void Model::backward(float loss_scale) {
+    const int B = B_, T = T_, N = B * T;
+    const int C = config_.dim, V = config_.vocab_size, L = config_.n_layers, H = config_.hidden_dim;
+    const int NH = config_.n_heads, NKV = config_.n_kv_heads, HD = config_.head_dim();
+    const int QKV = config_.qkv_dim(), CA = NH * HD;
+    const ParameterTensors& p = p_;
+    const ParameterTensors& g = g_;
+    const ActivationTensors& a = a_;
+    float* d_res = d_residual_.data();
+    float* d_norm = d_norm_.data();
+
+    crossentropy_backward(a.logits, targets_.data(), loss_scale, N, V);
+    matmul_backward(d_norm, g.lm_head, a.logits, a.final_norm, p.lm_head, N, C, V);
+    std::fill(d_residual_.begin(), d_residual_.end(), 0.0f);
+    rmsnorm_backward_accumulate(d_res, g.final_norm, d_norm, a.residual + (long)L * N * C,
+                                p.final_norm, a.final_rstd, N, C);
+
+    for (int l = L - 1; l >= 0; l--) {
+        const long nc = (long)l * N * C;
+        // d_res holds the gradient of the stream leaving layer l.
+        matmul_backward(d_swiglu_.data(), g.down + (long)l * C * H, d_res,
+                        a.swiglu + (long)l * N * H, p.down + (long)l * C * H, N, H, C);
+        swiglu_backward(d_gate_up_.data(), d_swiglu_.data(), a.gate_up + (long)l * N * 2 * H, N, H);
+        matmul_backward(d_norm, g.gate_up + (long)l * 2 * H * C, d_gate_up_.data(),
+                        a.ffn_norm + nc, p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
+        rmsnorm_backward_accumulate(d_res, g.ffn_norm + (long)l * C, d_norm, a.residual_mid + nc,
+                                    p.ffn_norm + (long)l * C, a.ffn_rstd + (long)l * N, N, C);
+        // d_res now holds the gradient of the stream after attention.
+        const float* qkv = a.qkv + (long)l * N * QKV;
+        const float* att = a.att ? a.att + (long)l * B * NH * T * T : nullptr;
+        matmul_backward(d_att_out_.data(), g.o_proj + (long)l * C * CA, d_res,
+                        a.att_out + (long)l * N * CA, p.o_proj + (long)l * C * CA, N, CA, C);
+        attention_backward(d_qkv_.data(), attention_scratch(), d_att_out_.data(), qkv, att, B, T,
+                           NH, NKV, HD);
+        rope_backward(d_qkv_.data(), rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+        matmul_backward(d_norm, g.qkv + (long)l * QKV * C, d_qkv_.data(), a.attn_norm + nc,
+                        p.qkv + (long)l * QKV * C, N, C, QKV);
+        rmsnorm_backward_accumulate(d_res, g.attn_norm + (long)l * C, d_norm, a.residual + nc,
+                                    p.attn_norm + (long)l * C, a.attn_rstd + (long)l * N, N, C);
+    }
+    embedding_backward(g.embed, d_res, inputs_.data(), N, C);
+}
+
+}  // namespace hlat

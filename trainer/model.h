@@ -1,0 +1,115 @@
+// The LLaMA decoder: parameters, gradients and activations in flat buffers, and
+// the forward and backward passes over one micro-batch.
+//
+// Letters as in kernels.h: B batch, T sequence, C dim, V vocab, L layers,
+// NH/NKV heads, HD head dim, H hidden dim, QKV = (NH + 2*NKV)*HD, N = B*T.
+#pragma once
+
+#include "trainer/config.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hlat {
+
+// Pointers into one flat buffer; gradients use the same layout in a second one.
+// A per-layer tensor holds its L layers back to back.
+struct ParameterTensors {
+    float* embed;       // (V, C)
+    float* attn_norm;   // (L, C)
+    float* qkv;         // (L, QKV, C)
+    float* o_proj;      // (L, C, NH*HD)
+    float* ffn_norm;    // (L, C)
+    float* gate_up;     // (L, 2*H, C), gate rows first
+    float* down;        // (L, C, H)
+    float* final_norm;  // (C)
+    float* lm_head;     // (V, C)
+};
+
+// One parameter tensor kind of the table: its place in the flat buffer.
+struct TensorKind {
+    std::string name;     // e.g. "qkv_proj"
+    int layers;           // L for per-layer tensors, 0 for global ones
+    long rows, cols;      // shape of one layer's slice; cols = 1 for vectors
+    long offset;          // first float in the flat buffer
+    bool norm_or_embedding;
+    long numel() const { return (layers ? layers : 1) * rows * cols; }
+};
+
+struct ActivationTensors {
+    float* residual;      // (L+1, B, T, C) stream entering layer l; [L] enters the final norm
+    float* attn_norm;     // (L, B, T, C)
+    float* attn_rstd;     // (L, B, T)
+    float* qkv;           // (L, B, T, QKV), q and k after RoPE
+    float* att;           // (L, B, NH, T, T) probabilities; null with activation checkpointing
+    float* att_out;       // (L, B, T, NH*HD)
+    float* residual_mid;  // (L, B, T, C) stream after attention
+    float* ffn_norm;      // (L, B, T, C)
+    float* ffn_rstd;      // (L, B, T)
+    float* gate_up;       // (L, B, T, 2*H)
+    float* swiglu;        // (L, B, T, H)
+    float* final_norm;    // (B, T, C)
+    float* final_rstd;    // (B, T)
+    float* logits;        // (B, T, V): logits, then probabilities, then their gradient
+    float* losses;        // (B, T)
+};
+
+class Model {
+  public:
+    // Allocates parameters, gradients and activations for micro-batches of
+    // B sequences of T tokens. With checkpoint_attention the attention
+    // probabilities are recomputed in backward instead of stored.
+    Model(const ModelConfig& config, int B, int T, bool checkpoint_attention);
+
+    // Normal(0, init_std) matrices, unit norms, output projections scaled as the
+    // config says. Deterministic for a seed.
+    void init_weights(unsigned long long seed);
+
+    // Runs the model on inputs (B, T). With targets, returns the mean
+    // cross-entropy and keeps what backward needs; without, leaves the logits
+    // in activations().logits and returns 0.
+    float forward(const int32_t* inputs, const int32_t* targets);
+    // Adds d(loss_scale * sum of token losses)/d(params) to the gradients,
+    // for the batch of the last forward with targets.
+    void backward(float loss_scale);
+    void zero_grad();
+
+    const ModelConfig& config() const { return config_; }
+    int batch_size() const { return B_; }
+    int seq_len() const { return T_; }
+    long num_parameters() const { return (long)params_.size(); }
+    float* params() { return params_.data(); }
+    float* grads() { return grads_.data(); }
+    const float* params() const { return params_.data(); }
+    const float* grads() const { return grads_.data(); }
+    const ParameterTensors& param_tensors() const { return p_; }
+    const ParameterTensors& grad_tensors() const { return g_; }
+    const ActivationTensors& activations() const { return a_; }
+    const std::vector<TensorKind>& tensor_kinds() const { return kinds_; }
+
+    // Bytes of the activations kept for backward, and what they would be
+    // without activation checkpointing.
+    long activation_bytes() const { return activation_floats_ * 4; }
+    long activation_bytes_without_checkpointing() const;
+
+  private:
+    float* attention_scratch();
+
+    ModelConfig config_;
+    int B_, T_;
+    bool checkpoint_attention_;
+    std::vector<TensorKind> kinds_;
+    std::vector<float> params_, grads_;
+    ParameterTensors p_, g_;
+    std::vector<float> acts_;
+    long activation_floats_ = 0;
+    ActivationTensors a_;
+    // Backward scratch, one micro-batch and one layer at a time.
+    std::vector<float> d_residual_, d_norm_, d_qkv_, d_att_out_, d_gate_up_, d_swiglu_;
+    std::vector<float> att_scratch_;  // per OpenMP thread
+    std::vector<float> rope_cos_, rope_sin_;  // (T, HD/2)
+    std::vector<int32_t> inputs_, targets_;
+};
+
+}  // namespace hlat

@@ -1,0 +1,66 @@
+#include "trainer/optimizer.h"
+
+#include <cmath>
+
+namespace hlat {
+
+double learning_rate(const ScheduleConfig& s, int step) {
+    if (step < s.warmup_steps) return s.max_lr * (step + 1) / s.warmup_steps;
+    if (step >= s.total_steps) return s.min_lr;
+    int decay_steps = s.total_steps - s.warmup_steps;
+    double progress = decay_steps > 0 ? (double)(step - s.warmup_steps) / decay_steps : 1.0;
+    return s.min_lr + 0.5 * (s.max_lr - s.min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+double l2_norm(const float* x, long n) {
+    double sum = 0.0;
+#pragma omp parallel for reduction(+ : sum)
+    for (long i = 0; i < n; i++) sum += (double)x[i] * x[i];
+    return std::sqrt(sum);
+}
+
+double clip_grad_norm(float* grads, long n, double max_norm, bool* clipped) {
+    double norm = l2_norm(grads, n);
+    *clipped = false;
+    if (max_norm <= 0.0 || !std::isfinite(norm)) return norm;
+    double factor = max_norm / (norm + 1e-6);
+    if (factor < 1.0) {
+        float f = (float)factor;
+#pragma omp parallel for
+        for (long i = 0; i < n; i++) grads[i] *= f;
+        *clipped = true;
+    }
+    return norm;
+}
+
+AdamW::AdamW(const OptimizerConfig& config, long num_parameters)
+    : config_(config), m_(num_parameters, 0.0f), v_(num_parameters, 0.0f) {}
+
+void AdamW::step(Model& model, double lr) {
+    t_++;
+    const float b1 = (float)config_.beta1, b2 = (float)config_.beta2, eps = (float)config_.eps;
+    const float bc1 = (float)(1.0 - std::pow(config_.beta1, (double)t_));
+    const float bc2 = (float)(1.0 - std::pow(config_.beta2, (double)t_));
+    float* params = model.params();
+    const float* grads = model.grads();
+    for (const TensorKind& k : model.tensor_kinds()) {
+        bool decay = config_.decay_norms_and_embeddings || !k.norm_or_embedding;
+        const float wd = decay ? (float)config_.weight_decay : 0.0f;
+        const float lr_f = (float)lr;
+        float* p = params + k.offset;
+        const float* g = grads + k.offset;
+        float* m = m_.data() + k.offset;
+        float* v = v_.data() + k.offset;
+        const long n = k.numel();
+#pragma omp parallel for
+        for (long i = 0; i < n; i++) {
+            m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+            v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+            float m_hat = m[i] / bc1;
+            float v_hat = v[i] / bc2;
+            p[i] -= lr_f * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
+        }
+    }
+}
+
+}  // namespace hlat

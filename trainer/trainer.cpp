@@ -1,0 +1,74 @@
+#include "trainer/trainer.h"
+
+#include "trainer/flops.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <chrono>
+
+namespace hlat {
+
+using Clock = std::chrono::steady_clock;
+
+static double seconds_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void set_thread_count(int threads) {
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
+}
+
+Trainer::Trainer(const TrainConfig& config, BatchSource& data, double peak_gflops)
+    : config_(config), data_(data), peak_gflops_(peak_gflops) {
+    model_ = std::make_unique<Model>(config.model, config.run.batch_size, config.run.seq_len,
+                                     config.run.activation_checkpointing);
+    optimizer_ = std::make_unique<AdamW>(config.optimizer, model_->num_parameters());
+    long n = (long)config.run.batch_size * config.run.seq_len;
+    inputs_.resize(n);
+    targets_.resize(n);
+}
+
+StepStats Trainer::step() {
+    const int B = config_.run.batch_size, T = config_.run.seq_len, accum = config_.run.grad_accum;
+    StepStats s{};
+    s.step = step_;
+    auto t_step = Clock::now();
+    model_->zero_grad();
+    double loss_sum = 0.0;
+    // Every token of the step weighs the same: the loss is the mean over all
+    // micro-batches, so each backward scales by 1 / (B * T * accum).
+    const float loss_scale = 1.0f / ((float)B * T * accum);
+    for (int micro = 0; micro < accum; micro++) {
+        auto t0 = Clock::now();
+        data_.next_batch(inputs_.data(), targets_.data(), B, T);
+        s.data_seconds += seconds_since(t0);
+        t0 = Clock::now();
+        loss_sum += model_->forward(inputs_.data(), targets_.data());
+        s.forward_seconds += seconds_since(t0);
+        t0 = Clock::now();
+        model_->backward(loss_scale);
+        s.backward_seconds += seconds_since(t0);
+    }
+    auto t0 = Clock::now();
+    s.loss = loss_sum / accum;
+    s.grad_norm = clip_grad_norm(model_->grads(), model_->num_parameters(),
+                                 config_.optimizer.grad_clip, &s.clipped);
+    s.lr = learning_rate(config_.schedule, step_);
+    optimizer_->step(*model_, s.lr);
+    s.param_norm = l2_norm(model_->params(), model_->num_parameters());
+    s.optimizer_seconds = seconds_since(t0);
+    s.step_seconds = seconds_since(t_step);
+
+    long tokens = (long)B * T * accum;
+    tokens_seen_ += tokens;
+    s.tokens_seen = tokens_seen_;
+    s.tokens_per_second = tokens / s.step_seconds;
+    if (peak_gflops_ > 0)
+        s.mfu = flops_per_token(config_.model, T) * s.tokens_per_second / (peak_gflops_ * 1e9);
+    step_++;
+    return s;
+}
+
+}  // namespace hlat

@@ -1,0 +1,56 @@
+// One optimizer step at a time: micro-batches through forward and backward,
+// gradient clipping, AdamW at the scheduled learning rate, and the numbers a
+// person watching the run needs.
+#pragma once
+
+#include "trainer/batch_source.h"
+#include "trainer/config.h"
+#include "trainer/model.h"
+#include "trainer/optimizer.h"
+
+#include <memory>
+#include <vector>
+
+namespace hlat {
+
+struct StepStats {
+    int step;               // 0-based index of the optimizer step just taken
+    double loss;            // mean over the step's tokens
+    double grad_norm;       // global L2 norm before clipping
+    bool clipped;
+    double param_norm;      // global L2 norm after the update
+    double lr;
+    long tokens_seen;       // after this step
+    double step_seconds;
+    double data_seconds, forward_seconds, backward_seconds, optimizer_seconds;
+    double tokens_per_second;
+    double mfu;             // model FLOPs/s over peak_gflops; 0 when the peak is unknown
+};
+
+class Trainer {
+  public:
+    // peak_gflops > 0 enables MFU. The model is built but not initialised:
+    // call model().init_weights() or load_weights() first.
+    Trainer(const TrainConfig& config, BatchSource& data, double peak_gflops);
+
+    StepStats step();
+    Model& model() { return *model_; }
+    AdamW& optimizer() { return *optimizer_; }
+    int next_step() const { return step_; }
+    void set_next_step(int step, long tokens_seen) { step_ = step; tokens_seen_ = tokens_seen; }
+
+  private:
+    TrainConfig config_;
+    BatchSource& data_;
+    double peak_gflops_;
+    std::unique_ptr<Model> model_;
+    std::unique_ptr<AdamW> optimizer_;
+    std::vector<int32_t> inputs_, targets_;
+    int step_ = 0;
+    long tokens_seen_ = 0;
+};
+
+// Sets the OpenMP and OpenBLAS thread count for the whole process.
+void set_thread_count(int threads);
+
+}  // namespace hlat
