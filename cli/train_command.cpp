@@ -61,7 +61,7 @@ int train_command(int argc, char** argv) {
         ("save", po::value<std::string>()->default_value(""),
          "write the final weights here (safetensors)")
         ("metrics-jsonl", po::value<std::string>()->default_value(""),
-         "append one JSON object per step to this file")
+         "append a start record, then one JSON object per step, to this file")
         ("print-config", "print the effective config as JSON and exit");
     po::variables_map vm;
     po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
@@ -126,6 +126,17 @@ int train_command(int argc, char** argv) {
                  "GFLOP/s ({})",
                  flops_per_token(m, T), matmul_parameters(m), peak,
                  measured ? "measured by sgemm probe" : "from config");
+
+    if (metrics.is_open())
+        metrics << nlohmann::json{{"event", "start"},
+                                  {"threads", config.run.threads},
+                                  {"peak_gflops", peak},
+                                  {"peak_measured", measured},
+                                  {"flops_per_token", flops_per_token(m, T)},
+                                  {"parameters", model.num_parameters()},
+                                  {"config", config_to_json(config)}}
+                       .dump()
+                << "\n";
 
     double elapsed = 0.0;
     for (int i = 0; i < steps; i++) {

@@ -152,7 +152,7 @@ TEST_F(TrainCli, TrainsAndSavesOnGoodInput) {
     std::ifstream m(dir.file("m.jsonl"));
     int lines = 0;
     for (std::string line; std::getline(m, line);) lines++;
-    EXPECT_EQ(lines, 3);
+    EXPECT_EQ(lines, 4) << "a start record and one record per step";
 }
 
 }  // namespace

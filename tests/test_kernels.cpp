@@ -3,6 +3,7 @@
 #include "test_util.h"
 #include "trainer/kernels.h"
 #include "trainer/kernels_reference.h"
+#include "trainer/vector_math.h"
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -41,6 +42,20 @@ void expect_matches_finite_differences(
     }
     double err = relative_error(analytic, numeric);
     EXPECT_LT(err, tolerance) << "analytic gradient differs from finite differences";
+}
+
+TEST(VectorExp, MatchesLibmAndKeepsSpecialValues) {
+    double worst = 0.0;
+    for (float x = -87.0f; x < 88.0f; x += 0.0137f) {
+        double e = std::exp((double)x);
+        worst = std::max(worst, std::fabs(vexp(x) - e) / e);
+    }
+    EXPECT_LT(worst, 2.5e-7) << "within 2 ulp of the exact value";
+    EXPECT_EQ(vexp(0.0f), 1.0f);
+    EXPECT_EQ(vexp(-INFINITY), 0.0f);
+    EXPECT_EQ(vexp(-200.0f), 0.0f);
+    EXPECT_EQ(vexp(INFINITY), INFINITY);
+    EXPECT_TRUE(std::isnan(vexp(NAN))) << "NaN must reach the detectors, not vanish";
 }
 
 TEST(Matmul, ForwardAndBackwardMatchReference) {

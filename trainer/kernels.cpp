@@ -4,6 +4,8 @@
 // calling thread only, so the per-head attention gemms never oversubscribe.
 #include "trainer/kernels.h"
 
+#include "trainer/vector_math.h"
+
 #include <cblas.h>
 #include <omp.h>
 
@@ -48,6 +50,7 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
         const float* x = inp + (long)n * C;
         float* y = out + (long)n * C;
         float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
         for (int c = 0; c < C; c++) ss += x[c] * x[c];
         float r = 1.0f / std::sqrt(ss / C + eps);
         for (int c = 0; c < C; c++) y[c] = x[c] * r * weight[c];
@@ -66,6 +69,7 @@ void rmsnorm_backward_accumulate(float* dinp, float* dweight, const float* dout,
         float* dx = dinp + (long)n * C;
         float r = rstd[n];
         float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
         for (int c = 0; c < C; c++) dot += dy[c] * weight[c] * x[c];
         float k = dot * r * r * r / C;
         for (int c = 0; c < C; c++) dx[c] += r * weight[c] * dy[c] - k * x[c];
@@ -142,10 +146,12 @@ static void attention_probs(float* P, const float* q, const float* k, int T, int
     for (int i = 0; i < T; i++) {
         float* row = P + (long)i * T;
         float maxv = -INFINITY;
+#pragma omp simd reduction(max : maxv)
         for (int j = 0; j <= i; j++) maxv = row[j] > maxv ? row[j] : maxv;
         float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
         for (int j = 0; j <= i; j++) {
-            row[j] = std::exp(row[j] - maxv);
+            row[j] = vexp(row[j] - maxv);
             sum += row[j];
         }
         float inv = 1.0f / sum;
@@ -237,6 +243,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                     const float* p = P + (long)i * T;
                     float* d = dP + (long)i * T;
                     float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
                     for (int j = 0; j <= i; j++) dot += p[j] * d[j];
                     for (int j = 0; j <= i; j++) d[j] = p[j] * (d[j] - dot) * scale;
                     for (int j = i + 1; j < T; j++) d[j] = 0.0f;
@@ -254,7 +261,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
     }
 }
 
-static inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+static inline float sigmoid(float x) { return 1.0f / (1.0f + vexp(-x)); }
 
 void swiglu_forward(float* out, const float* gate_up, int N, int H) {
 #pragma omp parallel for
@@ -293,11 +300,13 @@ void crossentropy_forward(float* logits, float* losses, const int32_t* targets, 
     for (int n = 0; n < N; n++) {
         float* row = logits + (long)n * V;
         float maxv = -INFINITY;
+#pragma omp simd reduction(max : maxv)
         for (int v = 0; v < V; v++) maxv = row[v] > maxv ? row[v] : maxv;
         float target_logit = row[targets[n]];
         float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
         for (int v = 0; v < V; v++) {
-            row[v] = std::exp(row[v] - maxv);
+            row[v] = vexp(row[v] - maxv);
             sum += row[v];
         }
         float inv = 1.0f / sum;

@@ -14,7 +14,7 @@ double learning_rate(const ScheduleConfig& s, int step) {
 
 double l2_norm(const float* x, long n) {
     double sum = 0.0;
-#pragma omp parallel for reduction(+ : sum)
+#pragma omp parallel for simd reduction(+ : sum)
     for (long i = 0; i < n; i++) sum += (double)x[i] * x[i];
     return std::sqrt(sum);
 }

@@ -169,7 +169,7 @@ class Llama(nn.Module):
         logits = self.lm_head(self.model.norm(x))
         if targets is None:
             return logits, None
-        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
         return logits, loss
 
     def load_numpy(self, tensors):

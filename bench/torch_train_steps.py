@@ -1,0 +1,61 @@
+"""Times training steps of the PyTorch reference model, for bench/train_vs_pytorch.
+
+usage: /usr/bin/python3 torch_train_steps.py CONFIG.json TOKENS.u16 STEPS THREADS
+
+Trains the reference model in float32 on the same windows of the same token
+file as `hlat train`, with the same optimizer, clipping and schedule, and prints
+one JSON object: {"step_seconds": [...], "losses": [...]}.
+"""
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
+from llama_ref import Llama, learning_rate, make_optimizer  # noqa: E402
+
+DEFAULTS = {
+    "model": {"norm_eps": 1e-5, "rope_theta": 10000.0, "init_std": 0.02, "init_scaling": "per_layer"},
+    "optimizer": {"beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1,
+                  "decay_norms_and_embeddings": True, "grad_clip": 1.0},
+    "schedule": {"max_lr": 3e-4, "min_lr": 3e-5, "warmup_steps": 100, "total_steps": 2000},
+}
+
+
+def main(config_path, tokens_path, steps, threads):
+    torch.set_num_threads(threads)
+    cfg = json.load(open(config_path))
+    for section, values in DEFAULTS.items():
+        cfg[section] = {**values, **cfg.get(section, {})}
+    B, T = cfg["run"]["batch_size"], cfg["run"]["seq_len"]
+    tokens = np.fromfile(tokens_path, dtype="<u2").astype(np.int64)
+    model = Llama(cfg["model"])
+    model.init_weights(1234)
+    optimizer = make_optimizer(model, cfg["optimizer"], foreach=True)
+    pos, times, losses = 0, [], []
+    for step in range(steps):
+        t0 = time.perf_counter()
+        rows = []
+        for _ in range(B):
+            if pos + T + 1 > len(tokens):
+                pos = 0
+            rows.append(tokens[pos : pos + T + 1])
+            pos += T
+        batch = torch.from_numpy(np.stack(rows))
+        optimizer.zero_grad(set_to_none=True)
+        _, loss = model(batch[:, :-1], batch[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["optimizer"]["grad_clip"])
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(cfg["schedule"], step)
+        optimizer.step()
+        losses.append(loss.item())
+        times.append(time.perf_counter() - t0)
+    print(json.dumps({"step_seconds": times, "losses": losses}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
