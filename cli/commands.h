@@ -5,5 +5,8 @@
 namespace hlat::cli {
 
 int train_command(int argc, char** argv);
+int corpus_command(int argc, char** argv);
+int tokenizer_command(int argc, char** argv);
+int export_command(int argc, char** argv);
 
 }  // namespace hlat::cli

@@ -17,12 +17,15 @@ struct Command {
 };
 
 const Command kCommands[] = {
-    {"train", "train the LLaMA model on a token file", hlat::cli::train_command},
+    {"train", "train the LLaMA model (corpus or token file); --resume continues a run", hlat::cli::train_command},
+    {"corpus", "turn the Python docs' Texinfo into JSONL documents", hlat::cli::corpus_command},
+    {"tokenizer", "train a SentencePiece tokenizer on a config's corpus", hlat::cli::tokenizer_command},
+    {"export", "write a checkpoint as a Hugging Face LLaMA folder", hlat::cli::export_command},
 };
 
 void print_usage() {
     fmt::print("usage: hlat <command> [options]\n\ncommands:\n");
-    for (const Command& c : kCommands) fmt::print("  {:<8} {}\n", c.name, c.summary);
+    for (const Command& c : kCommands) fmt::print("  {:<10} {}\n", c.name, c.summary);
     fmt::print("\n`hlat <command> --help` lists a command's options with their defaults.\n");
 }
 

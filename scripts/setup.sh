@@ -11,6 +11,7 @@ PACKAGES=(
   libsqlite3-dev sqlite3 libcivetweb-dev
   openmpi-bin libopenmpi-dev
   libsentencepiece-dev sentencepiece
+  libzstd-dev zstd zlib1g-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch python3-numpy
 )

@@ -70,6 +70,18 @@ class Section {
         out = s;
     }
 
+    void strings(const char* key, std::vector<std::string>& out) {
+        const json* v = get(key);
+        if (!v) return;
+        if (!v->is_array()) fail(path(key), *v, "an array of strings");
+        std::vector<std::string> items;
+        for (const json& item : *v) {
+            if (!item.is_string() || item.get<std::string>().empty()) fail(path(key), *v, "an array of non-empty strings");
+            items.push_back(item.get<std::string>());
+        }
+        out = items;
+    }
+
     // Reports the first key that no reader asked for.
     void reject_unknown() const {
         if (!obj_) return;
@@ -111,11 +123,11 @@ const char* init_scaling_name(InitScaling s) {
 
 TrainConfig config_from_json(const json& j) {
     if (!j.is_object()) throw ConfigError("config must be a JSON object");
-    static const std::set<std::string> sections = {"model", "optimizer", "schedule", "run"};
+    static const std::set<std::string> sections = {"model", "optimizer", "schedule", "data", "run"};
     for (auto it = j.begin(); it != j.end(); ++it) {
         if (!sections.count(it.key()))
             throw ConfigError(fmt::format(
-                "unknown config section \"{}\"; expected model, optimizer, schedule or run", it.key()));
+                "unknown config section \"{}\"; expected model, optimizer, schedule, data or run", it.key()));
     }
     TrainConfig c;
     constexpr long kMaxInt = std::numeric_limits<int>::max();
@@ -154,6 +166,15 @@ TrainConfig config_from_json(const json& j) {
     s.integer("total_steps", c.schedule.total_steps, 1, kMaxInt);
     s.reject_unknown();
 
+    Section d(j, "data");
+    d.strings("corpus", c.data.corpus);
+    d.string("text_field", c.data.text_field);
+    d.string("tokenizer", c.data.tokenizer);
+    d.number("heldout_percent", c.data.heldout_percent, 0.0, 50.0);
+    d.boolean("dedup_paragraphs", c.data.dedup_paragraphs);
+    d.integer("prefetch_batches", c.data.prefetch_batches, 1, 1024);
+    d.reject_unknown();
+
     Section r(j, "run");
     r.integer("batch_size", c.run.batch_size, 1, 1 << 16);
     r.integer("seq_len", c.run.seq_len, 1, 1 << 20);
@@ -165,6 +186,11 @@ TrainConfig config_from_json(const json& j) {
     r.string("data_dtype", c.run.data_dtype, {"uint16", "uint32"});
     r.number("peak_gflops", c.run.peak_gflops, 0.0, 1e9);
     r.integer("log_every", c.run.log_every, 1, kMaxInt);
+    r.string("out_dir", c.run.out_dir);
+    r.integer("checkpoint_every", c.run.checkpoint_every, 0, kMaxInt);
+    r.integer("keep_checkpoints", c.run.keep_checkpoints, 0, kMaxInt);
+    r.integer("eval_every", c.run.eval_every, 0, kMaxInt);
+    r.integer("eval_batches", c.run.eval_batches, 1, 100000);
     r.reject_unknown();
 
     validate_config(c);
@@ -190,6 +216,9 @@ void validate_config(const TrainConfig& c) {
     if (c.schedule.warmup_steps > c.schedule.total_steps)
         throw ConfigError(fmt::format("schedule.warmup_steps = {} exceeds schedule.total_steps = {}",
                                       c.schedule.warmup_steps, c.schedule.total_steps));
+    if (!c.data.corpus.empty() && c.data.tokenizer.empty())
+        throw ConfigError("data.corpus is set but data.tokenizer is not: a corpus needs a SentencePiece model");
+    if (c.run.out_dir.empty()) throw ConfigError("run.out_dir must not be empty");
     if ((long)c.run.batch_size * c.run.seq_len > std::numeric_limits<int>::max() / 4)
         throw ConfigError("run.batch_size * run.seq_len is too large");
 }
@@ -236,6 +265,13 @@ json config_to_json(const TrainConfig& c) {
           {"min_lr", c.schedule.min_lr},
           {"warmup_steps", c.schedule.warmup_steps},
           {"total_steps", c.schedule.total_steps}}},
+        {"data",
+         {{"corpus", c.data.corpus},
+          {"text_field", c.data.text_field},
+          {"tokenizer", c.data.tokenizer},
+          {"heldout_percent", c.data.heldout_percent},
+          {"dedup_paragraphs", c.data.dedup_paragraphs},
+          {"prefetch_batches", c.data.prefetch_batches}}},
         {"run",
          {{"batch_size", c.run.batch_size},
           {"seq_len", c.run.seq_len},
@@ -246,7 +282,12 @@ json config_to_json(const TrainConfig& c) {
           {"data", c.run.data},
           {"data_dtype", c.run.data_dtype},
           {"peak_gflops", c.run.peak_gflops},
-          {"log_every", c.run.log_every}}},
+          {"log_every", c.run.log_every},
+          {"out_dir", c.run.out_dir},
+          {"checkpoint_every", c.run.checkpoint_every},
+          {"keep_checkpoints", c.run.keep_checkpoints},
+          {"eval_every", c.run.eval_every},
+          {"eval_batches", c.run.eval_batches}}},
     };
 }
 

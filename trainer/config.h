@@ -1,11 +1,12 @@
 // Training configuration: one JSON file with sections model, optimizer,
-// schedule and run. Every field has a documented default (see README); a field
+// schedule, data and run. Every field has a documented default (see README); a field
 // of the wrong type, out of range, or unknown is an error naming it.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <vector>
 
 namespace hlat {
 
@@ -46,6 +47,17 @@ struct ScheduleConfig {
     int total_steps = 2000;
 };
 
+// Real text through the online loader. With no corpus, run.data (a binary
+// token file) is used instead.
+struct DataConfig {
+    std::vector<std::string> corpus;  // .jsonl, .jsonl.zst or plain text files
+    std::string text_field = "text";  // of JSONL records
+    std::string tokenizer;            // SentencePiece model; required with a corpus
+    double heldout_percent = 10.0;    // share of documents (by id hash) held out
+    bool dedup_paragraphs = true;     // drop exact-duplicate paragraphs corpus-wide first
+    int prefetch_batches = 8;         // ready batches the loader keeps queued
+};
+
 struct RunConfig {
     int batch_size = 8;      // B, sequences per micro-batch
     int seq_len = 256;       // T of training sequences, <= model.max_seq_len
@@ -57,12 +69,18 @@ struct RunConfig {
     std::string data_dtype = "uint16";      // uint16 or uint32
     double peak_gflops = 0.0;               // 0: measure with an sgemm probe at start
     int log_every = 1;
+    std::string out_dir = "runs/default";  // run folder: checkpoints live here
+    int checkpoint_every = 0;               // steps between checkpoints; 0: only at the end
+    int keep_checkpoints = 3;               // newest kept; 0 keeps all
+    int eval_every = 100;                   // steps between held-out evaluations; 0: never
+    int eval_batches = 4;                   // held-out batches per evaluation
 };
 
 struct TrainConfig {
     ModelConfig model;
     OptimizerConfig optimizer;
     ScheduleConfig schedule;
+    DataConfig data;
     RunConfig run;
 };
 

@@ -13,9 +13,22 @@ double learning_rate(const ScheduleConfig& s, int step) {
 }
 
 double l2_norm(const float* x, long n) {
+    // Fixed chunks summed in a fixed order: the norm (and so clipping) is
+    // bit-identical run to run, whatever the thread count and scheduling,
+    // which exact resume depends on. An OpenMP reduction combines partial
+    // sums in the order threads finish.
+    constexpr int kChunks = 64;
+    double partial[kChunks];
+#pragma omp parallel for
+    for (int c = 0; c < kChunks; c++) {
+        long begin = n * c / kChunks, end = n * (c + 1) / kChunks;
+        double s = 0.0;
+#pragma omp simd reduction(+ : s)
+        for (long i = begin; i < end; i++) s += (double)x[i] * x[i];
+        partial[c] = s;
+    }
     double sum = 0.0;
-#pragma omp parallel for simd reduction(+ : sum)
-    for (long i = 0; i < n; i++) sum += (double)x[i] * x[i];
+    for (double p : partial) sum += p;
     return std::sqrt(sum);
 }
 

@@ -37,6 +37,7 @@ class Trainer {
     Model& model() { return *model_; }
     AdamW& optimizer() { return *optimizer_; }
     int next_step() const { return step_; }
+    long tokens_seen() const { return tokens_seen_; }
     void set_next_step(int step, long tokens_seen) { step_ = step; tokens_seen_ = tokens_seen; }
 
   private:

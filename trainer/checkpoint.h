@@ -1,0 +1,50 @@
+// Checkpoints: one folder per step under RUN_DIR/checkpoints, written to a
+// temporary folder, fsynced and renamed into place, so a crash never leaves a
+// partial checkpoint under a real name. Each holds
+//   model.safetensors      weights (names as in weights.h)
+//   optimizer.safetensors  AdamW moments exp_avg, exp_avg_sq (flat) and its step count
+//   state.json             step, tokens seen, loader state, config, fingerprints, world size
+//   tokenizer.model        when the run uses one, so the folder stands alone
+//   manifest.json          sha256 of every file above, written last
+#pragma once
+
+#include "trainer/loader.h"
+#include "trainer/model.h"
+#include "trainer/optimizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hlat {
+
+struct CheckpointState {
+    int step = 0;              // optimizer steps taken
+    long tokens_seen = 0;
+    nlohmann::json config;     // the full training config
+    std::optional<LoaderState> loader;
+    std::string corpus_fingerprint, tokenizer_fingerprint;
+    int world_size = 1;
+};
+
+// Writes a checkpoint and deletes all but the newest `keep` (0 keeps all).
+// Returns the folder written.
+std::string save_checkpoint(const std::string& run_dir, const Model& model, AdamW& optimizer,
+                            const CheckpointState& state, const std::string& tokenizer_path, int keep);
+
+// Checks that every file of the manifest is present with its sha256; throws
+// naming the first problem.
+void verify_checkpoint(const std::string& dir);
+
+// The newest checkpoint of the run that verifies; every one skipped on the way
+// is described in *skipped. Empty when there is none.
+std::optional<std::string> latest_good_checkpoint(const std::string& run_dir, std::vector<std::string>* skipped);
+
+// Reads state.json of a verified checkpoint.
+CheckpointState read_checkpoint_state(const std::string& dir);
+// Loads weights and optimizer state into an already built model and optimizer.
+void load_checkpoint(const std::string& dir, Model& model, AdamW& optimizer);
+
+}  // namespace hlat

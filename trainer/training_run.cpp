@@ -1,0 +1,283 @@
+#include "trainer/training_run.h"
+
+#include "trainer/checkpoint.h"
+#include "trainer/dataset.h"
+#include "trainer/flops.h"
+#include "trainer/loader.h"
+#include "trainer/token_file.h"
+#include "trainer/tokenizer.h"
+#include "trainer/trainer.h"
+#include "trainer/weights.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <optional>
+
+namespace hlat {
+namespace {
+
+std::string format_duration(double seconds) {
+    long s = (long)(seconds + 0.5);
+    if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
+    if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
+    return fmt::format("{}s", s);
+}
+
+nlohmann::json step_json(const StepStats& s) {
+    return {{"step", s.step},
+            {"loss", s.loss},
+            {"grad_norm", s.grad_norm},
+            {"clipped", s.clipped},
+            {"param_norm", s.param_norm},
+            {"lr", s.lr},
+            {"tokens_seen", s.tokens_seen},
+            {"tokens_per_s", s.tokens_per_second},
+            {"mfu", s.mfu},
+            {"step_s", s.step_seconds},
+            {"data_s", s.data_seconds},
+            {"forward_s", s.forward_seconds},
+            {"backward_s", s.backward_seconds},
+            {"optimizer_s", s.optimizer_seconds}};
+}
+
+// Everything the run reads tokens from.
+struct Data {
+    std::unique_ptr<TokenFile> token_file;
+    std::optional<Dataset> dataset;
+    std::unique_ptr<Tokenizer> tokenizer;
+    std::unique_ptr<Loader> loader;
+    std::vector<std::vector<int32_t>> eval_batches;  // each (B, T+1), held out
+    double heldout_unigram_entropy = NAN;             // nats per token
+    BatchSource* source = nullptr;
+};
+
+// Shannon entropy of the token frequencies: the loss of the best model that
+// ignores context. A language model must go well below it.
+double unigram_entropy(const std::vector<int32_t>& tokens) {
+    std::map<int32_t, long> counts;
+    for (int32_t t : tokens) counts[t]++;
+    double h = 0.0;
+    for (auto& [t, c] : counts) {
+        double p = (double)c / tokens.size();
+        h -= p * std::log(p);
+    }
+    return h;
+}
+
+Data open_data(const TrainConfig& config, const std::optional<LoaderState>& loader_state) {
+    Data d;
+    const int B = config.run.batch_size, T = config.run.seq_len;
+    if (config.data.corpus.empty()) {
+        if (config.run.data.empty())
+            throw std::runtime_error("no training data: set data.corpus (with data.tokenizer) or run.data, or pass --data");
+        d.token_file = std::make_unique<TokenFile>(config.run.data, config.run.data_dtype, config.model.vocab_size,
+                                                   (long)B * T + 1);
+        d.source = d.token_file.get();
+        spdlog::info("data: token file {} ({} tokens)", config.run.data, d.token_file->size());
+        return d;
+    }
+    d.dataset = load_dataset(config.data);
+    const Dataset& ds = *d.dataset;
+    spdlog::info("data: {} documents ({} training, {} held out); skipped {} invalid UTF-8, {} empty; removed {} "
+                 "duplicate paragraphs",
+                 ds.stats.documents, ds.train->size(), ds.heldout->size(), ds.stats.skipped_invalid_utf8,
+                 ds.stats.skipped_empty, ds.stats.duplicate_paragraphs);
+    d.tokenizer = std::make_unique<Tokenizer>(config.data.tokenizer);
+    if (d.tokenizer->vocab_size() > config.model.vocab_size)
+        throw std::runtime_error(fmt::format("tokenizer {} has {} pieces but model.vocab_size is {}",
+                                             config.data.tokenizer, d.tokenizer->vocab_size(), config.model.vocab_size));
+    d.loader = std::make_unique<Loader>(ds.train, *d.tokenizer, B, T, config.run.seed, /*rank=*/0, /*world=*/1,
+                                        config.data.prefetch_batches, loader_state.value_or(LoaderState{}));
+    d.source = d.loader.get();
+
+    // The held-out set: its documents in corpus order, packed like training.
+    Packer heldout(ds.heldout, *d.tokenizer, 0, 0, 1, false, {});
+    std::vector<int32_t> all;
+    for (int i = 0; i < config.run.eval_batches; i++) {
+        std::vector<int32_t> batch;
+        for (int b = 0; b < B; b++)
+            if (!heldout.next_sequence(batch, T + 1)) break;
+        if ((int)batch.size() < B * (T + 1)) break;
+        all.insert(all.end(), batch.begin(), batch.end());
+        d.eval_batches.push_back(std::move(batch));
+    }
+    std::vector<int32_t> heldout_tokens;
+    for (const Document& doc : *ds.heldout) d.tokenizer->encode(doc.text, heldout_tokens);
+    if (!heldout_tokens.empty()) d.heldout_unigram_entropy = unigram_entropy(heldout_tokens);
+    spdlog::info("held out: {} tokens, {} eval batches; unigram entropy {:.3f} nats/token (the loss of a model that "
+                 "ignores context)",
+                 heldout_tokens.size(), d.eval_batches.size(), d.heldout_unigram_entropy);
+    if (config.run.eval_every > 0 && d.eval_batches.empty())
+        spdlog::warn("the held-out split is smaller than one batch: no held-out evaluation");
+    return d;
+}
+
+double heldout_loss(Model& model, const std::vector<std::vector<int32_t>>& batches, int B, int T) {
+    std::vector<int32_t> inputs((long)B * T), targets((long)B * T);
+    double sum = 0.0;
+    for (const auto& batch : batches) {
+        for (int b = 0; b < B; b++) {
+            const int32_t* seq = batch.data() + (long)b * (T + 1);
+            std::copy(seq, seq + T, inputs.begin() + (long)b * T);
+            std::copy(seq + 1, seq + T + 1, targets.begin() + (long)b * T);
+        }
+        sum += model.forward(inputs.data(), targets.data());
+    }
+    return sum / batches.size();
+}
+
+// Refuses a resume whose model, data or parallel layout differ from the
+// checkpoint's, unless the user allowed a data change.
+void check_resumable(const TrainConfig& config, const CheckpointState& ck, const Data& data, bool allow_data_change,
+                     const std::string& dir) {
+    if (ck.config.at("model") != config_to_json(config).at("model"))
+        throw std::runtime_error(fmt::format("cannot resume from {}: its model config differs from this run's", dir));
+    if (allow_data_change) return;
+    std::string corpus = data.dataset ? data.dataset->fingerprint : "";
+    std::string tokenizer = data.tokenizer ? data.tokenizer->fingerprint() : "";
+    auto refuse = [&](const char* what) {
+        throw std::runtime_error(fmt::format(
+            "cannot resume from {}: the {} differs from the checkpoint's (pass --allow-data-change to resume anyway)",
+            dir, what));
+    };
+    if (ck.corpus_fingerprint != corpus) refuse("corpus");
+    if (ck.tokenizer_fingerprint != tokenizer) refuse("tokenizer");
+    if (ck.world_size != 1) refuse("data-parallel world size");
+}
+
+}  // namespace
+
+void run_training(const TrainConfig& config, const RunOptions& options) {
+    set_thread_count(config.run.threads);
+    const ModelConfig& m = config.model;
+    const int B = config.run.batch_size, T = config.run.seq_len;
+    const int total_steps = options.steps > 0 ? options.steps : config.schedule.total_steps;
+
+    std::optional<std::string> resume_dir;
+    std::optional<CheckpointState> resume_state;
+    if (options.resume) {
+        std::vector<std::string> skipped;
+        resume_dir = latest_good_checkpoint(config.run.out_dir, &skipped);
+        for (const std::string& s : skipped) spdlog::warn("skipping checkpoint: {}", s);
+        if (resume_dir) {
+            resume_state = read_checkpoint_state(*resume_dir);
+        } else {
+            spdlog::warn("--resume: no good checkpoint in {}; starting from step 0", config.run.out_dir);
+        }
+    }
+
+    Data data = open_data(config, resume_state ? resume_state->loader : std::nullopt);
+    if (resume_state) check_resumable(config, *resume_state, data, options.allow_data_change, *resume_dir);
+
+    double peak = config.run.peak_gflops;
+    bool measured = peak <= 0;
+    if (measured) peak = measure_sgemm_peak_gflops();
+    Trainer trainer(config, *data.source, peak);
+    Model& model = trainer.model();
+    if (resume_state) {
+        load_checkpoint(*resume_dir, model, trainer.optimizer());
+        trainer.set_next_step(resume_state->step, resume_state->tokens_seen);
+        spdlog::info("resumed from {} at step {} ({} tokens seen)", *resume_dir, resume_state->step,
+                     resume_state->tokens_seen);
+    } else if (!options.init_weights.empty()) {
+        load_weights(model, options.init_weights);
+        spdlog::info("initial weights from {}", options.init_weights);
+    } else {
+        model.init_weights(config.run.seed);
+    }
+
+    spdlog::info("threads: {} (OpenMP and OpenBLAS)", config.run.threads);
+    spdlog::info("model: {} parameters, d {} | {} layers | {}/{} heads | hidden {} | vocab {}", model.num_parameters(),
+                 m.dim, m.n_layers, m.n_heads, m.n_kv_heads, m.hidden_dim, m.vocab_size);
+    spdlog::info("batch {} x {} x {} accum = {} tokens/step", B, T, config.run.grad_accum,
+                 (long)B * T * config.run.grad_accum);
+    spdlog::info("activations: {:.1f} MiB{}", model.activation_bytes() / 1048576.0,
+                 config.run.activation_checkpointing
+                     ? fmt::format(" with attention recomputed ({:.1f} MiB without: saves {:.1f} MiB)",
+                                   model.activation_bytes_without_checkpointing() / 1048576.0,
+                                   (model.activation_bytes_without_checkpointing() - model.activation_bytes()) /
+                                       1048576.0)
+                     : "");
+    spdlog::info("FLOPs/token: {:.3e} = 6N + 12*L*d*T with N = {} (no input embedding) | peak {:.1f} GFLOP/s ({})",
+                 flops_per_token(m, T), matmul_parameters(m), peak,
+                 measured ? "measured by sgemm probe" : "from config");
+
+    std::ofstream metrics;
+    if (!options.metrics_jsonl.empty()) {
+        metrics.open(options.metrics_jsonl, std::ios::app);
+        if (!metrics) throw std::runtime_error("cannot open " + options.metrics_jsonl);
+        metrics << nlohmann::json{{"event", "start"},
+                                  {"step", trainer.next_step()},
+                                  {"threads", config.run.threads},
+                                  {"peak_gflops", peak},
+                                  {"peak_measured", measured},
+                                  {"flops_per_token", flops_per_token(m, T)},
+                                  {"parameters", model.num_parameters()},
+                                  {"heldout_unigram_entropy", std::isfinite(data.heldout_unigram_entropy)
+                                                                  ? nlohmann::json(data.heldout_unigram_entropy)
+                                                                  : nlohmann::json(nullptr)},
+                                  {"config", config_to_json(config)}}
+                       .dump()
+                << "\n";
+    }
+
+    auto checkpoint = [&]() {
+        CheckpointState st;
+        st.step = trainer.next_step();
+        st.tokens_seen = trainer.tokens_seen();
+        st.config = config_to_json(config);
+        if (data.loader) st.loader = data.loader->state();
+        st.corpus_fingerprint = data.dataset ? data.dataset->fingerprint : "";
+        st.tokenizer_fingerprint = data.tokenizer ? data.tokenizer->fingerprint() : "";
+        std::string dir = save_checkpoint(config.run.out_dir, model, trainer.optimizer(), st,
+                                          data.tokenizer ? data.tokenizer->path() : "", config.run.keep_checkpoints);
+        spdlog::info("checkpoint {}", dir);
+    };
+    auto evaluate = [&]() {
+        if (data.eval_batches.empty()) return;
+        double loss = heldout_loss(model, data.eval_batches, B, T);
+        spdlog::info("step {:>6} | held-out loss {:.4f} (unigram entropy {:.3f})", trainer.next_step(), loss,
+                     data.heldout_unigram_entropy);
+        if (metrics.is_open())
+            metrics << nlohmann::json{{"event", "eval"}, {"step", trainer.next_step()}, {"heldout_loss", loss}}.dump()
+                    << "\n"
+                    << std::flush;
+    };
+
+    const int first = trainer.next_step();
+    double elapsed = 0.0, data_wait = 0.0;
+    while (trainer.next_step() < total_steps) {
+        StepStats s = trainer.step();
+        elapsed += s.step_seconds;
+        data_wait += s.data_seconds;
+        int done = s.step + 1;
+        if (metrics.is_open()) metrics << step_json(s).dump() << "\n" << std::flush;
+        if (done % config.run.log_every == 0 || done == total_steps) {
+            double eta = elapsed / (done - first) * (total_steps - done);
+            spdlog::info("step {:>6}/{} | loss {:.4f} | grad norm {:.4f}{} | param norm {:.2f} | lr {:.3e} | "
+                         "{:.0f} tok/s | MFU {:.1f}% | data wait {:.1f}% | ETA {}",
+                         done, total_steps, s.loss, s.grad_norm, s.clipped ? " (clipped)" : "", s.param_norm, s.lr,
+                         s.tokens_per_second, 100.0 * s.mfu, 100.0 * s.data_seconds / s.step_seconds,
+                         format_duration(eta));
+        }
+        if (config.run.eval_every > 0 && done % config.run.eval_every == 0) evaluate();
+        if (config.run.checkpoint_every > 0 && done % config.run.checkpoint_every == 0 && done != total_steps)
+            checkpoint();
+    }
+    if (trainer.next_step() > first) {
+        if (config.run.eval_every > 0 && trainer.next_step() % config.run.eval_every != 0) evaluate();
+        spdlog::info("trained steps {}..{}: {:.1f} s, data wait {:.2f}% of step time", first + 1, trainer.next_step(),
+                     elapsed, elapsed > 0 ? 100.0 * data_wait / elapsed : 0.0);
+    }
+    checkpoint();
+    if (!options.save_weights.empty()) {
+        save_weights(model, options.save_weights);
+        spdlog::info("saved weights to {}", options.save_weights);
+    }
+}
+
+}  // namespace hlat
