@@ -70,3 +70,56 @@ inline CommandResult run_command(const std::string& command) {
 }
 
 }  // namespace hlat::test
+
+#include "trainer/corpus.h"
+
+namespace hlat::test {
+
+// Documents of word salad with paragraphs, for tokenizer and loader tests:
+// word lengths and counts vary so BPE has something to merge, and document
+// lengths vary from a sentence to many sequences.
+inline std::vector<Document> synthetic_documents(int n, unsigned seed) {
+    static const char* words[] = {"the", "model", "gradient", "norm", "spike", "loss", "step", "layer", "token",
+                                  "attention", "mask", "rank", "checkpoint", "resume", "python", "def", "return",
+                                  "import", "class", "value", "=", "(", ")", "1", "2024", "list", "dict", "of", "in",
+                                  "training", "precision", "bf16", "weights", "optimizer", "schedule", "warmup"};
+    const int nwords = sizeof(words) / sizeof(words[0]);
+    std::mt19937 rng(seed);
+    std::vector<Document> docs;
+    for (int d = 0; d < n; d++) {
+        std::string text;
+        int paragraphs = 1 + rng() % (d % 7 == 0 ? 40 : 4);
+        for (int p = 0; p < paragraphs; p++) {
+            if (p) text += "\n\n";
+            int len = 5 + rng() % 40;
+            for (int w = 0; w < len; w++) {
+                if (w) text += (rng() % 12 == 0) ? "\n" : " ";
+                text += words[rng() % nwords];
+            }
+            text += " doc" + std::to_string(d) + "p" + std::to_string(p) + ".";
+        }
+        docs.push_back({"doc-" + std::to_string(d), text});
+    }
+    return docs;
+}
+
+}  // namespace hlat::test
+
+#include "trainer/tokenizer.h"
+
+namespace hlat::test {
+
+// A small BPE tokenizer trained on synthetic_documents, in its own folder.
+// Building one takes well under a second.
+struct SmallTokenizer {
+    ScratchDir dir{"tokenizer"};
+    std::vector<Document> docs = synthetic_documents(300, 5);
+    std::string model_path = dir.file("tok.model");
+    std::unique_ptr<Tokenizer> tokenizer;
+    SmallTokenizer() {
+        train_tokenizer(docs, dir.file("tok"), 320, 1);
+        tokenizer = std::make_unique<Tokenizer>(model_path);
+    }
+};
+
+}  // namespace hlat::test

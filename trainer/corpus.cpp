@@ -110,6 +110,10 @@ std::vector<Document> read_corpus(const std::vector<std::string>& files, const s
         if (zst || ends_with(path, ".jsonl")) {
             for_each_line(path, zst, [&](std::string_view line, long line_number) {
                 if (is_blank(line)) return;
+                if (!is_valid_utf8(line)) {  // JSON must be UTF-8; a bad line is skipped, not fatal
+                    stats->skipped_invalid_utf8++;
+                    return;
+                }
                 nlohmann::json j;
                 try {
                     j = nlohmann::json::parse(line);
@@ -169,10 +173,10 @@ long dedup_paragraphs(std::vector<Document>& docs) {
 }
 
 uint64_t fnv1a64(std::string_view s) {
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64-bit offset basis and prime
     for (unsigned char c : s) {
         h ^= c;
-        h *= 1099511628211ull;
+        h *= 0x100000001b3ull;
     }
     return h;
 }

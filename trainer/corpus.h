@@ -23,8 +23,8 @@ struct CorpusStats {
 // Reads every file in order. By name: *.jsonl (one JSON object per line, text
 // in text_field, id in "id" or else FILE:LINE), *.jsonl.zst (the same,
 // zstd-compressed), anything else is plain text, one document per file.
-// Invalid UTF-8 and empty documents are skipped and counted; a line that is
-// not JSON, a missing or non-string text field and a truncated zstd stream are
+// Invalid UTF-8 (a whole JSONL line or a text file) and empty documents are
+// skipped and counted; a line that is not JSON, a missing or non-string text field and a truncated zstd stream are
 // errors naming the file and line.
 std::vector<Document> read_corpus(const std::vector<std::string>& files, const std::string& text_field,
                                   CorpusStats* stats);

@@ -47,6 +47,8 @@ class Packer {
     bool next_sequence(std::vector<int32_t>& out, int length);
     LoaderState state() const;
     int epoch() const { return epoch_; }
+    // Indices into the document list that this rank reads in the current epoch.
+    const std::vector<long>& epoch_order() const { return order_; }
 
   private:
     void start_epoch(int epoch);
