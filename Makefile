@@ -2,8 +2,11 @@
 # Both install what is missing first, then build.
 BUILD := build
 JOBS := $(shell nproc)
+HLAT := $(BUILD)/cli/hlat
+CORPUS := data/corpus/python-docs.jsonl
+TOKENIZER := data/tokenizer/python-docs.model
 
-.PHONY: setup build test demo bench clean
+.PHONY: setup build test demo data bench clean
 
 setup:
 	bash scripts/setup.sh
@@ -15,12 +18,19 @@ build: setup
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j 2
 
-demo: build
-	bash scripts/demo_data.sh data/demo.u16
-	$(BUILD)/cli/hlat train --config configs/demo.json --data data/demo.u16 --save data/demo.safetensors
+# The default corpus (Debian's Python documentation) and its tokenizer.
+data: build
+	bash scripts/fetch_corpus.sh data/raw
+	test -s $(CORPUS) || $(HLAT) corpus --info "$$(ls data/raw/python3.*.info.gz | head -1)" --out $(CORPUS)
+	test -s $(TOKENIZER) || $(HLAT) tokenizer --config configs/demo.json
 
-bench: build
+# Trains the default model on real text; a second `make demo` resumes it.
+demo: data
+	$(HLAT) train --config configs/demo.json --resume
+
+bench: data
 	bench/train_vs_pytorch
+	bench/loader_vs_trainer
 
 clean:
 	rm -rf $(BUILD)

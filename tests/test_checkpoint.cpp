@@ -1,0 +1,121 @@
+// Checkpoints: atomic folders with hashes, skipping damaged ones, keeping the
+// newest K, and restoring model and optimizer exactly.
+#include "test_util.h"
+#include "trainer/checkpoint.h"
+
+#include <filesystem>
+#include <fstream>
+
+namespace hlat {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Fixture {
+    test::ScratchDir dir{"checkpoint"};
+    TrainConfig config;
+    std::unique_ptr<Model> model;
+    std::unique_ptr<AdamW> optimizer;
+    Fixture() {
+        config.model = {};
+        config.model.vocab_size = 40;
+        config.model.dim = 16;
+        config.model.n_layers = 2;
+        config.model.n_heads = 2;
+        config.model.n_kv_heads = 1;
+        config.model.hidden_dim = 24;
+        config.model.max_seq_len = 8;
+        model = std::make_unique<Model>(config.model, 1, 8, false);
+        model->init_weights(3);
+        optimizer = std::make_unique<AdamW>(config.optimizer, model->num_parameters());
+        for (long i = 0; i < model->num_parameters(); i++) {
+            optimizer->first_moment()[i] = 0.001f * i;
+            optimizer->second_moment()[i] = 0.002f * i;
+        }
+        optimizer->set_steps_taken(17);
+    }
+    std::string save(int step) {
+        CheckpointState s;
+        s.step = step;
+        s.tokens_seen = step * 8L;
+        s.config = config_to_json(config);
+        s.loader = LoaderState{2, 5, {7, 8, 9}};
+        s.corpus_fingerprint = "corpus";
+        s.tokenizer_fingerprint = "tok";
+        return save_checkpoint(dir.path().string(), *model, *optimizer, s, "", 3);
+    }
+};
+
+TEST(Checkpoint, RoundTripsModelOptimizerAndState) {
+    Fixture f;
+    std::string path = f.save(17);
+    EXPECT_EQ(fs::path(path).filename(), "step_00000017");
+    verify_checkpoint(path);
+    CheckpointState st = read_checkpoint_state(path);
+    EXPECT_EQ(st.step, 17);
+    EXPECT_EQ(st.tokens_seen, 136);
+    ASSERT_TRUE(st.loader.has_value());
+    EXPECT_EQ(*st.loader, (LoaderState{2, 5, {7, 8, 9}}));
+    EXPECT_EQ(st.corpus_fingerprint, "corpus");
+
+    Model m2(f.config.model, 1, 8, false);
+    AdamW o2(f.config.optimizer, m2.num_parameters());
+    load_checkpoint(path, m2, o2);
+    EXPECT_TRUE(std::equal(m2.params(), m2.params() + m2.num_parameters(), f.model->params()));
+    EXPECT_EQ(o2.first_moment(), f.optimizer->first_moment());
+    EXPECT_EQ(o2.second_moment(), f.optimizer->second_moment());
+    EXPECT_EQ(o2.steps_taken(), 17);
+    for (const auto& e : fs::directory_iterator(f.dir.path() / "checkpoints"))
+        EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << "no temporary folder left";
+}
+
+TEST(Checkpoint, KeepsTheNewestK) {
+    Fixture f;
+    for (int step : {10, 20, 30, 40, 50}) f.save(step);
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(f.dir.path() / "checkpoints")) names.push_back(e.path().filename());
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names, (std::vector<std::string>{"step_00000030", "step_00000040", "step_00000050"}));
+}
+
+TEST(Checkpoint, DamagedCheckpointsAreSkippedForThePreviousGoodOne) {
+    Fixture f;
+    f.save(10);
+    f.save(20);
+    std::string newest = f.save(30);
+    // Flip one byte of the newest weights: the hash no longer matches.
+    {
+        std::fstream w(newest + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+        w.seekp(100);
+        w.put('\x42');
+    }
+    std::vector<std::string> skipped;
+    auto good = latest_good_checkpoint(f.dir.path().string(), &skipped);
+    ASSERT_TRUE(good.has_value());
+    EXPECT_EQ(fs::path(*good).filename(), "step_00000020");
+    ASSERT_EQ(skipped.size(), 1u);
+    EXPECT_NE(skipped[0].find("model.safetensors does not match its sha256"), std::string::npos) << skipped[0];
+
+    // A missing file and a missing manifest are skipped the same way.
+    fs::remove(fs::path(*good) / "optimizer.safetensors");
+    fs::remove(f.dir.path() / "checkpoints/step_00000010/manifest.json");
+    skipped.clear();
+    EXPECT_FALSE(latest_good_checkpoint(f.dir.path().string(), &skipped).has_value());
+    ASSERT_EQ(skipped.size(), 3u);
+    EXPECT_NE(skipped[1].find("optimizer.safetensors is missing"), std::string::npos) << skipped[1];
+    EXPECT_NE(skipped[2].find("no readable manifest"), std::string::npos) << skipped[2];
+}
+
+TEST(Checkpoint, HalfWrittenFolderIsIgnored) {
+    Fixture f;
+    f.save(10);
+    fs::create_directories(f.dir.path() / "checkpoints/step_00000020.tmp-999");
+    std::vector<std::string> skipped;
+    auto good = latest_good_checkpoint(f.dir.path().string(), &skipped);
+    ASSERT_TRUE(good.has_value());
+    EXPECT_EQ(fs::path(*good).filename(), "step_00000010");
+    EXPECT_TRUE(skipped.empty());
+}
+
+}  // namespace
+}  // namespace hlat
