@@ -8,5 +8,7 @@ int train_command(int argc, char** argv);
 int corpus_command(int argc, char** argv);
 int tokenizer_command(int argc, char** argv);
 int export_command(int argc, char** argv);
+int runs_command(int argc, char** argv);
+int ingest_command(int argc, char** argv);
 
 }  // namespace hlat::cli

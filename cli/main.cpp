@@ -21,6 +21,8 @@ const Command kCommands[] = {
     {"corpus", "turn the Python docs' Texinfo into JSONL documents", hlat::cli::corpus_command},
     {"tokenizer", "train a SentencePiece tokenizer on a config's corpus", hlat::cli::tokenizer_command},
     {"export", "write a checkpoint as a Hugging Face LLaMA folder", hlat::cli::export_command},
+    {"runs", "list the runs of a telemetry store", hlat::cli::runs_command},
+    {"ingest", "import another trainer's JSONL or CSV log into the store", hlat::cli::ingest_command},
 };
 
 void print_usage() {

@@ -22,6 +22,9 @@ int train_command(int argc, char** argv) {
          "stop once this many optimizer steps are done in total, resumed ones included; 0: schedule.total_steps")
         ("threads", po::value<int>()->default_value(0), "thread count; 0 keeps run.threads")
         ("out-dir", po::value<std::string>()->default_value(""), "run folder; overrides run.out_dir")
+        ("store", po::value<std::string>()->default_value(""),
+         "telemetry store (SQLite file); overrides run.store; \"none\" disables it")
+        ("name", po::value<std::string>()->default_value(""), "run name in the store; overrides run.name")
         ("resume", "continue from the latest good checkpoint in the run folder")
         ("allow-data-change", "with --resume: accept a different corpus, tokenizer or world size")
         ("init", po::value<std::string>()->default_value(""),
@@ -43,6 +46,9 @@ int train_command(int argc, char** argv) {
     TrainConfig config = config_path.empty() ? TrainConfig{} : load_config(config_path);
     if (!vm["data"].as<std::string>().empty()) config.run.data = vm["data"].as<std::string>();
     if (!vm["out-dir"].as<std::string>().empty()) config.run.out_dir = vm["out-dir"].as<std::string>();
+    std::string store = vm["store"].as<std::string>();
+    if (!store.empty()) config.run.store = store == "none" ? "" : store;
+    if (!vm["name"].as<std::string>().empty()) config.run.name = vm["name"].as<std::string>();
     if (vm["threads"].as<int>() < 0) throw std::runtime_error("--threads must be >= 0");
     if (vm["threads"].as<int>() > 0) config.run.threads = vm["threads"].as<int>();
     validate_config(config);
@@ -59,8 +65,7 @@ int train_command(int argc, char** argv) {
         std::cout << config_to_json(config).dump(2) << "\n";
         return 0;
     }
-    run_training(config, options);
-    return 0;
+    return run_training(config, options);
 }
 
 }  // namespace hlat::cli

@@ -71,7 +71,8 @@ class TrainCli : public ::testing::Test {
   protected:
     test::ScratchDir dir{"cli"};
     test::CommandResult train(const std::string& args) {
-        return test::run_command(fmt::format("{} train {}", HLAT_BINARY, args));
+        return test::run_command(fmt::format("{} train --out-dir {} --store {} {}", HLAT_BINARY, dir.file("run"),
+                                             dir.file("hlat.db"), args));
     }
     void expect_one_line_error(const test::CommandResult& r, const std::string& needle) {
         EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -129,7 +130,8 @@ TEST_F(TrainCli, UnknownOption) {
 TEST_F(TrainCli, HelpListsEveryOptionWithDefault) {
     test::CommandResult r = train("--help");
     EXPECT_EQ(r.exit_code, 0);
-    for (const char* opt : {"--config", "--data", "--steps", "--threads", "--init", "--save", "--metrics-jsonl"})
+    for (const char* opt : {"--config", "--data", "--steps", "--threads", "--init", "--save", "--metrics-jsonl",
+                            "--resume", "--out-dir", "--store", "--name", "--allow-data-change"})
         EXPECT_NE(r.output.find(opt), std::string::npos) << opt;
     EXPECT_NE(r.output.find("(=0)"), std::string::npos) << "defaults are shown";
     EXPECT_NE(r.output.find("\"beta2\": 0.95"), std::string::npos) << "config defaults are shown";
@@ -153,6 +155,7 @@ TEST_F(TrainCli, TrainsAndSavesOnGoodInput) {
     int lines = 0;
     for (std::string line; std::getline(m, line);) lines++;
     EXPECT_EQ(lines, 4) << "a start record and one record per step";
+    EXPECT_TRUE(std::filesystem::exists(dir.file("run/checkpoints/step_00000003/manifest.json")));
 }
 
 }  // namespace

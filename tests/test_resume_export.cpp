@@ -41,9 +41,9 @@ class RunTest : public ::testing::Test {
     }
 
     test::CommandResult train(const std::string& out_dir, int steps, const std::string& extra = "") {
-        return test::run_command(fmt::format("{} train --config {} --out-dir {} --steps {} --metrics-jsonl {}.jsonl {}",
-                                             HLAT_BINARY, small_->dir.file("config.json"), out_dir, steps, out_dir,
-                                             extra));
+        return test::run_command(fmt::format(
+            "{} train --config {} --out-dir {} --steps {} --metrics-jsonl {}.jsonl --store {} {}", HLAT_BINARY,
+            small_->dir.file("config.json"), out_dir, steps, out_dir, dir.file("hlat.db"), extra));
     }
 
     // step -> loss, exactly as written (JSON keeps every bit of a double).
@@ -120,7 +120,8 @@ TEST_F(RunTest, ResumeAgainstAnotherCorpusIsRefusedUnlessAllowed) {
         j["data"]["corpus"] = {other.file("corpus.jsonl")};
         std::ofstream(cfg) << j.dump();
     }
-    std::string cmd = fmt::format("{} train --config {} --out-dir {} --steps 3 --resume", HLAT_BINARY, cfg, b);
+    std::string cmd = fmt::format("{} train --config {} --out-dir {} --steps 3 --resume --store {}", HLAT_BINARY, cfg,
+                                  b, dir.file("hlat.db"));
     auto r = test::run_command(cmd);
     EXPECT_EQ(r.exit_code, 1) << r.output;
     EXPECT_NE(r.output.find("the corpus differs from the checkpoint's"), std::string::npos) << r.output;

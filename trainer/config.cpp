@@ -187,6 +187,9 @@ TrainConfig config_from_json(const json& j) {
     r.number("peak_gflops", c.run.peak_gflops, 0.0, 1e9);
     r.integer("log_every", c.run.log_every, 1, kMaxInt);
     r.string("out_dir", c.run.out_dir);
+    r.string("name", c.run.name);
+    r.string("store", c.run.store);
+    r.integer("tensor_norms_every", c.run.tensor_norms_every, 0, kMaxInt);
     r.integer("checkpoint_every", c.run.checkpoint_every, 0, kMaxInt);
     r.integer("keep_checkpoints", c.run.keep_checkpoints, 0, kMaxInt);
     r.integer("eval_every", c.run.eval_every, 0, kMaxInt);
@@ -284,6 +287,9 @@ json config_to_json(const TrainConfig& c) {
           {"peak_gflops", c.run.peak_gflops},
           {"log_every", c.run.log_every},
           {"out_dir", c.run.out_dir},
+          {"name", c.run.name},
+          {"store", c.run.store},
+          {"tensor_norms_every", c.run.tensor_norms_every},
           {"checkpoint_every", c.run.checkpoint_every},
           {"keep_checkpoints", c.run.keep_checkpoints},
           {"eval_every", c.run.eval_every},

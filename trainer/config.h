@@ -70,6 +70,9 @@ struct RunConfig {
     double peak_gflops = 0.0;               // 0: measure with an sgemm probe at start
     int log_every = 1;
     std::string out_dir = "runs/default";  // run folder: checkpoints live here
+    std::string name;                       // run name in the store; empty: the out_dir's folder name
+    std::string store = "runs/hlat.db";     // telemetry store (SQLite); empty: none
+    int tensor_norms_every = 50;            // steps between per-layer, per-tensor norms; 0: never
     int checkpoint_every = 0;               // steps between checkpoints; 0: only at the end
     int keep_checkpoints = 3;               // newest kept; 0 keeps all
     int eval_every = 100;                   // steps between held-out evaluations; 0: never

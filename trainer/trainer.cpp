@@ -3,6 +3,7 @@
 #include "trainer/flops.h"
 
 #include <cblas.h>
+#include <fmt/format.h>
 #include <omp.h>
 
 #include <chrono>
@@ -30,7 +31,18 @@ Trainer::Trainer(const TrainConfig& config, BatchSource& data, double peak_gflop
     targets_.resize(n);
 }
 
-StepStats Trainer::step() {
+// Norms of every tensor slice (per layer) and of every tensor kind (all layers).
+static void append_tensor_norms(std::vector<std::pair<std::string, double>>& out, const Model& model,
+                                const float* base, const char* prefix) {
+    for (const TensorKind& k : model.tensor_kinds()) {
+        out.push_back({fmt::format("{}/kind/{}", prefix, k.name), l2_norm(base + k.offset, k.numel())});
+        long slice = k.rows * k.cols;
+        for (int l = 0; l < k.layers; l++)
+            out.push_back({fmt::format("{}/layers.{}.{}", prefix, l, k.name), l2_norm(base + k.offset + l * slice, slice)});
+    }
+}
+
+StepStats Trainer::step(bool tensor_norms) {
     const int B = config_.run.batch_size, T = config_.run.seq_len, accum = config_.run.grad_accum;
     StepStats s{};
     s.step = step_;
@@ -53,11 +65,13 @@ StepStats Trainer::step() {
     }
     auto t0 = Clock::now();
     s.loss = loss_sum / accum;
+    if (tensor_norms) append_tensor_norms(s.tensor_norms, *model_, model_->grads(), "grad_norm");
     s.grad_norm = clip_grad_norm(model_->grads(), model_->num_parameters(),
                                  config_.optimizer.grad_clip, &s.clipped);
     s.lr = learning_rate(config_.schedule, step_);
     optimizer_->step(*model_, s.lr);
     s.param_norm = l2_norm(model_->params(), model_->num_parameters());
+    if (tensor_norms) append_tensor_norms(s.tensor_norms, *model_, model_->params(), "param_norm");
     s.optimizer_seconds = seconds_since(t0);
     s.step_seconds = seconds_since(t_step);
 

@@ -9,6 +9,8 @@
 #include "trainer/optimizer.h"
 
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace hlat {
@@ -25,6 +27,9 @@ struct StepStats {
     double data_seconds, forward_seconds, backward_seconds, optimizer_seconds;
     double tokens_per_second;
     double mfu;             // model FLOPs/s over peak_gflops; 0 when the peak is unknown
+    // When asked for: ("grad_norm/layers.3.qkv_proj", x), ("param_norm/kind/o_proj", y), ...
+    // Gradient norms are taken before clipping, parameter norms after the update.
+    std::vector<std::pair<std::string, double>> tensor_norms;
 };
 
 class Trainer {
@@ -33,7 +38,8 @@ class Trainer {
     // call model().init_weights() or load_weights() first.
     Trainer(const TrainConfig& config, BatchSource& data, double peak_gflops);
 
-    StepStats step();
+    // One optimizer step; with tensor_norms, also the per-layer and per-kind norms.
+    StepStats step(bool tensor_norms = false);
     Model& model() { return *model_; }
     AdamW& optimizer() { return *optimizer_; }
     int next_step() const { return step_; }

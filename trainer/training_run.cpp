@@ -4,6 +4,7 @@
 #include "trainer/dataset.h"
 #include "trainer/flops.h"
 #include "trainer/loader.h"
+#include "trainer/run_telemetry.h"
 #include "trainer/token_file.h"
 #include "trainer/tokenizer.h"
 #include "trainer/trainer.h"
@@ -12,7 +13,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -149,9 +152,27 @@ void check_resumable(const TrainConfig& config, const CheckpointState& ck, const
     if (ck.world_size != 1) refuse("data-parallel world size");
 }
 
+// SIGINT and SIGTERM ask the loop to stop after the current step; the run then
+// checkpoints and the store drains before the process exits.
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void request_stop(int sig) { g_stop_signal = sig; }
+
+struct StopSignals {
+    void (*old_int)(int), (*old_term)(int);
+    StopSignals() {
+        g_stop_signal = 0;
+        old_int = std::signal(SIGINT, request_stop);
+        old_term = std::signal(SIGTERM, request_stop);
+    }
+    ~StopSignals() {
+        std::signal(SIGINT, old_int);
+        std::signal(SIGTERM, old_term);
+    }
+};
+
 }  // namespace
 
-void run_training(const TrainConfig& config, const RunOptions& options) {
+int run_training(const TrainConfig& config, const RunOptions& options) {
     set_thread_count(config.run.threads);
     const ModelConfig& m = config.model;
     const int B = config.run.batch_size, T = config.run.seq_len;
@@ -206,6 +227,9 @@ void run_training(const TrainConfig& config, const RunOptions& options) {
                  flops_per_token(m, T), matmul_parameters(m), peak,
                  measured ? "measured by sgemm probe" : "from config");
 
+    RunTelemetry store(config, options.resume, trainer.next_step());
+    if (store.enabled()) spdlog::info("store: {} (run \"{}\")", config.run.store, run_name(config));
+
     std::ofstream metrics;
     if (!options.metrics_jsonl.empty()) {
         metrics.open(options.metrics_jsonl, std::ios::app);
@@ -235,6 +259,7 @@ void run_training(const TrainConfig& config, const RunOptions& options) {
         st.tokenizer_fingerprint = data.tokenizer ? data.tokenizer->fingerprint() : "";
         std::string dir = save_checkpoint(config.run.out_dir, model, trainer.optimizer(), st,
                                           data.tokenizer ? data.tokenizer->path() : "", config.run.keep_checkpoints);
+        store.checkpoint(st.step - 1, dir);
         spdlog::info("checkpoint {}", dir);
     };
     auto evaluate = [&]() {
@@ -242,42 +267,61 @@ void run_training(const TrainConfig& config, const RunOptions& options) {
         double loss = heldout_loss(model, data.eval_batches, B, T);
         spdlog::info("step {:>6} | held-out loss {:.4f} (unigram entropy {:.3f})", trainer.next_step(), loss,
                      data.heldout_unigram_entropy);
+        store.heldout_loss(trainer.next_step() - 1, loss);
         if (metrics.is_open())
-            metrics << nlohmann::json{{"event", "eval"}, {"step", trainer.next_step()}, {"heldout_loss", loss}}.dump()
+            metrics << nlohmann::json{{"event", "eval"}, {"step", trainer.next_step() - 1}, {"heldout_loss", loss}}.dump()
                     << "\n"
                     << std::flush;
     };
 
     const int first = trainer.next_step();
     double elapsed = 0.0, data_wait = 0.0;
-    while (trainer.next_step() < total_steps) {
-        StepStats s = trainer.step();
-        elapsed += s.step_seconds;
-        data_wait += s.data_seconds;
-        int done = s.step + 1;
-        if (metrics.is_open()) metrics << step_json(s).dump() << "\n" << std::flush;
-        if (done % config.run.log_every == 0 || done == total_steps) {
-            double eta = elapsed / (done - first) * (total_steps - done);
-            spdlog::info("step {:>6}/{} | loss {:.4f} | grad norm {:.4f}{} | param norm {:.2f} | lr {:.3e} | "
-                         "{:.0f} tok/s | MFU {:.1f}% | data wait {:.1f}% | ETA {}",
-                         done, total_steps, s.loss, s.grad_norm, s.clipped ? " (clipped)" : "", s.param_norm, s.lr,
-                         s.tokens_per_second, 100.0 * s.mfu, 100.0 * s.data_seconds / s.step_seconds,
-                         format_duration(eta));
+    StopSignals signals;
+    try {
+        while (trainer.next_step() < total_steps && !g_stop_signal) {
+            const int norms_every = config.run.tensor_norms_every;
+            bool norms = norms_every > 0 && trainer.next_step() % norms_every == 0;
+            StepStats s = trainer.step(norms);
+            elapsed += s.step_seconds;
+            data_wait += s.data_seconds;
+            int done = s.step + 1;
+            store.step(s);
+            if (metrics.is_open()) metrics << step_json(s).dump() << "\n" << std::flush;
+            if (done % config.run.log_every == 0 || done == total_steps) {
+                double eta = elapsed / (done - first) * (total_steps - done);
+                spdlog::info("step {:>6}/{} | loss {:.4f} | grad norm {:.4f}{} | param norm {:.2f} | lr {:.3e} | "
+                             "{:.0f} tok/s | MFU {:.1f}% | data wait {:.1f}% | ETA {}",
+                             done, total_steps, s.loss, s.grad_norm, s.clipped ? " (clipped)" : "", s.param_norm,
+                             s.lr, s.tokens_per_second, 100.0 * s.mfu, 100.0 * s.data_seconds / s.step_seconds,
+                             format_duration(eta));
+            }
+            if (config.run.eval_every > 0 && done % config.run.eval_every == 0) evaluate();
+            if (config.run.checkpoint_every > 0 && done % config.run.checkpoint_every == 0 && done != total_steps)
+                checkpoint();
         }
-        if (config.run.eval_every > 0 && done % config.run.eval_every == 0) evaluate();
-        if (config.run.checkpoint_every > 0 && done % config.run.checkpoint_every == 0 && done != total_steps)
-            checkpoint();
+        if (trainer.next_step() > first) {
+            if (config.run.eval_every > 0 && trainer.next_step() % config.run.eval_every != 0) evaluate();
+            spdlog::info("trained steps {}..{}: {:.1f} s, data wait {:.2f}% of step time", first + 1,
+                         trainer.next_step(), elapsed, elapsed > 0 ? 100.0 * data_wait / elapsed : 0.0);
+        }
+        checkpoint();
+    } catch (const std::exception& e) {
+        store.finish("crashed", trainer.next_step() - 1, e.what());
+        throw;
     }
-    if (trainer.next_step() > first) {
-        if (config.run.eval_every > 0 && trainer.next_step() % config.run.eval_every != 0) evaluate();
-        spdlog::info("trained steps {}..{}: {:.1f} s, data wait {:.2f}% of step time", first + 1, trainer.next_step(),
-                     elapsed, elapsed > 0 ? 100.0 * data_wait / elapsed : 0.0);
+    int sig = g_stop_signal;
+    if (sig) {
+        spdlog::warn("stopped by signal {} after step {}", sig, trainer.next_step());
+        store.finish("stopped", trainer.next_step() - 1, fmt::format("signal {}", sig));
+    } else {
+        store.finish("finished", trainer.next_step() - 1, "reached its steps");
     }
-    checkpoint();
+    spdlog::info("{}", store.summary());
     if (!options.save_weights.empty()) {
         save_weights(model, options.save_weights);
         spdlog::info("saved weights to {}", options.save_weights);
     }
+    return sig ? 128 + sig : 0;
 }
 
 }  // namespace hlat

@@ -1,0 +1,249 @@
+#include "telemetry/reader.h"
+
+#include "telemetry/schema.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace hlat::telemetry {
+
+constexpr int64_t kBlockSteps = 64;  // as the writer keeps metric_blocks
+
+Reader::Reader(const std::string& path, int busy_timeout_ms) : db_(path, Database::Mode::ReadOnly, busy_timeout_ms) {
+    prepare_schema(db_, false);
+}
+
+std::optional<int64_t> Reader::key_id(const std::string& key) {
+    Statement s = db_.prepare("SELECT id FROM metric_keys WHERE name = ?1");
+    s.bind(1, key);
+    if (!s.step()) return std::nullopt;
+    return s.column_int(0);
+}
+
+static RunRecord run_from_row(Statement& s) {
+    RunRecord r;
+    r.id = s.column_int(0);
+    r.name = s.column_text(1);
+    r.config = s.column_text(2);
+    r.precision = s.column_text(3);
+    r.status = s.column_text(4);
+    r.host = s.column_text(5);
+    r.git_revision = s.column_text(6);
+    r.source = s.column_text(7);
+    r.started_at = s.column_double(8);
+    r.ended_at = s.column_double(9);
+    return r;
+}
+
+static const char* kRunColumns =
+    "id, name, config, precision, status, host, git_revision, source, started_at, ended_at";
+
+std::vector<RunSummary> Reader::runs() {
+    std::vector<RunSummary> out;
+    Statement s = db_.prepare(std::string("SELECT ") + kRunColumns + " FROM runs ORDER BY started_at, id");
+    while (s.step()) {
+        RunSummary r;
+        r.run = run_from_row(s);
+        out.push_back(r);
+    }
+    auto loss = key_id("loss"), tokens = key_id("tokens_seen");
+    Statement last = db_.prepare("SELECT step, value FROM metrics WHERE run_id = ?1 AND key_id = ?2 "
+                                 "ORDER BY step DESC LIMIT 1");
+    Statement alerts = db_.prepare("SELECT count(*) FROM alerts WHERE run_id = ?1");
+    for (RunSummary& r : out) {
+        if (loss) {
+            last.bind(1, r.run.id).bind(2, *loss);
+            if (last.step()) {
+                r.last_step = last.column_int(0);
+                r.last_loss = last.column_double_or_nan(1);
+            }
+            last.reset();
+        }
+        if (tokens) {
+            last.bind(1, r.run.id).bind(2, *tokens);
+            if (last.step()) r.tokens_seen = last.column_double_or_nan(1);
+            last.reset();
+        }
+        alerts.bind(1, r.run.id);
+        alerts.step();
+        r.alerts = alerts.column_int(0);
+        alerts.reset();
+        r.uptime = uptime(r.run.id);
+    }
+    return out;
+}
+
+std::optional<RunRecord> Reader::find_run(const std::string& name) {
+    Statement s = db_.prepare(std::string("SELECT ") + kRunColumns + " FROM runs WHERE name = ?1");
+    s.bind(1, name);
+    if (!s.step()) return std::nullopt;
+    return run_from_row(s);
+}
+
+std::vector<std::string> Reader::keys(int64_t run) {
+    std::vector<std::string> out;
+    Statement s = db_.prepare("SELECT name FROM metric_keys WHERE id IN "
+                              "(SELECT DISTINCT key_id FROM metric_blocks WHERE run_id = ?1) ORDER BY name");
+    s.bind(1, run);
+    while (s.step()) out.push_back(s.column_text(0));
+    return out;
+}
+
+std::vector<SeriesPoint> Reader::series(int64_t run, const std::string& key, int64_t first, int64_t last) {
+    std::vector<SeriesPoint> out;
+    auto key_ = key_id(key);
+    if (!key_) return out;
+    Statement s = db_.prepare("SELECT step, value, wall_time FROM metrics WHERE run_id = ?1 AND key_id = ?2 "
+                              "AND step BETWEEN ?3 AND ?4 ORDER BY step");
+    s.bind(1, run).bind(2, *key_).bind(3, first).bind(4, last);
+    while (s.step()) out.push_back({s.column_int(0), s.column_double_or_nan(1), s.column_double(2)});
+    return out;
+}
+
+namespace {
+
+// Accumulates points or block summaries into one bucket.
+struct BucketBuilder {
+    Bucket b{0, 0, INFINITY, -INFINITY, NAN, false};
+    bool empty = true;
+    void add(int64_t first_step, int64_t last_step, double min, double max, double last, bool has_nan) {
+        if (empty) b.first_step = first_step;
+        empty = false;
+        if (!std::isnan(min)) b.min = std::min(b.min, min);
+        if (!std::isnan(max)) b.max = std::max(b.max, max);
+        b.has_nan = b.has_nan || has_nan;
+        if (last_step >= b.last_step) {
+            b.last_step = last_step;
+            b.last = last;
+        }
+    }
+    Bucket finish() {
+        if (b.min == INFINITY) b.min = b.max = NAN;  // only NaN in the bucket
+        return b;
+    }
+};
+
+}  // namespace
+
+std::vector<Bucket> Reader::downsample(int64_t run, const std::string& key, int64_t first, int64_t last,
+                                       int buckets) {
+    std::vector<Bucket> out;
+    auto key_ = key_id(key);
+    if (!key_ || buckets <= 0 || last < first) return out;
+    int64_t span = last - first + 1;
+    int64_t width = (span + buckets - 1) / buckets;
+    bool use_blocks = width >= kBlockSteps;
+    if (use_blocks) width = (width + kBlockSteps - 1) / kBlockSteps * kBlockSteps;
+    // Buckets are aligned to multiples of width (so, with blocks, to block
+    // boundaries); the first and last may be partly outside [first, last].
+    int64_t origin = first / width * width;
+    // Alignment can add a bucket; widen until the count is within the limit.
+    while ((last - origin) / width + 1 > buckets) {
+        width += use_blocks ? kBlockSteps : 1;
+        origin = first / width * width;
+    }
+    std::vector<BucketBuilder> acc((last - origin) / width + 1);
+    auto add_point = [&](int64_t step, double v) {
+        acc[(step - origin) / width].add(step, step, v, v, v, std::isnan(v));
+    };
+    if (!use_blocks) {
+        for (const SeriesPoint& p : series(run, key, first, last)) add_point(p.step, p.value);
+    } else {
+        // Whole blocks inside the range from metric_blocks, the ragged ends from metrics.
+        int64_t first_block = (first + kBlockSteps - 1) / kBlockSteps;
+        int64_t last_block = (last + 1) / kBlockSteps - 1;
+        if (first_block > last_block) {
+            for (const SeriesPoint& p : series(run, key, first, last)) add_point(p.step, p.value);
+        } else {
+            for (const SeriesPoint& p : series(run, key, first, first_block * kBlockSteps - 1)) add_point(p.step, p.value);
+            Statement s = db_.prepare(
+                "SELECT block, min_value, max_value, last_step, last_value, has_nan FROM metric_blocks "
+                "WHERE run_id = ?1 AND key_id = ?2 AND block BETWEEN ?3 AND ?4 ORDER BY block");
+            s.bind(1, run).bind(2, *key_).bind(3, first_block).bind(4, last_block);
+            while (s.step()) {
+                int64_t block_start = s.column_int(0) * kBlockSteps;
+                acc[(block_start - origin) / width].add(block_start, s.column_int(3), s.column_double_or_nan(1),
+                                                        s.column_double_or_nan(2), s.column_double_or_nan(4),
+                                                        s.column_int(5) != 0);
+            }
+            for (const SeriesPoint& p : series(run, key, (last_block + 1) * kBlockSteps, last))
+                add_point(p.step, p.value);
+        }
+    }
+    for (BucketBuilder& b : acc)
+        if (!b.empty) out.push_back(b.finish());
+    return out;
+}
+
+std::vector<Event> Reader::events(int64_t run) {
+    std::vector<Event> out;
+    Statement s = db_.prepare("SELECT kind, step, wall_time, detail FROM events WHERE run_id = ?1 ORDER BY wall_time, id");
+    s.bind(1, run);
+    while (s.step()) out.push_back({s.column_text(0), s.column_int(1), s.column_double(2), s.column_text(3)});
+    return out;
+}
+
+std::vector<Alert> Reader::alerts(int64_t run) {
+    std::vector<Alert> out;
+    Statement s = db_.prepare("SELECT kind, severity, step, message, data, wall_time FROM alerts WHERE run_id = ?1 "
+                              "ORDER BY step, id");
+    s.bind(1, run);
+    while (s.step())
+        out.push_back({s.column_text(0), s.column_text(1), s.column_int(2), s.column_text(3), s.column_text(4),
+                       s.column_double(5)});
+    return out;
+}
+
+std::vector<CheckpointRecord> Reader::checkpoints(int64_t run) {
+    std::vector<CheckpointRecord> out;
+    Statement s = db_.prepare("SELECT step, path, wall_time FROM checkpoints WHERE run_id = ?1 ORDER BY step");
+    s.bind(1, run);
+    while (s.step()) out.push_back({s.column_int(0), s.column_text(1), s.column_double(2)});
+    return out;
+}
+
+std::vector<EvalRecord> Reader::evals(int64_t run) {
+    std::vector<EvalRecord> out;
+    Statement s = db_.prepare("SELECT step, task, metric, value, wall_time FROM evals WHERE run_id = ?1 "
+                              "ORDER BY step, task, metric");
+    s.bind(1, run);
+    while (s.step())
+        out.push_back({s.column_int(0), s.column_text(1), s.column_text(2), s.column_double_or_nan(3), s.column_double(4)});
+    return out;
+}
+
+Uptime Reader::uptime(int64_t run) {
+    Uptime u;
+    std::vector<Event> ev = events(run);
+    // The newest metric time closes a segment that ended without an event (SIGKILL).
+    Statement m = db_.prepare("SELECT max(wall_time) FROM metrics WHERE run_id = ?1 AND wall_time BETWEEN ?2 AND ?3");
+    double first_start = -1.0, last_end = -1.0;
+    for (size_t i = 0; i < ev.size(); i++) {
+        if (ev[i].kind != "start" && ev[i].kind != "restart") continue;
+        if (first_start < 0) first_start = ev[i].wall_time;
+        if (ev[i].kind == "restart") u.restarts++;
+        double end = ev[i].wall_time;
+        size_t j = i + 1;
+        for (; j < ev.size() && ev[j].kind != "start" && ev[j].kind != "restart"; j++) {
+            end = ev[j].wall_time;
+            if (ev[j].kind == "stop" || ev[j].kind == "crash" || ev[j].kind == "halt") break;
+        }
+        bool ended_by_event = j < ev.size() && (ev[j].kind == "stop" || ev[j].kind == "crash" || ev[j].kind == "halt");
+        if (!ended_by_event) {
+            double limit = j < ev.size() ? ev[j].wall_time : std::numeric_limits<double>::max();
+            m.bind(1, run).bind(2, ev[i].wall_time).bind(3, limit);
+            if (m.step() && !m.column_is_null(0)) end = std::max(end, m.column_double(0));
+            m.reset();
+        }
+        u.training_seconds += end - ev[i].wall_time;
+        last_end = std::max(last_end, end);
+    }
+    if (first_start >= 0) {
+        u.wall_seconds = last_end - first_start;
+        u.ratio = u.wall_seconds > 0 ? u.training_seconds / u.wall_seconds : 1.0;
+    }
+    return u;
+}
+
+}  // namespace hlat::telemetry

@@ -1,0 +1,75 @@
+// Reading the store: runs, series (full or downsampled), events, alerts,
+// checkpoints, evals and uptime. A reader has its own read-only connection;
+// in WAL mode it never blocks the writer, and sees each commit as it lands.
+#pragma once
+
+#include "telemetry/records.h"
+#include "telemetry/sqlite.h"
+
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hlat::telemetry {
+
+struct SeriesPoint {
+    int64_t step;
+    double value;  // NaN where NaN was written
+    double wall_time;
+};
+
+// One bucket of a downsampled series: min and max over its points (NaN
+// ignored), the value at its last step, and whether any point was NaN.
+struct Bucket {
+    int64_t first_step, last_step;
+    double min, max, last;
+    bool has_nan;
+};
+
+// Training time over wall time, the paper's Table 1 measure: a run trains from
+// each start or restart event to the stop, crash or halt that ends it (or, if
+// it died without a word, to its last event or metric); wall time runs from
+// the first start to the last end.
+struct Uptime {
+    double training_seconds = 0.0;
+    double wall_seconds = 0.0;
+    double ratio = 0.0;  // 1 when the run never stopped; 0 when unknown
+    int restarts = 0;
+};
+
+struct RunSummary {
+    RunRecord run;
+    int64_t last_step = -1;     // of the loss series; -1 without one
+    double last_loss = NAN;
+    double tokens_seen = NAN;
+    int64_t alerts = 0;
+    Uptime uptime;
+};
+
+class Reader {
+  public:
+    // Opens an existing store read-only; a missing file, a file that is not
+    // SQLite or a store from a newer hlat is a StoreError.
+    explicit Reader(const std::string& path, int busy_timeout_ms = 5000);
+
+    std::vector<RunSummary> runs();
+    std::optional<RunRecord> find_run(const std::string& name);
+    std::vector<std::string> keys(int64_t run);
+    // Points with step in [first, last].
+    std::vector<SeriesPoint> series(int64_t run, const std::string& key, int64_t first, int64_t last);
+    // The same range in at most `buckets` buckets of equal step width (a
+    // multiple of 64 for long ranges, so whole precomputed blocks are used).
+    std::vector<Bucket> downsample(int64_t run, const std::string& key, int64_t first, int64_t last, int buckets);
+    std::vector<Event> events(int64_t run);
+    std::vector<Alert> alerts(int64_t run);
+    std::vector<CheckpointRecord> checkpoints(int64_t run);
+    std::vector<EvalRecord> evals(int64_t run);
+    Uptime uptime(int64_t run);
+
+  private:
+    std::optional<int64_t> key_id(const std::string& key);
+    Database db_;
+};
+
+}  // namespace hlat::telemetry

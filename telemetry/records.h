@@ -1,0 +1,72 @@
+// What the store holds, as plain structs: the trainer and other trainers write
+// them, detectors and the web server read them. Times are seconds since the
+// Unix epoch. A metric value may be NaN or Inf: they are kept (NaN is stored
+// as SQL NULL, the only way SQLite keeps it).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace hlat::telemetry {
+
+struct MetricPoint {
+    std::string key;   // e.g. "loss", "grad_norm", "grad_norm/layers.0.qkv_proj"
+    int64_t step;
+    double value;
+    double wall_time;
+};
+
+struct RankMetricPoint {
+    std::string key;
+    int64_t step;
+    int rank;
+    double value;
+    double wall_time;
+};
+
+// Kinds: start, restart, heartbeat, checkpoint, stop, crash, halt.
+struct Event {
+    std::string kind;
+    int64_t step;
+    double wall_time;
+    std::string detail;  // free text or JSON
+};
+
+struct Alert {
+    std::string kind;      // detector name, e.g. "grad_spike"
+    std::string severity;  // "info", "warning", "critical"
+    int64_t step;
+    std::string message;   // a sentence a person understands
+    std::string data;      // JSON with the numbers behind it
+    double wall_time;
+};
+
+struct CheckpointRecord {
+    int64_t step;
+    std::string path;
+    double wall_time;
+};
+
+struct EvalRecord {
+    int64_t step;
+    std::string task;
+    std::string metric;
+    double value;
+    double wall_time;
+};
+
+// A run as the runs table holds it.
+struct RunRecord {
+    int64_t id = 0;
+    std::string name;
+    std::string config;     // JSON
+    std::string precision;
+    std::string status;     // running, finished, halted, crashed, stopped
+    std::string host;
+    std::string git_revision;
+    std::string source;     // "hlat" or "ingest"
+    double started_at = 0.0;
+    double ended_at = 0.0;  // 0 while running
+};
+
+}  // namespace hlat::telemetry

@@ -1,0 +1,137 @@
+#include "telemetry/schema.h"
+
+#include <fmt/format.h>
+
+#include <vector>
+
+namespace hlat::telemetry {
+namespace {
+
+// migrations[i] moves the schema from version i to i + 1. Append only.
+const std::vector<const char*> kMigrations = {
+    R"sql(
+    CREATE TABLE runs (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        config TEXT NOT NULL DEFAULT '{}',
+        precision TEXT NOT NULL DEFAULT '',
+        status TEXT NOT NULL,
+        host TEXT NOT NULL DEFAULT '',
+        git_revision TEXT NOT NULL DEFAULT '',
+        source TEXT NOT NULL DEFAULT 'hlat',
+        started_at REAL NOT NULL,
+        ended_at REAL NOT NULL DEFAULT 0
+    );
+    CREATE TABLE metric_keys (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE
+    );
+    -- value NULL is NaN: SQLite cannot store NaN itself.
+    CREATE TABLE metrics (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        key_id INTEGER NOT NULL REFERENCES metric_keys(id),
+        step INTEGER NOT NULL,
+        value REAL,
+        wall_time REAL NOT NULL,
+        PRIMARY KEY (run_id, key_id, step)
+    ) WITHOUT ROWID;
+    CREATE TABLE rank_metrics (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        key_id INTEGER NOT NULL REFERENCES metric_keys(id),
+        step INTEGER NOT NULL,
+        rank INTEGER NOT NULL,
+        value REAL,
+        wall_time REAL NOT NULL,
+        PRIMARY KEY (run_id, key_id, step, rank)
+    ) WITHOUT ROWID;
+    -- Min, max and last value of every 64-step block of a series, kept by the
+    -- writer, so that a downsampled read of a long series touches 1/64 of the rows.
+    CREATE TABLE metric_blocks (
+        run_id INTEGER NOT NULL,
+        key_id INTEGER NOT NULL,
+        block INTEGER NOT NULL,
+        min_value REAL,
+        max_value REAL,
+        last_step INTEGER NOT NULL,
+        last_value REAL,
+        has_nan INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (run_id, key_id, block)
+    ) WITHOUT ROWID;
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        kind TEXT NOT NULL,
+        step INTEGER NOT NULL,
+        wall_time REAL NOT NULL,
+        detail TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX events_by_run ON events(run_id, wall_time);
+    CREATE TABLE alerts (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        kind TEXT NOT NULL,
+        severity TEXT NOT NULL,
+        step INTEGER NOT NULL,
+        message TEXT NOT NULL,
+        data TEXT NOT NULL DEFAULT '{}',
+        wall_time REAL NOT NULL
+    );
+    CREATE INDEX alerts_by_run ON alerts(run_id, step);
+    CREATE TABLE checkpoints (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        step INTEGER NOT NULL,
+        path TEXT NOT NULL,
+        wall_time REAL NOT NULL,
+        PRIMARY KEY (run_id, step)
+    );
+    CREATE TABLE evals (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        step INTEGER NOT NULL,
+        task TEXT NOT NULL,
+        metric TEXT NOT NULL,
+        value REAL,
+        wall_time REAL NOT NULL,
+        PRIMARY KEY (run_id, step, task, metric)
+    );
+    )sql",
+};
+
+int user_version(Database& db) {
+    Statement s = db.prepare("PRAGMA user_version");
+    s.step();
+    return (int)s.column_int(0);
+}
+
+}  // namespace
+
+void prepare_schema(Database& db, bool writable) {
+    int version = user_version(db);
+    if (version > kSchemaVersion)
+        throw StoreError(fmt::format("store {} has schema version {}, newer than this hlat understands ({}); "
+                                     "use a newer hlat",
+                                     db.path(), version, kSchemaVersion));
+    if (!writable) {
+        if (version < kSchemaVersion)
+            throw StoreError(fmt::format("store {} has schema version {}; open it once for writing (any hlat "
+                                         "train or ingest) to migrate it to {}",
+                                         db.path(), version, kSchemaVersion));
+        return;
+    }
+    // WAL: readers never block the writer and the writer never blocks readers;
+    // synchronous=NORMAL is durable up to the last commit in WAL mode on a crash
+    // of the process (a power loss may lose the last commits, never corrupt).
+    db.exec("PRAGMA journal_mode=WAL");
+    db.exec("PRAGMA synchronous=NORMAL");
+    // Version read again inside each write transaction: two processes may
+    // open a new store at once, and only one may run a migration.
+    for (;;) {
+        Transaction t(db);
+        version = user_version(db);
+        if (version >= kSchemaVersion) break;
+        db.exec(kMigrations[version]);
+        db.exec(fmt::format("PRAGMA user_version = {}", version + 1));
+        t.commit();
+    }
+}
+
+}  // namespace hlat::telemetry

@@ -1,0 +1,136 @@
+#include "telemetry/sqlite.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+
+namespace hlat::telemetry {
+
+namespace fs = std::filesystem;
+
+Database::Database(const std::string& path, Mode mode, int busy_timeout_ms)
+    : path_(path), busy_timeout_ms_(busy_timeout_ms) {
+    fs::path parent = fs::path(path).parent_path();
+    if (!parent.empty() && !fs::is_directory(parent))
+        throw StoreError(fmt::format("cannot open store {}: folder {} does not exist", path, parent.string()));
+    if (mode != Mode::Create && !fs::exists(path))
+        throw StoreError(fmt::format("store {} does not exist", path));
+    int flags = mode == Mode::ReadOnly ? SQLITE_OPEN_READONLY
+                : mode == Mode::ReadWrite ? SQLITE_OPEN_READWRITE
+                                          : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    int rc = sqlite3_open_v2(path.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr);
+    if (rc != SQLITE_OK) {
+        std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+        sqlite3_close(db_);
+        db_ = nullptr;
+        throw StoreError(fmt::format("cannot open store {}: {}", path, msg));
+    }
+    sqlite3_extended_result_codes(db_, 1);
+    sqlite3_busy_timeout(db_, busy_timeout_ms);
+    // The first read is where a file that is not a database shows itself.
+    try {
+        exec("SELECT count(*) FROM sqlite_master");
+    } catch (...) {
+        sqlite3_close(db_);
+        db_ = nullptr;
+        throw;
+    }
+}
+
+Database::~Database() { sqlite3_close(db_); }
+
+void Database::fail(int rc, const std::string& doing) const {
+    int primary = rc & 0xff;
+    std::string what = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+    if (primary == SQLITE_NOTADB)
+        throw StoreError(fmt::format("{} is not an hlat store: not a SQLite database", path_));
+    if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED)
+        throw StoreError(fmt::format("store {} is locked by another connection (waited {} ms) while {}", path_,
+                                     busy_timeout_ms_, doing));
+    if (primary == SQLITE_READONLY)
+        throw StoreError(fmt::format("store {} is read-only (file or folder permissions) while {}", path_, doing));
+    if (primary == SQLITE_CANTOPEN)
+        throw StoreError(fmt::format("cannot open store {} while {}: {}", path_, doing, what));
+    throw StoreError(fmt::format("store {}: {} while {}", path_, what, doing));
+}
+
+void Database::exec(const std::string& sql) {
+    char* err = nullptr;
+    int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err);
+    sqlite3_free(err);
+    if (rc != SQLITE_OK) fail(rc, "running " + sql.substr(0, 60));
+}
+
+Statement Database::prepare(const std::string& sql) {
+    sqlite3_stmt* stmt = nullptr;
+    int rc = sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr);
+    if (rc != SQLITE_OK) fail(rc, "preparing " + sql.substr(0, 60));
+    return Statement(*this, stmt);
+}
+
+Statement& Statement::bind(int i, int64_t v) {
+    sqlite3_bind_int64(stmt_, i, v);
+    return *this;
+}
+
+Statement& Statement::bind(int i, double v) {
+    if (std::isnan(v)) {
+        sqlite3_bind_null(stmt_, i);
+    } else {
+        sqlite3_bind_double(stmt_, i, v);
+    }
+    return *this;
+}
+
+Statement& Statement::bind(int i, const std::string& v) {
+    sqlite3_bind_text(stmt_, i, v.data(), (int)v.size(), SQLITE_TRANSIENT);
+    return *this;
+}
+
+Statement& Statement::bind_null(int i) {
+    sqlite3_bind_null(stmt_, i);
+    return *this;
+}
+
+bool Statement::step() {
+    int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    std::string sql = sqlite3_sql(stmt_) ? sqlite3_sql(stmt_) : "";
+    sqlite3_reset(stmt_);
+    db_->fail(rc, "running " + sql.substr(0, 60));
+}
+
+void Statement::reset() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+}
+
+void Statement::run() {
+    while (step()) {
+    }
+    reset();
+}
+
+double Statement::column_double_or_nan(int i) const {
+    return column_is_null(i) ? NAN : sqlite3_column_double(stmt_, i);
+}
+
+std::string Statement::column_text(int i) const {
+    const unsigned char* t = sqlite3_column_text(stmt_, i);
+    return t ? std::string((const char*)t, sqlite3_column_bytes(stmt_, i)) : std::string();
+}
+
+Transaction::Transaction(Database& db) : db_(db) { db_.exec("BEGIN IMMEDIATE"); }
+
+Transaction::~Transaction() {
+    if (!done_) sqlite3_exec(db_.handle(), "ROLLBACK", nullptr, nullptr, nullptr);
+}
+
+void Transaction::commit() {
+    db_.exec("COMMIT");
+    done_ = true;
+}
+
+}  // namespace hlat::telemetry

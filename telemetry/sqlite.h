@@ -1,0 +1,87 @@
+// A thin RAII layer over the SQLite C API: a connection and prepared
+// statements whose errors throw StoreError naming the file and the SQL step.
+// One connection belongs to one thread.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace hlat::telemetry {
+
+struct StoreError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+class Statement;
+
+class Database {
+  public:
+    enum class Mode { ReadOnly, ReadWrite, Create };
+    // Opens (or creates) the file, waits up to busy_timeout_ms when another
+    // process holds a lock. Errors name the file and say what is wrong
+    // (missing folder, not a database, read-only, ...).
+    Database(const std::string& path, Mode mode, int busy_timeout_ms);
+    ~Database();
+    Database(const Database&) = delete;
+    Database& operator=(const Database&) = delete;
+
+    void exec(const std::string& sql);
+    Statement prepare(const std::string& sql);
+    int64_t last_insert_rowid() const { return sqlite3_last_insert_rowid(db_); }
+    const std::string& path() const { return path_; }
+    sqlite3* handle() { return db_; }
+    // Turns an SQLite result code into a StoreError with context.
+    [[noreturn]] void fail(int rc, const std::string& doing) const;
+
+  private:
+    std::string path_;
+    sqlite3* db_ = nullptr;
+    int busy_timeout_ms_;
+};
+
+class Statement {
+  public:
+    Statement(Database& db, sqlite3_stmt* stmt) : db_(&db), stmt_(stmt) {}
+    Statement(Statement&& other) noexcept : db_(other.db_), stmt_(other.stmt_) { other.stmt_ = nullptr; }
+    ~Statement() { sqlite3_finalize(stmt_); }
+    Statement(const Statement&) = delete;
+
+    Statement& bind(int i, int64_t v);
+    Statement& bind(int i, int v) { return bind(i, (int64_t)v); }
+    // NaN binds as NULL (SQLite would do that anyway); read back with column_double_or_nan.
+    Statement& bind(int i, double v);
+    Statement& bind(int i, const std::string& v);
+    Statement& bind_null(int i);
+    // Returns true while there is a row.
+    bool step();
+    void reset();
+    // Runs to completion and resets, for statements that return no rows.
+    void run();
+
+    int64_t column_int(int i) const { return sqlite3_column_int64(stmt_, i); }
+    double column_double(int i) const { return sqlite3_column_double(stmt_, i); }
+    double column_double_or_nan(int i) const;
+    std::string column_text(int i) const;
+    bool column_is_null(int i) const { return sqlite3_column_type(stmt_, i) == SQLITE_NULL; }
+
+  private:
+    Database* db_;
+    sqlite3_stmt* stmt_;
+};
+
+// BEGIN IMMEDIATE ... COMMIT, rolled back if not committed.
+class Transaction {
+  public:
+    explicit Transaction(Database& db);
+    ~Transaction();
+    void commit();
+
+  private:
+    Database& db_;
+    bool done_ = false;
+};
+
+}  // namespace hlat::telemetry

@@ -1,0 +1,275 @@
+#include "telemetry/writer.h"
+
+#include "telemetry/schema.h"
+#include "telemetry/sqlite.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <tuple>
+
+namespace hlat::telemetry {
+
+double now_seconds() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Block size of metric_blocks; see schema.cpp.
+constexpr int64_t kBlockSteps = 64;
+
+// The writer thread's connection and prepared statements.
+class Writer::Connection {
+  public:
+    Connection(const std::string& path, int busy_timeout_ms)
+        : db(path, Database::Mode::Create, busy_timeout_ms),
+          ready((prepare_schema(db, true), true)),
+          insert_metric(db.prepare("INSERT OR REPLACE INTO metrics(run_id, key_id, step, value, wall_time) "
+                                   "VALUES (?1, ?2, ?3, ?4, ?5)")),
+          insert_rank(db.prepare("INSERT OR REPLACE INTO rank_metrics(run_id, key_id, step, rank, value, wall_time) "
+                                 "VALUES (?1, ?2, ?3, ?4, ?5, ?6)")),
+          refresh_block(db.prepare(
+              "INSERT OR REPLACE INTO metric_blocks(run_id, key_id, block, min_value, max_value, last_step, "
+              "last_value, has_nan) "
+              "SELECT ?1, ?2, ?3, min(value), max(value), max(step), "
+              "(SELECT value FROM metrics WHERE run_id = ?1 AND key_id = ?2 AND step BETWEEN ?4 AND ?5 "
+              "ORDER BY step DESC LIMIT 1), sum(value IS NULL) > 0 "
+              "FROM metrics WHERE run_id = ?1 AND key_id = ?2 AND step BETWEEN ?4 AND ?5")),
+          insert_event(db.prepare("INSERT INTO events(run_id, kind, step, wall_time, detail) VALUES (?1, ?2, ?3, ?4, ?5)")),
+          insert_alert(db.prepare("INSERT INTO alerts(run_id, kind, severity, step, message, data, wall_time) "
+                                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")),
+          insert_checkpoint(db.prepare("INSERT OR REPLACE INTO checkpoints(run_id, step, path, wall_time) "
+                                       "VALUES (?1, ?2, ?3, ?4)")),
+          insert_eval(db.prepare("INSERT OR REPLACE INTO evals(run_id, step, task, metric, value, wall_time) "
+                                 "VALUES (?1, ?2, ?3, ?4, ?5, ?6)")),
+          update_status(db.prepare("UPDATE runs SET status = ?2, ended_at = ?3 WHERE id = ?1")),
+          find_key(db.prepare("SELECT id FROM metric_keys WHERE name = ?1")),
+          insert_key(db.prepare("INSERT INTO metric_keys(name) VALUES (?1)")) {}
+
+    int64_t key_id(const std::string& name) {
+        auto it = keys.find(name);
+        if (it != keys.end()) return it->second;
+        find_key.bind(1, name);
+        int64_t id;
+        if (find_key.step()) {
+            id = find_key.column_int(0);
+        } else {
+            find_key.reset();
+            insert_key.bind(1, name).run();
+            id = db.last_insert_rowid();
+        }
+        find_key.reset();
+        return keys[name] = id;
+    }
+
+    void write_metric(int64_t run, const MetricPoint& p) {
+        int64_t key = key_id(p.key);
+        insert_metric.bind(1, run).bind(2, key).bind(3, p.step).bind(4, p.value).bind(5, p.wall_time).run();
+        touched.insert({run, key, p.step / kBlockSteps});
+    }
+
+    // Recomputes the summary of every block written in this transaction, from
+    // the rows themselves, so a replaced step never leaves a stale min or max.
+    void refresh_blocks() {
+        for (auto [run, key, block] : touched)
+            refresh_block.bind(1, run)
+                .bind(2, key)
+                .bind(3, block)
+                .bind(4, block * kBlockSteps)
+                .bind(5, block * kBlockSteps + kBlockSteps - 1)
+                .run();
+        touched.clear();
+    }
+
+    int64_t open_run(const RunRecord& r, bool resume) {
+        Statement find = db.prepare("SELECT id FROM runs WHERE name = ?1");
+        find.bind(1, r.name);
+        if (find.step()) {
+            int64_t id = find.column_int(0);
+            if (!resume)
+                throw StoreError(fmt::format("run \"{}\" already exists in store {}; resume it (--resume) or choose "
+                                             "another run name",
+                                             r.name, db.path()));
+            db.prepare("UPDATE runs SET status = 'running', ended_at = 0, config = ?2, precision = ?3, host = ?4, "
+                       "git_revision = ?5 WHERE id = ?1")
+                .bind(1, id).bind(2, r.config).bind(3, r.precision).bind(4, r.host).bind(5, r.git_revision).run();
+            return id;
+        }
+        db.prepare("INSERT INTO runs(name, config, precision, status, host, git_revision, source, started_at) "
+                   "VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6, ?7)")
+            .bind(1, r.name).bind(2, r.config).bind(3, r.precision).bind(4, r.host).bind(5, r.git_revision)
+            .bind(6, r.source).bind(7, r.started_at).run();
+        return db.last_insert_rowid();
+    }
+
+    Database db;
+    bool ready;
+    Statement insert_metric, insert_rank, refresh_block, insert_event, insert_alert, insert_checkpoint, insert_eval,
+        update_status, find_key, insert_key;
+    std::map<std::string, int64_t> keys;
+    std::set<std::tuple<int64_t, int64_t, int64_t>> touched;
+};
+
+Writer::Writer(const std::string& path, WriterOptions options)
+    : path_(path), options_(options), connection_(std::make_unique<Connection>(path, options.busy_timeout_ms)) {
+    thread_ = std::thread(&Writer::run, this);
+}
+
+Writer::~Writer() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stop_ = true;
+    }
+    not_empty_.notify_all();
+    if (thread_.joinable()) thread_.join();
+}
+
+void Writer::push(Item item) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (error_) std::rethrow_exception(error_);
+    if (queued_rows_ + item.rows > options_.queue_rows && queued_rows_ > 0) {
+        stats_.queue_full_waits++;
+        auto t0 = std::chrono::steady_clock::now();
+        not_full_.wait(lock, [&] { return error_ || queued_rows_ + item.rows <= options_.queue_rows || queued_rows_ == 0; });
+        stats_.queue_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (error_) std::rethrow_exception(error_);
+    }
+    queued_rows_ += item.rows;
+    bool urgent = std::holds_alternative<Flush>(item.payload) || std::holds_alternative<OpenRun>(item.payload);
+    queue_.push_back(std::move(item));
+    if (urgent || queued_rows_ >= options_.batch_rows) not_empty_.notify_one();
+}
+
+void Writer::run() {
+    using Clock = std::chrono::steady_clock;
+    auto last_commit = Clock::now();
+    for (;;) {
+        std::deque<Item> batch;
+        {
+            std::unique_lock<std::mutex> lock(mutex_);
+            auto urgent = [&] {
+                for (const Item& i : queue_)
+                    if (std::holds_alternative<Flush>(i.payload) || std::holds_alternative<OpenRun>(i.payload))
+                        return true;
+                return false;
+            };
+            not_empty_.wait_until(lock, last_commit + std::chrono::milliseconds(options_.flush_ms), [&] {
+                return stop_ || queued_rows_ >= options_.batch_rows || urgent();
+            });
+            if (queue_.empty()) {
+                if (stop_) return;
+                last_commit = Clock::now();
+                continue;
+            }
+            batch.swap(queue_);
+            queued_rows_ = 0;
+        }
+        not_full_.notify_all();
+
+        std::vector<std::pair<std::shared_ptr<std::promise<int64_t>>, int64_t>> opened;
+        std::vector<std::shared_ptr<std::promise<void>>> flushed;
+        long rows = 0;
+        try {
+            Connection& c = *connection_;
+            Transaction t(c.db);
+            for (Item& item : batch) {
+                rows += (long)item.rows;
+                std::visit(
+                    [&](auto& p) {
+                        using T = std::decay_t<decltype(p)>;
+                        if constexpr (std::is_same_v<T, std::vector<MetricPoint>>) {
+                            for (const MetricPoint& m : p) c.write_metric(item.run, m);
+                        } else if constexpr (std::is_same_v<T, RankMetricPoint>) {
+                            c.insert_rank.bind(1, item.run).bind(2, c.key_id(p.key)).bind(3, p.step).bind(4, p.rank)
+                                .bind(5, p.value).bind(6, p.wall_time).run();
+                        } else if constexpr (std::is_same_v<T, Event>) {
+                            c.insert_event.bind(1, item.run).bind(2, p.kind).bind(3, p.step).bind(4, p.wall_time)
+                                .bind(5, p.detail).run();
+                        } else if constexpr (std::is_same_v<T, Alert>) {
+                            c.insert_alert.bind(1, item.run).bind(2, p.kind).bind(3, p.severity).bind(4, p.step)
+                                .bind(5, p.message).bind(6, p.data).bind(7, p.wall_time).run();
+                        } else if constexpr (std::is_same_v<T, CheckpointRecord>) {
+                            c.insert_checkpoint.bind(1, item.run).bind(2, p.step).bind(3, p.path).bind(4, p.wall_time).run();
+                        } else if constexpr (std::is_same_v<T, EvalRecord>) {
+                            c.insert_eval.bind(1, item.run).bind(2, p.step).bind(3, p.task).bind(4, p.metric)
+                                .bind(5, p.value).bind(6, p.wall_time).run();
+                        } else if constexpr (std::is_same_v<T, Status>) {
+                            c.update_status.bind(1, item.run).bind(2, p.status).bind(3, p.ended_at).run();
+                        } else if constexpr (std::is_same_v<T, OpenRun>) {
+                            opened.push_back({p.result, c.open_run(p.run, p.resume)});
+                        } else if constexpr (std::is_same_v<T, Flush>) {
+                            flushed.push_back(p.done);
+                        }
+                    },
+                    item.payload);
+            }
+            c.refresh_blocks();
+            t.commit();
+        } catch (...) {
+            std::exception_ptr e = std::current_exception();
+            connection_->touched.clear();
+            for (Item& item : batch) {
+                if (auto* o = std::get_if<OpenRun>(&item.payload)) o->result->set_exception(e);
+                if (auto* f = std::get_if<Flush>(&item.payload)) f->done->set_exception(e);
+            }
+            std::lock_guard<std::mutex> lock(mutex_);
+            error_ = e;
+            for (Item& item : queue_) {
+                if (auto* o = std::get_if<OpenRun>(&item.payload)) o->result->set_exception(e);
+                if (auto* f = std::get_if<Flush>(&item.payload)) f->done->set_exception(e);
+            }
+            queue_.clear();
+            queued_rows_ = 0;
+            not_full_.notify_all();
+            return;
+        }
+        for (auto& [promise, id] : opened) promise->set_value(id);
+        for (auto& done : flushed) done->set_value();
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            stats_.rows_committed += rows;
+            stats_.commits++;
+        }
+        last_commit = Clock::now();
+    }
+}
+
+int64_t Writer::open_run(const RunRecord& run, bool resume) {
+    auto result = std::make_shared<std::promise<int64_t>>();
+    auto future = result->get_future();
+    push({0, OpenRun{run, resume, result}, 1});
+    return future.get();
+}
+
+void Writer::metric(int64_t run, const std::string& key, int64_t step, double value, double wall_time) {
+    push({run, std::vector<MetricPoint>{{key, step, value, wall_time}}, 1});
+}
+
+void Writer::metrics(int64_t run, std::vector<MetricPoint> points) {
+    size_t n = points.size();
+    push({run, std::move(points), n});
+}
+
+void Writer::rank_metric(int64_t run, RankMetricPoint point) { push({run, std::move(point), 1}); }
+void Writer::event(int64_t run, Event event) { push({run, std::move(event), 1}); }
+void Writer::alert(int64_t run, Alert alert) { push({run, std::move(alert), 1}); }
+void Writer::checkpoint(int64_t run, CheckpointRecord checkpoint) { push({run, std::move(checkpoint), 1}); }
+void Writer::eval(int64_t run, EvalRecord eval) { push({run, std::move(eval), 1}); }
+void Writer::set_status(int64_t run, const std::string& status, double ended_at) {
+    push({run, Status{status, ended_at}, 1});
+}
+
+void Writer::flush() {
+    auto done = std::make_shared<std::promise<void>>();
+    auto future = done->get_future();
+    push({0, Flush{done}, 1});
+    future.get();
+}
+
+WriterStats Writer::stats() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+}
+
+}  // namespace hlat::telemetry
