@@ -82,6 +82,10 @@ void RunTelemetry::heldout_loss(int64_t step, double loss) {
     writer_->eval(run_, {step, "heldout", "loss", loss, t});
 }
 
+void RunTelemetry::flush() {
+    if (writer_) writer_->flush();
+}
+
 void RunTelemetry::checkpoint(int64_t step, const std::string& path) {
     if (!writer_) return;
     writer_->checkpoint(run_, {step, path, now_seconds()});

@@ -25,6 +25,10 @@ class RunTelemetry {
     bool enabled() const { return writer_ != nullptr; }
     void step(const StepStats& s);
     void heldout_loss(int64_t step, double loss);
+    // Waits until every step so far is committed. Called before a checkpoint is
+    // written, so the store never lags behind the newest checkpoint: a run
+    // resumed after a SIGKILL then finds no gap in its series.
+    void flush();
     void checkpoint(int64_t step, const std::string& path);
     // Ends the run: status finished, stopped or crashed, with its event.
     void finish(const std::string& status, int64_t step, const std::string& detail);

@@ -257,6 +257,7 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
         if (data.loader) st.loader = data.loader->state();
         st.corpus_fingerprint = data.dataset ? data.dataset->fingerprint : "";
         st.tokenizer_fingerprint = data.tokenizer ? data.tokenizer->fingerprint() : "";
+        store.flush();
         std::string dir = save_checkpoint(config.run.out_dir, model, trainer.optimizer(), st,
                                           data.tokenizer ? data.tokenizer->path() : "", config.run.keep_checkpoints);
         store.checkpoint(st.step - 1, dir);

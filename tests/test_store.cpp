@@ -1,0 +1,279 @@
+// The telemetry store: what goes in comes out (NaN and Inf included), spikes
+// survive downsampling, uptime follows the events, readers see commits while
+// the writer runs, and every bad store is refused with a reason.
+#include "telemetry/ingest.h"
+#include "telemetry/reader.h"
+#include "telemetry/schema.h"
+#include "telemetry/writer.h"
+#include "test_util.h"
+
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace hlat {
+namespace {
+
+using namespace telemetry;
+
+RunRecord run_named(const std::string& name, double t = 1000.0) {
+    RunRecord r;
+    r.name = name;
+    r.config = R"({"model": {"dim": 8}})";
+    r.precision = "fp32";
+    r.started_at = t;
+    return r;
+}
+
+TEST(Store, ValuesRoundTripExactlyWithNanAndInf) {
+    test::ScratchDir dir("store_roundtrip");
+    std::string db = dir.file("s.db");
+    int64_t id;
+    {
+        Writer w(db);
+        id = w.open_run(run_named("a"), false);
+        w.metrics(id, {{"loss", 0, 2.5, 1.0}, {"loss", 1, NAN, 2.0}, {"loss", 2, INFINITY, 3.0},
+                       {"loss", 3, -INFINITY, 4.0}, {"loss", 4, 0.1 + 0.2, 5.0}});
+        w.event(id, {"start", 0, 1.0, ""});
+        w.alert(id, {"grad_spike", "warning", 3, "grad norm 5.0 over mean 1.0", R"({"norm": 5.0})", 4.0});
+        w.checkpoint(id, {4, "/tmp/ckpt", 5.0});
+        w.eval(id, {4, "heldout", "loss", 3.25, 5.0});
+    }  // the destructor drains and commits
+    Reader r(db);
+    auto s = r.series(id, "loss", 0, 100);
+    ASSERT_EQ(s.size(), 5u);
+    EXPECT_EQ(s[0].value, 2.5);
+    EXPECT_TRUE(std::isnan(s[1].value));
+    EXPECT_EQ(s[2].value, INFINITY);
+    EXPECT_EQ(s[3].value, -INFINITY);
+    EXPECT_EQ(s[4].value, 0.1 + 0.2) << "doubles are stored bit for bit";
+    EXPECT_EQ(r.keys(id), std::vector<std::string>{"loss"});
+    ASSERT_EQ(r.alerts(id).size(), 1u);
+    EXPECT_EQ(r.alerts(id)[0].message, "grad norm 5.0 over mean 1.0");
+    EXPECT_EQ(r.checkpoints(id)[0].path, "/tmp/ckpt");
+    EXPECT_EQ(r.evals(id)[0].value, 3.25);
+    auto runs = r.runs();
+    ASSERT_EQ(runs.size(), 1u);
+    EXPECT_EQ(runs[0].run.name, "a");
+    EXPECT_EQ(runs[0].last_step, 4);
+    EXPECT_EQ(runs[0].alerts, 1);
+}
+
+TEST(Store, DownsamplingKeepsEverySpike) {
+    test::ScratchDir dir("store_downsample");
+    std::string db = dir.file("s.db");
+    const int n = 100000;
+    int64_t id;
+    {
+        Writer w(db);
+        id = w.open_run(run_named("long"), false);
+        std::vector<MetricPoint> pts;
+        for (int i = 0; i < n; i++) {
+            double v = 1.0 + 0.001 * (i % 7);
+            if (i == 31337) v = 50.0;   // a one-step spike
+            if (i == 77777) v = -9.0;   // a one-step dip
+            if (i == 88888) v = NAN;
+            pts.push_back({"grad_norm", i, v, 0.0});
+        }
+        w.metrics(id, std::move(pts));
+    }
+    Reader r(db);
+    for (auto [first, last, buckets] : {std::tuple<int64_t, int64_t, int>{0, n - 1, 500}, {0, n - 1, 2000},
+                                        {31000, 32000, 200}, {10, 99990, 777}}) {
+        auto b = r.downsample(id, "grad_norm", first, last, buckets);
+        ASSERT_FALSE(b.empty());
+        EXPECT_LE((int)b.size(), buckets);
+        double hi = -INFINITY, lo = INFINITY;
+        bool nan = false;
+        for (const Bucket& x : b) {
+            hi = std::max(hi, x.max);
+            lo = std::min(lo, x.min);
+            nan |= x.has_nan;
+            EXPECT_GE(x.first_step, first);
+            EXPECT_LE(x.last_step, last);
+        }
+        if (first <= 31337 && 31337 <= last) {
+            EXPECT_EQ(hi, 50.0) << first << ".." << last;
+        }
+        if (first <= 77777 && 77777 <= last) {
+            EXPECT_EQ(lo, -9.0) << first << ".." << last;
+        }
+        if (first <= 88888 && 88888 <= last) {
+            EXPECT_TRUE(nan);
+        }
+        EXPECT_EQ(b.back().last_step, std::min<int64_t>(last, n - 1));
+    }
+    // Downsampled buckets agree with the raw points they summarize.
+    auto b = r.downsample(id, "grad_norm", 0, n - 1, 1000);
+    auto raw = r.series(id, "grad_norm", b[5].first_step, b[5].last_step);
+    double mx = -INFINITY;
+    for (auto& p : raw) mx = std::max(mx, p.value);
+    EXPECT_EQ(b[5].max, mx);
+    EXPECT_EQ(b[5].last, raw.back().value);
+}
+
+TEST(Store, ResumedRunReplacesRecomputedStepsAndBlocks) {
+    test::ScratchDir dir("store_resume");
+    std::string db = dir.file("s.db");
+    {
+        Writer w(db);
+        int64_t id = w.open_run(run_named("r"), false);
+        for (int i = 0; i < 100; i++) w.metric(id, "loss", i, i == 90 ? 1000.0 : 5.0, 0.0);
+    }
+    {
+        Writer w(db);
+        EXPECT_THROW(w.open_run(run_named("r"), false), StoreError) << "a second run of the same name needs resume";
+    }
+    {
+        Writer w(db);
+        int64_t id = w.open_run(run_named("r"), true);
+        for (int i = 80; i < 120; i++) w.metric(id, "loss", i, 4.0, 0.0);
+    }
+    Reader r(db);
+    int64_t id = r.find_run("r")->id;
+    auto s = r.series(id, "loss", 0, 1000);
+    ASSERT_EQ(s.size(), 120u) << "no duplicate, no missing step";
+    EXPECT_EQ(s[90].value, 4.0);
+    auto b = r.downsample(id, "loss", 0, 127, 1);
+    ASSERT_EQ(b.size(), 1u);
+    auto blocks = r.downsample(id, "loss", 0, 255, 2);  // 128-step buckets from 64-step blocks
+    for (const Bucket& x : blocks) EXPECT_LE(x.max, 5.0) << "the replaced spike left no stale block maximum";
+}
+
+TEST(Store, UptimeFollowsEvents) {
+    test::ScratchDir dir("store_uptime");
+    std::string db = dir.file("s.db");
+    int64_t id;
+    {
+        Writer w(db);
+        id = w.open_run(run_named("u"), false);
+        w.event(id, {"start", 0, 100.0, ""});
+        w.event(id, {"heartbeat", 10, 150.0, ""});
+        w.metric(id, "loss", 12, 1.0, 170.0);  // died without a word after this
+        w.event(id, {"restart", 12, 200.0, ""});
+        w.event(id, {"crash", 30, 260.0, "boom"});
+        w.event(id, {"restart", 30, 300.0, ""});
+        w.event(id, {"stop", 50, 400.0, ""});
+    }
+    Uptime u = Reader(db).uptime(id);
+    EXPECT_DOUBLE_EQ(u.training_seconds, 70.0 + 60.0 + 100.0);
+    EXPECT_DOUBLE_EQ(u.wall_seconds, 300.0);
+    EXPECT_NEAR(u.ratio, 230.0 / 300.0, 1e-12);
+    EXPECT_EQ(u.restarts, 2);
+}
+
+TEST(Store, ReaderSeesCommitsWhileTheWriterRuns) {
+    test::ScratchDir dir("store_live");
+    std::string db = dir.file("s.db");
+    Writer w(db);
+    int64_t id = w.open_run(run_named("live"), false);
+    Reader r(db);  // opened before any metric exists
+    for (int i = 0; i < 10; i++) w.metric(id, "loss", i, 1.0, 0.0);
+    w.flush();
+    EXPECT_EQ(r.series(id, "loss", 0, 100).size(), 10u);
+    for (int i = 10; i < 20; i++) w.metric(id, "loss", i, 1.0, 0.0);
+    w.flush();
+    EXPECT_EQ(r.series(id, "loss", 0, 100).size(), 20u);
+}
+
+TEST(Store, FullQueueMakesTheCallerWaitAndCountsIt) {
+    test::ScratchDir dir("store_full");
+    WriterOptions small;
+    small.queue_rows = 16;
+    small.batch_rows = 8;
+    Writer w(dir.file("s.db"), small);
+    int64_t id = w.open_run(run_named("q"), false);
+    for (int i = 0; i < 5000; i++) w.metric(id, "loss", i, 1.0, 0.0);
+    w.flush();
+    EXPECT_EQ(w.stats().rows_committed, 5000 + 2) << "every row arrives (and the open and flush requests)";
+    EXPECT_GT(w.stats().queue_full_waits, 0);
+    EXPECT_EQ(Reader(dir.file("s.db")).series(id, "loss", 0, 10000).size(), 5000u);
+}
+
+std::string store_error(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const StoreError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(Store, BadStoresAreRefusedWithAReason) {
+    test::ScratchDir dir("store_bad");
+    std::ofstream(dir.file("text.db")) << "this is a text file, not a database, and it is long enough to matter";
+    std::string e = store_error([&] { Reader r(dir.file("text.db")); });
+    EXPECT_NE(e.find("is not an hlat store: not a SQLite database"), std::string::npos) << e;
+    e = store_error([&] { Writer w(dir.file("text.db")); });
+    EXPECT_NE(e.find("not a SQLite database"), std::string::npos) << e;
+
+    e = store_error([&] { Reader r(dir.file("absent.db")); });
+    EXPECT_NE(e.find("absent.db does not exist"), std::string::npos) << e;
+    e = store_error([&] { Writer w(dir.file("no/such/folder/s.db")); });
+    EXPECT_NE(e.find("folder " + dir.file("no/such/folder") + " does not exist"), std::string::npos) << e;
+
+    // A store written by a newer hlat.
+    {
+        Writer w(dir.file("new.db"));
+    }
+    sqlite3* raw;
+    sqlite3_open(dir.file("new.db").c_str(), &raw);
+    sqlite3_exec(raw, "PRAGMA user_version = 99", nullptr, nullptr, nullptr);
+    sqlite3_close(raw);
+    e = store_error([&] { Reader r(dir.file("new.db")); });
+    EXPECT_NE(e.find("schema version 99, newer than this hlat understands (1)"), std::string::npos) << e;
+    e = store_error([&] { Writer w(dir.file("new.db")); });
+    EXPECT_NE(e.find("schema version 99"), std::string::npos) << e;
+}
+
+TEST(Store, ReadOnlyStoreIsReported) {
+    test::ScratchDir dir("store_ro");
+    { Writer w(dir.file("s.db")); }
+    // What a write through a read-only handle reports (a read-only file, folder
+    // or mount all end in SQLITE_READONLY).
+    std::string e = store_error([&] {
+        Database db(dir.file("s.db"), Database::Mode::ReadOnly, 100);
+        db.exec("CREATE TABLE t(x)");
+    });
+    EXPECT_NE(e.find("is read-only"), std::string::npos) << e;
+    if (::geteuid() != 0) {  // root ignores permission bits, so only a normal user can see the real case
+        std::filesystem::create_directories(dir.file("ro"));
+        { Writer w(dir.file("ro/s.db")); }
+        ::chmod(dir.file("ro/s.db").c_str(), 0444);
+        ::chmod(dir.file("ro").c_str(), 0555);
+        e = store_error([&] {
+            Writer w(dir.file("ro/s.db"));
+            w.open_run(run_named("x"), false);
+        });
+        ::chmod(dir.file("ro").c_str(), 0755);
+        EXPECT_NE(e.find("read-only"), std::string::npos) << e;
+    }
+}
+
+TEST(Store, LockedStoreIsRetriedThenReported) {
+    test::ScratchDir dir("store_locked");
+    std::string db = dir.file("s.db");
+    { Writer w(db); }
+    sqlite3* other;
+    sqlite3_open(db.c_str(), &other);
+    ASSERT_EQ(sqlite3_exec(other, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
+    WriterOptions quick;
+    quick.busy_timeout_ms = 300;
+    auto t0 = std::chrono::steady_clock::now();
+    std::string e = store_error([&] {
+        Writer w(db, quick);
+        w.open_run(run_named("blocked"), false);
+    });
+    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_NE(e.find("is locked by another connection (waited 300 ms)"), std::string::npos) << e;
+    EXPECT_GE(waited, 0.25) << "the lock was waited for before giving up";
+    sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr);
+    sqlite3_close(other);
+    Writer w(db, quick);
+    EXPECT_GT(w.open_run(run_named("free"), false), 0) << "works once the lock is gone";
+}
+
+}  // namespace
+}  // namespace hlat
