@@ -164,6 +164,37 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
     expect_matches_finite_differences(forward, qkv, dout, dqkv);
 }
 
+TEST(Attention, InjectedLeakSeesTheNextTokenAndStaysDifferentiable) {
+    const int B = 1, T = 70, NH = 2, NKV = 1, HD = 4, QKV = (NH + 2 * NKV) * HD, CA = NH * HD;
+    auto qkv = random_vector(B * T * QKV, 16);
+    std::vector<float> scratch(omp_get_max_threads() * AttentionScratch::floats(T));
+    std::vector<float> out(B * T * CA), out2(B * T * CA);
+    attention_forward(out.data(), nullptr, scratch.data(), qkv.data(), B, T, NH, NKV, HD, 1);
+    const int t = 65;  // across the 64-row block boundary
+    for (int i = t * QKV; i < (t + 1) * QKV; i++) qkv[i] += 1.0f;
+    attention_forward(out2.data(), nullptr, scratch.data(), qkv.data(), B, T, NH, NKV, HD, 1);
+    bool previous_changed = false;
+    for (int i = (t - 1) * CA; i < t * CA; i++) previous_changed |= out[i] != out2[i];
+    EXPECT_TRUE(previous_changed) << "with the leak, position t-1 sees token t";
+    for (int i = 0; i < (t - 1) * CA; i++) ASSERT_EQ(out[i], out2[i]) << "but nothing earlier does";
+
+    const int Ts = 6;
+    auto small = random_vector(Ts * QKV, 17), dout = random_vector(Ts * CA, 18);
+    std::vector<float> dqkv(small.size()), stored(NH * Ts * Ts), dqkv_stored(small.size());
+    attention_backward(dqkv.data(), scratch.data(), dout.data(), small.data(), nullptr, 1, Ts, NH, NKV, HD, 1);
+    std::vector<float> o(Ts * CA);
+    attention_forward(o.data(), stored.data(), scratch.data(), small.data(), 1, Ts, NH, NKV, HD, 1);
+    attention_backward(dqkv_stored.data(), scratch.data(), dout.data(), small.data(), stored.data(), 1, Ts, NH, NKV,
+                       HD, 1);
+    EXPECT_EQ(dqkv, dqkv_stored);
+    auto forward = [&](const std::vector<float>& x) {
+        std::vector<float> y(Ts * CA);
+        attention_forward(y.data(), nullptr, scratch.data(), x.data(), 1, Ts, NH, NKV, HD, 1);
+        return y;
+    };
+    expect_matches_finite_differences(forward, small, dout, dqkv);
+}
+
 TEST(RMSNorm, ForwardMatchesDefinition) {
     const int N = 3, C = 8;
     auto x = random_vector(N * C, 20), w = random_vector(C, 21);

@@ -131,47 +131,64 @@ void rope_backward(float* dqkv, const float* cos_table, const float* sin_table, 
 }
 
 // Scores of one (batch, head) pair, P = softmax(scale * Q K^T) under the causal
-// mask. Rows are computed in blocks: block rows [r0, r1) only see keys [0, r1),
-// which skips most of the masked upper triangle instead of computing and
-// discarding it.
+// mask: query i sees keys j <= i + lookahead (lookahead is 0 except when the
+// mask_leak fault is injected). Rows are computed in blocks: block rows
+// [r0, r1) only see keys [0, r1 + lookahead), which skips most of the masked
+// upper triangle instead of computing and discarding it.
 static constexpr int kAttBlock = 64;
 
-static void attention_probs(float* P, const float* q, const float* k, int T, int HD, int QKV,
-                            float scale) {
+static inline int visible_keys(int r1, int T, int lookahead) { return r1 + lookahead < T ? r1 + lookahead : T; }
+
+static void attention_probs(float* P, const float* q, const float* k, int T, int HD, int QKV, float scale,
+                            int lookahead) {
     for (int r0 = 0; r0 < T; r0 += kAttBlock) {
         int r1 = r0 + kAttBlock < T ? r0 + kAttBlock : T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, HD, scale,
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, visible_keys(r1, T, lookahead), HD, scale,
                     q + (long)r0 * QKV, QKV, k, QKV, 0.0f, P + (long)r0 * T, T);
     }
     for (int i = 0; i < T; i++) {
         float* row = P + (long)i * T;
+        const int last = i + lookahead < T ? i + lookahead : T - 1;
         float maxv = -INFINITY;
 #pragma omp simd reduction(max : maxv)
-        for (int j = 0; j <= i; j++) maxv = row[j] > maxv ? row[j] : maxv;
+        for (int j = 0; j <= last; j++) maxv = row[j] > maxv ? row[j] : maxv;
         float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-        for (int j = 0; j <= i; j++) {
+        for (int j = 0; j <= last; j++) {
             row[j] = vexp(row[j] - maxv);
             sum += row[j];
         }
         float inv = 1.0f / sum;
-        for (int j = 0; j <= i; j++) row[j] *= inv;
-        for (int j = i + 1; j < T; j++) row[j] = 0.0f;
+        for (int j = 0; j <= last; j++) row[j] *= inv;
+        for (int j = last + 1; j < T; j++) row[j] = 0.0f;
     }
 }
 
-// Y (T, HD, ld ldy) = P (T, T) @ X (T, HD, ld ldx), using that P is lower-triangular.
-static void causal_matmul(float* Y, int ldy, const float* P, const float* X, int ldx, int T, int HD,
-                          float beta) {
+// Y (T, HD, ld ldy) = P (T, T) @ X (T, HD, ld ldx), using that P is zero past
+// each row's visible keys.
+static void causal_matmul(float* Y, int ldy, const float* P, const float* X, int ldx, int T, int HD, float beta,
+                          int lookahead) {
     for (int r0 = 0; r0 < T; r0 += kAttBlock) {
         int r1 = r0 + kAttBlock < T ? r0 + kAttBlock : T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, HD, r1, 1.0f,
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, HD, visible_keys(r1, T, lookahead), 1.0f,
                     P + (long)r0 * T, T, X, ldx, beta, Y + (long)r0 * ldy, ldy);
     }
 }
 
-void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T,
-                       int NH, int NKV, int HD) {
+// Y (T, HD, ld ldy) += P^T (T, T) @ X (T, HD, ld ldx): key block [c0, c1) is
+// seen by query rows [c0 - lookahead, T) only.
+static void causal_matmul_transposed(float* Y, int ldy, const float* P, const float* X, int ldx, int T, int HD,
+                                     int lookahead) {
+    for (int c0 = 0; c0 < T; c0 += kAttBlock) {
+        int c1 = c0 + kAttBlock < T ? c0 + kAttBlock : T;
+        int first_row = c0 - lookahead > 0 ? c0 - lookahead : 0;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, HD, T - first_row, 1.0f,
+                    P + (long)first_row * T + c0, T, X + (long)first_row * ldx, ldx, 1.0f, Y + (long)c0 * ldy, ldy);
+    }
+}
+
+void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T, int NH, int NKV,
+                       int HD, int lookahead) {
     int QKV = (NH + 2 * NKV) * HD;
     int CA = NH * HD;
     int group = NH / NKV;
@@ -185,14 +202,14 @@ void attention_forward(float* out, float* att, float* scratch, const float* qkv,
             const float* v = base + (NH + NKV + h / group) * HD;
             float* P = att ? att + ((long)b * NH + h) * T * T
                            : scratch + omp_get_thread_num() * AttentionScratch::floats(T);
-            attention_probs(P, q, k, T, HD, QKV, scale);
-            causal_matmul(out + (long)b * T * CA + h * HD, CA, P, v, QKV, T, HD, 0.0f);
+            attention_probs(P, q, k, T, HD, QKV, scale, lookahead);
+            causal_matmul(out + (long)b * T * CA + h * HD, CA, P, v, QKV, T, HD, 0.0f, lookahead);
         }
     }
 }
 
-void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int NH, int NKV, int HD) {
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att, int B,
+                        int T, int NH, int NKV, int HD, int lookahead) {
     int QKV = (NH + 2 * NKV) * HD;
     int CA = NH * HD;
     int group = NH / NKV;
@@ -222,40 +239,30 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                 if (att) {
                     P = att + ((long)b * NH + h) * T * T;
                 } else {
-                    attention_probs(thread_scratch, q, k, T, HD, QKV, scale);
+                    attention_probs(thread_scratch, q, k, T, HD, QKV, scale, lookahead);
                     P = thread_scratch;
                 }
-                // dP = dO V^T on the lower triangle only.
+                // dP = dO V^T on the visible keys only.
                 for (int r0 = 0; r0 < T; r0 += kAttBlock) {
                     int r1 = r0 + kAttBlock < T ? r0 + kAttBlock : T;
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, HD, 1.0f,
-                                dO + (long)r0 * CA, CA, v, QKV, 0.0f, dP + (long)r0 * T, T);
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, visible_keys(r1, T, lookahead), HD,
+                                1.0f, dO + (long)r0 * CA, CA, v, QKV, 0.0f, dP + (long)r0 * T, T);
                 }
-                // dV += P^T dO: key block [c0, c1) is seen by query rows [c0, T).
-                for (int c0 = 0; c0 < T; c0 += kAttBlock) {
-                    int c1 = c0 + kAttBlock < T ? c0 + kAttBlock : T;
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, HD, T - c0, 1.0f,
-                                P + (long)c0 * T + c0, T, dO + (long)c0 * CA, CA, 1.0f,
-                                dv + (long)c0 * QKV, QKV);
-                }
-                // dS = P * (dP - rowsum(P * dP)), written over dP; zero above the diagonal.
+                causal_matmul_transposed(dv, QKV, P, dO, CA, T, HD, lookahead);  // dV += P^T dO
+                // dS = P * (dP - rowsum(P * dP)), written over dP; zero past the visible keys.
                 for (int i = 0; i < T; i++) {
                     const float* p = P + (long)i * T;
                     float* d = dP + (long)i * T;
+                    const int last = i + lookahead < T ? i + lookahead : T - 1;
                     float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-                    for (int j = 0; j <= i; j++) dot += p[j] * d[j];
-                    for (int j = 0; j <= i; j++) d[j] = p[j] * (d[j] - dot) * scale;
-                    for (int j = i + 1; j < T; j++) d[j] = 0.0f;
+                    for (int j = 0; j <= last; j++) dot += p[j] * d[j];
+                    for (int j = 0; j <= last; j++) d[j] = p[j] * (d[j] - dot) * scale;
+                    for (int j = last + 1; j < T; j++) d[j] = 0.0f;
                 }
                 // dQ = dS K ; dK += dS^T Q (dS already carries the score scale).
-                causal_matmul(dq, QKV, dP, k, QKV, T, HD, 0.0f);
-                for (int c0 = 0; c0 < T; c0 += kAttBlock) {
-                    int c1 = c0 + kAttBlock < T ? c0 + kAttBlock : T;
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, HD, T - c0, 1.0f,
-                                dP + (long)c0 * T + c0, T, q + (long)c0 * QKV, QKV, 1.0f,
-                                dk + (long)c0 * QKV, QKV);
-                }
+                causal_matmul(dq, QKV, dP, k, QKV, T, HD, 0.0f, lookahead);
+                causal_matmul_transposed(dk, QKV, dP, q, QKV, T, HD, lookahead);
             }
         }
     }

@@ -42,7 +42,9 @@ void rope_backward(float* dqkv, const float* cos_table, const float* sin_table, 
                    int NH, int NKV, int HD);
 
 // Causal softmax attention. out (B, T, NH*HD) from qkv (B, T, QKV). The causal
-// mask (key position <= query position) is generated here, never passed in.
+// mask (key position <= query position + lookahead) is generated here, never
+// passed in. lookahead is 0 for a correct model; 1 is the injected mask_leak
+// fault, where every position also sees the next token.
 // att (B, NH, T, T) receives the probabilities when non-null; when null they are
 // computed into per-thread scratch and not kept (activation checkpointing).
 // scratch holds AttentionScratch::floats(T) floats per OpenMP thread.
@@ -50,11 +52,11 @@ struct AttentionScratch {
     static long floats(int T) { return 2L * T * T; }
 };
 void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T,
-                       int NH, int NKV, int HD);
+                       int NH, int NKV, int HD, int lookahead = 0);
 // dqkv (B, T, QKV) is overwritten. att holds the forward probabilities, or is
 // null, in which case they are recomputed from qkv.
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int NH, int NKV, int HD);
+                        const float* att, int B, int T, int NH, int NKV, int HD, int lookahead = 0);
 
 // out (N, H) = silu(gate) * up, gate_up (N, 2H) = [gate | up].
 void swiglu_forward(float* out, const float* gate_up, int N, int H);

@@ -141,7 +141,7 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
         rmsnorm_forward(an, a.attn_rstd + (long)l * N, res, p.attn_norm + (long)l * C, N, C, eps);
         matmul_forward(qkv, an, p.qkv + (long)l * QKV * C, N, C, QKV);
         rope_forward(qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
-        attention_forward(att_out, att, attention_scratch(), qkv, B, T, NH, NKV, HD);
+        attention_forward(att_out, att, attention_scratch(), qkv, B, T, NH, NKV, HD, lookahead_);
         matmul_forward(mid, att_out, p.o_proj + (long)l * C * CA, N, CA, C);
         residual_forward(mid, mid, res, (long)N * C);
         rmsnorm_forward(fn, a.ffn_rstd + (long)l * N, mid, p.ffn_norm + (long)l * C, N, C, eps);
@@ -194,7 +194,7 @@ void Model::backward(float loss_scale) {
         matmul_backward(d_att_out_.data(), g.o_proj + (long)l * C * CA, d_res,
                         a.att_out + (long)l * N * CA, p.o_proj + (long)l * C * CA, N, CA, C);
         attention_backward(d_qkv_.data(), attention_scratch(), d_att_out_.data(), qkv, att, B, T,
-                           NH, NKV, HD);
+                           NH, NKV, HD, lookahead_);
         rope_backward(d_qkv_.data(), rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
         matmul_backward(d_norm, g.qkv + (long)l * QKV * C, d_qkv_.data(), a.attn_norm + nc,
                         p.qkv + (long)l * QKV * C, N, C, QKV);

@@ -74,6 +74,9 @@ class Model {
     // for the batch of the last forward with targets.
     void backward(float loss_scale);
     void zero_grad();
+    // The mask_leak fault: each position also attends to the next `lookahead`
+    // tokens. 0 (the default) is the correct causal model.
+    void set_mask_lookahead(int lookahead) { lookahead_ = lookahead; }
 
     const ModelConfig& config() const { return config_; }
     int batch_size() const { return B_; }
@@ -99,6 +102,7 @@ class Model {
     ModelConfig config_;
     int B_, T_;
     bool checkpoint_attention_;
+    int lookahead_ = 0;
     std::vector<TensorKind> kinds_;
     std::vector<float> params_, grads_;
     ParameterTensors p_, g_;
