@@ -23,6 +23,8 @@ const Command kCommands[] = {
     {"export", "write a checkpoint as a Hugging Face LLaMA folder", hlat::cli::export_command},
     {"runs", "list the runs of a telemetry store", hlat::cli::runs_command},
     {"ingest", "import another trainer's JSONL or CSV log into the store", hlat::cli::ingest_command},
+    {"detect", "replay a stored run through the detectors", hlat::cli::detect_command},
+    {"spikes", "gradient spike episodes of a stored run (the paper's Figure 2)", hlat::cli::spikes_command},
 };
 
 void print_usage() {

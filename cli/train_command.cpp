@@ -6,6 +6,7 @@
 #include <boost/program_options.hpp>
 
 #include <iostream>
+#include <vector>
 
 namespace hlat::cli {
 namespace po = boost::program_options;
@@ -32,6 +33,8 @@ int train_command(int argc, char** argv) {
         ("save", po::value<std::string>()->default_value(""), "write the final weights here (safetensors)")
         ("metrics-jsonl", po::value<std::string>()->default_value(""),
          "append a start record, one record per step and the held-out evaluations to this file")
+        ("inject", po::value<std::vector<std::string>>()->multitoken()->composing(),
+         "faults to inject, e.g. mask_leak@100 grad_spike@50:100 nan@70 lr_spike@60:10:5 (added to run.inject)")
         ("print-config", "print the effective config as JSON and exit");
     po::variables_map vm;
     po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
@@ -51,6 +54,8 @@ int train_command(int argc, char** argv) {
     if (!vm["name"].as<std::string>().empty()) config.run.name = vm["name"].as<std::string>();
     if (vm["threads"].as<int>() < 0) throw std::runtime_error("--threads must be >= 0");
     if (vm["threads"].as<int>() > 0) config.run.threads = vm["threads"].as<int>();
+    if (vm.count("inject"))
+        for (const std::string& spec : vm["inject"].as<std::vector<std::string>>()) config.run.inject.push_back(spec);
     validate_config(config);
 
     RunOptions options;

@@ -1,5 +1,7 @@
 #include "trainer/config.h"
 
+#include "trainer/faults.h"
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -123,11 +125,11 @@ const char* init_scaling_name(InitScaling s) {
 
 TrainConfig config_from_json(const json& j) {
     if (!j.is_object()) throw ConfigError("config must be a JSON object");
-    static const std::set<std::string> sections = {"model", "optimizer", "schedule", "data", "run"};
+    static const std::set<std::string> sections = {"model", "optimizer", "schedule", "data", "run", "detectors"};
     for (auto it = j.begin(); it != j.end(); ++it) {
         if (!sections.count(it.key()))
             throw ConfigError(fmt::format(
-                "unknown config section \"{}\"; expected model, optimizer, schedule, data or run", it.key()));
+                "unknown config section \"{}\"; expected model, optimizer, schedule, data, run or detectors", it.key()));
     }
     TrainConfig c;
     constexpr long kMaxInt = std::numeric_limits<int>::max();
@@ -194,8 +196,14 @@ TrainConfig config_from_json(const json& j) {
     r.integer("keep_checkpoints", c.run.keep_checkpoints, 0, kMaxInt);
     r.integer("eval_every", c.run.eval_every, 0, kMaxInt);
     r.integer("eval_batches", c.run.eval_batches, 1, 100000);
+    r.strings("inject", c.run.inject);
     r.reject_unknown();
 
+    try {
+        c.detectors = detectors::detectors_from_json(j.contains("detectors") ? j.at("detectors") : json());
+    } catch (const detectors::DetectorConfigError& e) {
+        throw ConfigError(e.what());
+    }
     validate_config(c);
     return c;
 }
@@ -222,6 +230,7 @@ void validate_config(const TrainConfig& c) {
     if (!c.data.corpus.empty() && c.data.tokenizer.empty())
         throw ConfigError("data.corpus is set but data.tokenizer is not: a corpus needs a SentencePiece model");
     if (c.run.out_dir.empty()) throw ConfigError("run.out_dir must not be empty");
+    parse_faults(c.run.inject);  // throws ConfigError naming a bad fault
     if ((long)c.run.batch_size * c.run.seq_len > std::numeric_limits<int>::max() / 4)
         throw ConfigError("run.batch_size * run.seq_len is too large");
 }
@@ -293,7 +302,9 @@ json config_to_json(const TrainConfig& c) {
           {"checkpoint_every", c.run.checkpoint_every},
           {"keep_checkpoints", c.run.keep_checkpoints},
           {"eval_every", c.run.eval_every},
-          {"eval_batches", c.run.eval_batches}}},
+          {"eval_batches", c.run.eval_batches},
+          {"inject", c.run.inject}}},
+        {"detectors", detectors::detectors_to_json(c.detectors)},
     };
 }
 

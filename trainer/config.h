@@ -1,7 +1,9 @@
 // Training configuration: one JSON file with sections model, optimizer,
-// schedule, data and run. Every field has a documented default (see README); a field
+// schedule, data, run and detectors. Every field has a documented default (see README); a field
 // of the wrong type, out of range, or unknown is an error naming it.
 #pragma once
+
+#include "detectors/config.h"
 
 #include <nlohmann/json.hpp>
 
@@ -73,6 +75,9 @@ struct RunConfig {
     std::string name;                       // run name in the store; empty: the out_dir's folder name
     std::string store = "runs/hlat.db";     // telemetry store (SQLite); empty: none
     int tensor_norms_every = 50;            // steps between per-layer, per-tensor norms; 0: never
+    // Faults to inject, e.g. "mask_leak@100", "grad_spike@50:100", "nan@70",
+    // "lr_spike@60:10:5" (see faults.h); recorded with the run's config.
+    std::vector<std::string> inject;
     int checkpoint_every = 0;               // steps between checkpoints; 0: only at the end
     int keep_checkpoints = 3;               // newest kept; 0 keeps all
     int eval_every = 100;                   // steps between held-out evaluations; 0: never
@@ -85,6 +90,7 @@ struct TrainConfig {
     ScheduleConfig schedule;
     DataConfig data;
     RunConfig run;
+    detectors::DetectorsConfig detectors;
 };
 
 // Parses and validates a config; throws ConfigError naming the offending field.

@@ -82,6 +82,10 @@ void RunTelemetry::heldout_loss(int64_t step, double loss) {
     writer_->eval(run_, {step, "heldout", "loss", loss, t});
 }
 
+void RunTelemetry::alert(const telemetry::Alert& alert) {
+    if (writer_) writer_->alert(run_, alert);
+}
+
 void RunTelemetry::flush() {
     if (writer_) writer_->flush();
 }
@@ -94,7 +98,7 @@ void RunTelemetry::checkpoint(int64_t step, const std::string& path) {
 
 void RunTelemetry::finish(const std::string& status, int64_t step, const std::string& detail) {
     if (!writer_) return;
-    event(status == "crashed" ? "crash" : "stop", step, detail);
+    event(status == "crashed" ? "crash" : status == "halted" ? "halt" : "stop", step, detail);
     writer_->set_status(run_, status, now_seconds());
     writer_->flush();
 }

@@ -30,7 +30,8 @@ class RunTelemetry {
     // resumed after a SIGKILL then finds no gap in its series.
     void flush();
     void checkpoint(int64_t step, const std::string& path);
-    // Ends the run: status finished, stopped or crashed, with its event.
+    void alert(const telemetry::Alert& alert);
+    // Ends the run: status finished, stopped, halted or crashed, with its event.
     void finish(const std::string& status, int64_t step, const std::string& detail);
     // Rows written, commits and waits on a full queue, for the closing log line.
     std::string summary() const;

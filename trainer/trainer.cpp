@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <chrono>
+#include <cmath>
 
 namespace hlat {
 
@@ -22,7 +23,7 @@ void set_thread_count(int threads) {
 }
 
 Trainer::Trainer(const TrainConfig& config, BatchSource& data, double peak_gflops)
-    : config_(config), data_(data), peak_gflops_(peak_gflops) {
+    : config_(config), data_(data), peak_gflops_(peak_gflops), faults_(parse_faults(config.run.inject)) {
     model_ = std::make_unique<Model>(config.model, config.run.batch_size, config.run.seq_len,
                                      config.run.activation_checkpointing);
     optimizer_ = std::make_unique<AdamW>(config.optimizer, model_->num_parameters());
@@ -48,6 +49,7 @@ StepStats Trainer::step(bool tensor_norms) {
     s.step = step_;
     auto t_step = Clock::now();
     model_->zero_grad();
+    model_->set_mask_lookahead(faults_.mask_leak_from >= 0 && step_ >= faults_.mask_leak_from ? 1 : 0);
     double loss_sum = 0.0;
     // Every token of the step weighs the same: the loss is the mean over all
     // micro-batches, so each backward scales by 1 / (B * T * accum).
@@ -65,11 +67,22 @@ StepStats Trainer::step(bool tensor_norms) {
     }
     auto t0 = Clock::now();
     s.loss = loss_sum / accum;
+    if (step_ == faults_.grad_spike_at) {
+        float f = (float)faults_.grad_spike_factor;
+        float* g = model_->grads();
+        for (long i = 0; i < model_->num_parameters(); i++) g[i] *= f;
+    }
+    if (step_ == faults_.nan_at) model_->grads()[model_->num_parameters() / 2] = NAN;
     if (tensor_norms) append_tensor_norms(s.tensor_norms, *model_, model_->grads(), "grad_norm");
     s.grad_norm = clip_grad_norm(model_->grads(), model_->num_parameters(),
                                  config_.optimizer.grad_clip, &s.clipped);
     s.lr = learning_rate(config_.schedule, step_);
-    optimizer_->step(*model_, s.lr);
+    if (faults_.lr_spike_from >= 0 && step_ >= faults_.lr_spike_from && step_ < faults_.lr_spike_from + faults_.lr_spike_steps)
+        s.lr *= faults_.lr_spike_factor;
+    // A non-finite loss or gradient never reaches the weights: the update is
+    // skipped and the detectors report it.
+    s.update_skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
+    if (!s.update_skipped) optimizer_->step(*model_, s.lr);
     s.param_norm = l2_norm(model_->params(), model_->num_parameters());
     if (tensor_norms) append_tensor_norms(s.tensor_norms, *model_, model_->params(), "param_norm");
     s.optimizer_seconds = seconds_since(t0);

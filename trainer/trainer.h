@@ -5,6 +5,7 @@
 
 #include "trainer/batch_source.h"
 #include "trainer/config.h"
+#include "trainer/faults.h"
 #include "trainer/model.h"
 #include "trainer/optimizer.h"
 
@@ -27,6 +28,7 @@ struct StepStats {
     double data_seconds, forward_seconds, backward_seconds, optimizer_seconds;
     double tokens_per_second;
     double mfu;             // model FLOPs/s over peak_gflops; 0 when the peak is unknown
+    bool update_skipped;    // the loss or gradient was not finite: the weights were left as they were
     // When asked for: ("grad_norm/layers.3.qkv_proj", x), ("param_norm/kind/o_proj", y), ...
     // Gradient norms are taken before clipping, parameter norms after the update.
     std::vector<std::pair<std::string, double>> tensor_norms;
@@ -50,6 +52,7 @@ class Trainer {
     TrainConfig config_;
     BatchSource& data_;
     double peak_gflops_;
+    Faults faults_;
     std::unique_ptr<Model> model_;
     std::unique_ptr<AdamW> optimizer_;
     std::vector<int32_t> inputs_, targets_;

@@ -3,6 +3,9 @@
 #include "trainer/checkpoint.h"
 #include "trainer/dataset.h"
 #include "trainer/flops.h"
+#include "detectors/detector.h"
+#include "detectors/webhook.h"
+#include "trainer/leak_probe.h"
 #include "trainer/loader.h"
 #include "trainer/run_telemetry.h"
 #include "trainer/token_file.h"
@@ -263,8 +266,8 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
         store.checkpoint(st.step - 1, dir);
         spdlog::info("checkpoint {}", dir);
     };
-    auto evaluate = [&]() {
-        if (data.eval_batches.empty()) return;
+    auto evaluate = [&]() -> double {
+        if (data.eval_batches.empty()) return NAN;
         double loss = heldout_loss(model, data.eval_batches, B, T);
         spdlog::info("step {:>6} | held-out loss {:.4f} (unigram entropy {:.3f})", trainer.next_step(), loss,
                      data.heldout_unigram_entropy);
@@ -273,13 +276,42 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
             metrics << nlohmann::json{{"event", "eval"}, {"step", trainer.next_step() - 1}, {"heldout_loss", loss}}.dump()
                     << "\n"
                     << std::flush;
+        return loss;
+    };
+
+    // Detectors: every alert goes to the log, the store and the webhook; one
+    // whose policy is halt stops the run after this step.
+    detectors::DetectorSuite suite(config.detectors);
+    std::unique_ptr<detectors::Webhook> webhook;
+    if (!config.detectors.webhook.empty())
+        webhook = std::make_unique<detectors::Webhook>(config.detectors.webhook, run_name(config));
+    std::string halt_reason;
+    auto raise = [&](telemetry::Alert alert, detectors::Policy policy) {
+        alert.wall_time = telemetry::now_seconds();
+        bool halt = policy == detectors::Policy::Halt;
+        auto level = alert.severity == "critical" ? spdlog::level::err : spdlog::level::warn;
+        spdlog::log(level, "ALERT {} at step {}: {}{}", alert.kind, alert.step, alert.message, halt ? " -> halting" : "");
+        store.alert(alert);
+        if (metrics.is_open())
+            metrics << nlohmann::json{{"event", "alert"}, {"kind", alert.kind}, {"step", alert.step},
+                                      {"severity", alert.severity}, {"message", alert.message}}
+                           .dump()
+                    << "\n";
+        if (webhook) webhook->post(alert);
+        if (halt && halt_reason.empty()) halt_reason = fmt::format("{} at step {}: {}", alert.kind, alert.step, alert.message);
+    };
+    const detectors::LeakProbeConfig& probe = config.detectors.leak_probe;
+    auto run_probe = [&](int64_t step) {
+        if (probe.policy == detectors::Policy::Off) return;
+        if (auto leak = probe_causality(model, step)) raise(*leak, probe.policy);
     };
 
     const int first = trainer.next_step();
     double elapsed = 0.0, data_wait = 0.0;
     StopSignals signals;
     try {
-        while (trainer.next_step() < total_steps && !g_stop_signal) {
+        if (trainer.next_step() < total_steps) run_probe(trainer.next_step());
+        while (trainer.next_step() < total_steps && !g_stop_signal && halt_reason.empty()) {
             const int norms_every = config.run.tensor_norms_every;
             bool norms = norms_every > 0 && trainer.next_step() % norms_every == 0;
             StepStats s = trainer.step(norms);
@@ -296,9 +328,32 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
                              s.lr, s.tokens_per_second, 100.0 * s.mfu, 100.0 * s.data_seconds / s.step_seconds,
                              format_duration(eta));
             }
-            if (config.run.eval_every > 0 && done % config.run.eval_every == 0) evaluate();
+            double heldout = NAN;
+            if (config.run.eval_every > 0 && done % config.run.eval_every == 0) heldout = evaluate();
+            detectors::StepRecord record;
+            record.step = s.step;
+            record.loss = s.loss;
+            record.grad_norm = s.grad_norm;
+            record.param_norm = s.param_norm;
+            record.lr = s.lr;
+            record.heldout_loss = heldout;
+            for (detectors::Fired& f : suite.observe(record)) raise(std::move(f.alert), f.policy);
+            if (done % probe.every == 0) run_probe(s.step);
+            if (!halt_reason.empty()) break;
             if (config.run.checkpoint_every > 0 && done % config.run.checkpoint_every == 0 && done != total_steps)
                 checkpoint();
+        }
+        if (!halt_reason.empty()) {
+            // Keep the state if it is still finite (a skipped update leaves it so).
+            if (std::isfinite(l2_norm(model.params(), model.num_parameters()))) {
+                checkpoint();
+            } else {
+                spdlog::error("no checkpoint at the halt: the weights are not finite; the last good one stays");
+            }
+            store.finish("halted", trainer.next_step() - 1, halt_reason);
+            spdlog::error("halted after step {}: {}", trainer.next_step(), halt_reason);
+            spdlog::info("{}", store.summary());
+            return kExitHalted;
         }
         if (trainer.next_step() > first) {
             if (config.run.eval_every > 0 && trainer.next_step() % config.run.eval_every != 0) evaluate();

@@ -19,9 +19,12 @@ struct RunOptions {
     std::string metrics_jsonl;       // append start, step and eval records here
 };
 
+// Exit code of a run that a detector halted. A supervisor must not restart it.
+constexpr int kExitHalted = 3;
+
 // Runs the training described by config and options and returns the exit code:
-// 0 when it reached its steps, 128 + N when signal N (SIGINT, SIGTERM) stopped
-// it, after a checkpoint and with everything committed to the store. Throws
+// 0 when it reached its steps, kExitHalted (3) when a detector with the halt
+// policy stopped it, 128 + N when signal N (SIGINT, SIGTERM) stopped it, after a checkpoint and with everything committed to the store. Throws
 // with a message for the user on bad input (config, data, checkpoint); a
 // failure during training is recorded as a crash in the store first.
 int run_training(const TrainConfig& config, const RunOptions& options);

@@ -1,0 +1,97 @@
+// Stability detectors over step records. The same code runs online inside
+// `hlat train` and offline in `hlat detect`, which replays a stored run; given
+// the same records both raise the same alerts.
+//
+// Rules, defaults and evidence (config.h holds the knobs):
+// - grad_spike: running mean r of the grad norm over the previous `window`
+//   (20) steps. An episode (the paper's measure) runs while the norm exceeds
+//   r + threshold (additive, 0.1), r * threshold (ratio) or r + threshold
+//   standard deviations (zscore). Alerts: "grad_spike" when a norm exceeds
+//   alert_ratio (5) x r, once per episode; "sustained_grad_spike" when an
+//   episode reaches sustained_steps (50). Evidence: norm, mean, ratio, length.
+// - nonfinite: a NaN or Inf loss or grad norm. The trainer skips that update,
+//   so no poisoned weights are written. Evidence: loss, grad norm.
+// - loss_floor: the smoothed training loss (EMA, alpha 0.1) below `floor`
+//   (0.05 nats), or more than heldout_gap (2 nats) below the latest held-out
+//   loss: the signature of a leak. Evidence: smoothed loss, held-out loss.
+// - loss_jump: a loss more than `margin` (1 nat) above the maximum of the
+//   previous `window` (50) steps. Evidence: loss, recent maximum.
+// - divergence: over `window` (200) steps the grad norm trend (EMA) grew by
+//   grad_growth (3x) while the loss trend fell by no more than min_loss_drop.
+//   Evidence: both trends at both ends.
+// The causality probe (leak_probe) needs the model, so it lives in the
+// trainer; its alerts go to the same store.
+#pragma once
+
+#include "detectors/config.h"
+#include "telemetry/records.h"
+
+#include <cmath>
+#include <deque>
+#include <memory>
+#include <vector>
+
+namespace hlat::detectors {
+
+// One training step as the store holds it. Fields a trainer did not report
+// are NaN.
+struct StepRecord {
+    int64_t step = 0;
+    bool has_loss = true;       // false: the trainer does not report it (not the same as NaN)
+    bool has_grad_norm = true;
+    double loss = NAN;
+    double grad_norm = NAN;
+    double param_norm = NAN;
+    double lr = NAN;
+    double heldout_loss = NAN;  // when a held-out evaluation followed this step
+};
+
+// An alert and what its policy says to do.
+struct Fired {
+    telemetry::Alert alert;
+    Policy policy;
+};
+
+class Detector {
+  public:
+    virtual ~Detector() = default;
+    virtual void observe(const StepRecord& r, std::vector<telemetry::Alert>& out) = 0;
+};
+
+// Every enabled step-record detector, in a fixed order.
+class DetectorSuite {
+  public:
+    explicit DetectorSuite(const DetectorsConfig& config);
+    ~DetectorSuite();
+    // Alerts of this step (wall_time left 0 for the caller to stamp).
+    std::vector<Fired> observe(const StepRecord& r);
+
+  private:
+    std::vector<std::pair<std::unique_ptr<Detector>, Policy>> detectors_;
+};
+
+// The paper's spike episodes: feed grad norms in step order.
+class SpikeTracker {
+  public:
+    SpikeTracker(int window, SpikeRule rule, double threshold);
+    struct Observation {
+        bool window_full;    // r is over a full window
+        double mean;         // r, over the previous steps
+        bool in_episode;     // this step is part of a spike episode
+        bool episode_start;  // and the first one of it
+        int episode_length;  // steps so far in the episode (0 outside)
+        int ended_length;    // length of an episode that ended just before this step, else 0
+    };
+    Observation observe(double grad_norm);
+    // Length of an episode still open at the end of the series, else 0.
+    int open_length() const { return length_; }
+
+  private:
+    int window_;
+    SpikeRule rule_;
+    double threshold_;
+    std::deque<double> recent_;
+    int length_ = 0;
+};
+
+}  // namespace hlat::detectors

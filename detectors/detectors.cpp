@@ -1,0 +1,233 @@
+#include "detectors/detector.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <numeric>
+
+namespace hlat::detectors {
+
+using telemetry::Alert;
+using json = nlohmann::json;
+
+SpikeTracker::SpikeTracker(int window, SpikeRule rule, double threshold)
+    : window_(window), rule_(rule), threshold_(threshold) {}
+
+SpikeTracker::Observation SpikeTracker::observe(double g) {
+    Observation o{};
+    o.window_full = (int)recent_.size() == window_;
+    double n = (double)recent_.size();
+    o.mean = n ? std::accumulate(recent_.begin(), recent_.end(), 0.0) / n : NAN;
+    bool spike = false;
+    if (n > 0 && std::isfinite(g)) {
+        switch (rule_) {
+            case SpikeRule::Additive: spike = g > o.mean + threshold_; break;
+            case SpikeRule::Ratio: spike = g > o.mean * threshold_; break;
+            case SpikeRule::ZScore: {
+                double var = 0.0;
+                for (double x : recent_) var += (x - o.mean) * (x - o.mean);
+                spike = g > o.mean + threshold_ * std::sqrt(var / n);
+                break;
+            }
+        }
+    }
+    if (spike) {
+        o.episode_start = length_ == 0;
+        o.episode_length = ++length_;
+        o.in_episode = true;
+    } else {
+        o.ended_length = length_;
+        length_ = 0;
+    }
+    if (std::isfinite(g)) {
+        recent_.push_back(g);
+        if ((int)recent_.size() > window_) recent_.pop_front();
+    }
+    return o;
+}
+
+namespace {
+
+Alert make_alert(const char* kind, const char* severity, int64_t step, std::string message, json data) {
+    return {kind, severity, step, std::move(message), data.dump(), 0.0};
+}
+
+class GradSpike : public Detector {
+  public:
+    explicit GradSpike(const GradSpikeConfig& c) : c_(c), tracker_(c.window, c.rule, c.threshold) {}
+    void observe(const StepRecord& r, std::vector<Alert>& out) override {
+        SpikeTracker::Observation o = tracker_.observe(r.grad_norm);
+        if (!o.in_episode) {
+            alerted_ratio_ = alerted_length_ = false;
+            return;
+        }
+        double ratio = r.grad_norm / o.mean;
+        if (o.window_full && ratio > c_.alert_ratio && !alerted_ratio_) {
+            alerted_ratio_ = true;
+            out.push_back(make_alert(
+                "grad_spike", "warning", r.step,
+                fmt::format("gradient norm {:.4g} is {:.1f}x its mean of the last {} steps ({:.4g})", r.grad_norm,
+                            ratio, c_.window, o.mean),
+                {{"grad_norm", r.grad_norm}, {"mean", o.mean}, {"ratio", ratio}, {"window", c_.window}}));
+        }
+        if (o.episode_length >= c_.sustained_steps && !alerted_length_) {
+            alerted_length_ = true;
+            out.push_back(make_alert(
+                "sustained_grad_spike", "critical", r.step,
+                fmt::format("gradient norm has stayed above its running mean for {} steps: a sign of coming "
+                            "divergence",
+                            o.episode_length),
+                {{"grad_norm", r.grad_norm}, {"mean", o.mean}, {"episode_steps", o.episode_length}}));
+        }
+    }
+
+  private:
+    GradSpikeConfig c_;
+    SpikeTracker tracker_;
+    bool alerted_ratio_ = false, alerted_length_ = false;
+};
+
+class NonFinite : public Detector {
+  public:
+    void observe(const StepRecord& r, std::vector<Alert>& out) override {
+        bool loss_bad = r.has_loss && !std::isfinite(r.loss);
+        bool grad_bad = r.has_grad_norm && !std::isfinite(r.grad_norm);
+        if (!loss_bad && !grad_bad) return;
+        const char* what = loss_bad && grad_bad ? "loss and gradient norm are" : loss_bad ? "loss is" : "gradient norm is";
+        out.push_back(make_alert("nonfinite", "critical", r.step,
+                                 fmt::format("{} not finite (loss {}, grad norm {}); the update of this step was "
+                                             "skipped",
+                                             what, r.loss, r.grad_norm),
+                                 {{"loss", std::isfinite(r.loss) ? json(r.loss) : json(fmt::format("{}", r.loss))},
+                                  {"grad_norm", std::isfinite(r.grad_norm) ? json(r.grad_norm)
+                                                                           : json(fmt::format("{}", r.grad_norm))}}));
+    }
+};
+
+class LossFloor : public Detector {
+  public:
+    explicit LossFloor(const LossFloorConfig& c) : c_(c) {}
+    void observe(const StepRecord& r, std::vector<Alert>& out) override {
+        if (!std::isfinite(r.loss)) return;
+        ema_ = std::isnan(ema_) ? r.loss : 0.9 * ema_ + 0.1 * r.loss;
+        if (std::isfinite(r.heldout_loss)) heldout_ = r.heldout_loss;
+        bool below_floor = ema_ < c_.floor;
+        if (below_floor && !floor_alerted_) {
+            floor_alerted_ = true;
+            out.push_back(make_alert(
+                "loss_floor", "critical", r.step,
+                fmt::format("training loss has slid to {:.4g} nats, below the floor of {:.4g}: is the model seeing "
+                            "the tokens it predicts?",
+                            ema_, c_.floor),
+                {{"smoothed_loss", ema_}, {"floor", c_.floor}}));
+        }
+        if (!below_floor) floor_alerted_ = false;
+        bool below_heldout = std::isfinite(heldout_) && ema_ < heldout_ - c_.heldout_gap;
+        if (below_heldout && !gap_alerted_) {
+            gap_alerted_ = true;
+            out.push_back(make_alert(
+                "loss_below_heldout", "warning", r.step,
+                fmt::format("training loss {:.4g} is {:.2f} nats below the held-out loss {:.4g}", ema_, heldout_ - ema_,
+                            heldout_),
+                {{"smoothed_loss", ema_}, {"heldout_loss", heldout_}, {"gap", c_.heldout_gap}}));
+        }
+        if (!below_heldout) gap_alerted_ = false;
+    }
+
+  private:
+    LossFloorConfig c_;
+    double ema_ = NAN, heldout_ = NAN;
+    bool floor_alerted_ = false, gap_alerted_ = false;
+};
+
+class LossJump : public Detector {
+  public:
+    explicit LossJump(const LossJumpConfig& c) : c_(c) {}
+    void observe(const StepRecord& r, std::vector<Alert>& out) override {
+        if (!std::isfinite(r.loss)) return;
+        if ((int)recent_.size() == c_.window) {
+            double max = *std::max_element(recent_.begin(), recent_.end());
+            bool jump = r.loss > max + c_.margin;
+            if (jump && !alerted_) {
+                alerted_ = true;
+                out.push_back(make_alert(
+                    "loss_jump", "warning", r.step,
+                    fmt::format("loss {:.4g} is {:.2f} nats above its maximum of the last {} steps ({:.4g})", r.loss,
+                                r.loss - max, c_.window, max),
+                    {{"loss", r.loss}, {"recent_max", max}, {"window", c_.window}}));
+            }
+            if (!jump) alerted_ = false;
+        }
+        recent_.push_back(r.loss);
+        if ((int)recent_.size() > c_.window) recent_.pop_front();
+    }
+
+  private:
+    LossJumpConfig c_;
+    std::deque<double> recent_;
+    bool alerted_ = false;
+};
+
+class Divergence : public Detector {
+  public:
+    explicit Divergence(const DivergenceConfig& c) : c_(c), alpha_(2.0 / (c.window / 4.0 + 1.0)) {}
+    void observe(const StepRecord& r, std::vector<Alert>& out) override {
+        if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) return;
+        grad_ = std::isnan(grad_) ? r.grad_norm : (1 - alpha_) * grad_ + alpha_ * r.grad_norm;
+        loss_ = std::isnan(loss_) ? r.loss : (1 - alpha_) * loss_ + alpha_ * r.loss;
+        history_.push_back({grad_, loss_});
+        if ((int)history_.size() <= c_.window) return;
+        history_.pop_front();
+        // Only once the trends have had a window to settle.
+        if (++seen_ < c_.window) return;
+        auto [grad_then, loss_then] = history_.front();
+        bool diverging = grad_ > c_.grad_growth * grad_then && loss_then - loss_ <= c_.min_loss_drop;
+        if (diverging && !alerted_) {
+            alerted_ = true;
+            out.push_back(make_alert(
+                "divergence", "critical", r.step,
+                fmt::format("gradient norm trend grew {:.1f}x over {} steps ({:.4g} to {:.4g}) while the loss trend "
+                            "went from {:.4g} to {:.4g}",
+                            grad_ / grad_then, c_.window, grad_then, grad_, loss_then, loss_),
+                {{"grad_trend_then", grad_then}, {"grad_trend_now", grad_}, {"loss_trend_then", loss_then},
+                 {"loss_trend_now", loss_}, {"window", c_.window}}));
+        }
+        if (!diverging) alerted_ = false;
+    }
+
+  private:
+    DivergenceConfig c_;
+    double alpha_;
+    double grad_ = NAN, loss_ = NAN;
+    std::deque<std::pair<double, double>> history_;
+    int seen_ = 0;
+    bool alerted_ = false;
+};
+
+}  // namespace
+
+DetectorSuite::DetectorSuite(const DetectorsConfig& c) {
+    auto add = [&](std::unique_ptr<Detector> d, Policy p) {
+        if (p != Policy::Off) detectors_.push_back({std::move(d), p});
+    };
+    add(std::make_unique<NonFinite>(), c.nonfinite.policy);
+    add(std::make_unique<GradSpike>(c.grad_spike), c.grad_spike.policy);
+    add(std::make_unique<LossFloor>(c.loss_floor), c.loss_floor.policy);
+    add(std::make_unique<LossJump>(c.loss_jump), c.loss_jump.policy);
+    add(std::make_unique<Divergence>(c.divergence), c.divergence.policy);
+}
+
+DetectorSuite::~DetectorSuite() = default;
+
+std::vector<Fired> DetectorSuite::observe(const StepRecord& r) {
+    std::vector<Fired> out;
+    for (auto& [d, policy] : detectors_) {
+        std::vector<Alert> alerts;
+        d->observe(r, alerts);
+        for (Alert& a : alerts) out.push_back({std::move(a), policy});
+    }
+    return out;
+}
+
+}  // namespace hlat::detectors

@@ -1,0 +1,315 @@
+// Detectors: each rule on records made to trip it or not, bad settings, and
+// the trainer with injected faults: online and offline alerts agree, a halt
+// stops the run cleanly, and the webhook delivers.
+#include "detectors/config.h"
+#include "detectors/detector.h"
+#include "detectors/replay.h"
+#include "telemetry/reader.h"
+#include "test_util.h"
+#include "trainer/checkpoint.h"
+
+#include <arpa/inet.h>
+#include <civetweb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <fmt/format.h>
+
+#include <fstream>
+#include <mutex>
+
+namespace hlat {
+namespace {
+
+using namespace detectors;
+
+std::vector<std::string> kinds(const std::vector<Fired>& fired) {
+    std::vector<std::string> out;
+    for (const Fired& f : fired) out.push_back(f.alert.kind);
+    return out;
+}
+
+std::vector<StepRecord> noisy_run(int n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<double> noise(0.0, 0.05);
+    std::vector<StepRecord> out;
+    for (int i = 0; i < n; i++) {
+        StepRecord r;
+        r.step = i;
+        r.loss = 4.0 * std::exp(-i / 300.0) + 1.5 + noise(rng);
+        r.grad_norm = 1.0 + 0.5 * std::exp(-i / 100.0) + std::fabs(noise(rng)) * 2;
+        out.push_back(r);
+    }
+    return out;
+}
+
+TEST(SpikeTracker, CountsEpisodesAsThePaperDoes) {
+    SpikeTracker t(3, SpikeRule::Additive, 0.1);
+    std::vector<double> norms = {1, 1, 1, 5, 1, 1, 1, 3, 3, 3, 1, 1};
+    std::vector<int> ended;
+    for (double g : norms) {
+        auto o = t.observe(g);
+        if (o.ended_length) ended.push_back(o.ended_length);
+    }
+    // 5 is one step; then 3,3,3: the mean catches up (mean of 1,1,3 = 1.67, of 1,3,3 = 2.33) so it is 3 steps.
+    EXPECT_EQ(ended, (std::vector<int>{1, 3}));
+}
+
+TEST(Detectors, CleanNoisyRunRaisesNothing) {
+    for (unsigned seed : {1u, 2u, 3u}) EXPECT_TRUE(replay(noisy_run(2000, seed), DetectorsConfig{}).empty()) << seed;
+}
+
+TEST(Detectors, EachRuleFiresOnItsPattern) {
+    auto run = noisy_run(600, 4);
+    auto spike = run;
+    spike[300].grad_norm *= 50;
+    EXPECT_EQ(kinds(replay(spike, {})), std::vector<std::string>{"grad_spike"});
+    auto nan = run;
+    nan[200].grad_norm = NAN;
+    auto fired = replay(nan, {});
+    ASSERT_EQ(kinds(fired), std::vector<std::string>{"nonfinite"});
+    EXPECT_EQ(fired[0].alert.step, 200);
+    EXPECT_EQ(fired[0].policy, Policy::Halt) << "non-finite halts by default";
+    auto jump = run;
+    for (int i = 400; i < 405; i++) jump[i].loss += 3.0;
+    fired = replay(jump, {});
+    ASSERT_EQ(kinds(fired), std::vector<std::string>{"loss_jump"});
+    EXPECT_EQ(fired[0].alert.step, 400);
+    auto slide = run;
+    for (int i = 300; i < 600; i++) slide[i].loss = 1.5 * std::exp(-(i - 300) / 20.0);
+    EXPECT_EQ(kinds(replay(slide, {})), std::vector<std::string>{"loss_floor"});
+    auto gap = run;
+    gap[500].heldout_loss = 6.0;
+    EXPECT_EQ(kinds(replay(gap, {})), std::vector<std::string>{"loss_below_heldout"});
+    auto diverge = noisy_run(1200, 5);
+    for (int i = 700; i < 1200; i++) {
+        diverge[i].grad_norm = 1.0 * std::exp((i - 700) / 150.0);
+        diverge[i].loss = diverge[699].loss + 0.0005 * (i - 700);
+    }
+    fired = replay(diverge, {});
+    ASSERT_FALSE(fired.empty());
+    EXPECT_EQ(fired.back().alert.kind, "divergence");
+    nlohmann::json evidence = nlohmann::json::parse(fired.back().alert.data);
+    EXPECT_GT(evidence["grad_trend_now"].get<double>(), 3.0 * evidence["grad_trend_then"].get<double>());
+}
+
+TEST(Detectors, SustainedSpikeAndScaleFreeRules) {
+    std::vector<StepRecord> run;
+    for (int i = 0; i < 200; i++) {
+        StepRecord r;
+        r.step = i;
+        r.loss = 2.0;
+        r.grad_norm = i < 100 ? 1.0 : 1.0 + 0.01 * (i - 100) * (i - 100);  // keeps outrunning its own mean
+        run.push_back(r);
+    }
+    DetectorsConfig c;
+    c.grad_spike.sustained_steps = 30;
+    c.grad_spike.alert_ratio = 1000;
+    auto fired = replay(run, c);
+    ASSERT_EQ(kinds(fired), std::vector<std::string>{"sustained_grad_spike"});
+    EXPECT_EQ(nlohmann::json::parse(fired[0].alert.data)["episode_steps"], 30);
+    // The same with a scale-free rule: z-score over the window.
+    c.grad_spike.rule = SpikeRule::ZScore;
+    c.grad_spike.threshold = 2.0;
+    EXPECT_EQ(kinds(replay(run, c)), std::vector<std::string>{"sustained_grad_spike"});
+}
+
+std::string config_error(const nlohmann::json& j) {
+    try {
+        detectors_from_json(j);
+    } catch (const DetectorConfigError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(DetectorConfig, BadSettingsAreNamed) {
+    EXPECT_NE(config_error({{"spike_hunter", nlohmann::json::object()}}).find("unknown detector \"detectors.spike_hunter\""),
+              std::string::npos);
+    EXPECT_NE(config_error({{"grad_spike", {{"window", 0}}}}).find("\"detectors.grad_spike.window\" is 0; expected an integer >= 1"),
+              std::string::npos);
+    EXPECT_NE(config_error({{"grad_spike", {{"threshold", -0.1}}}}).find("detectors.grad_spike.threshold"),
+              std::string::npos);
+    EXPECT_NE(config_error({{"loss_jump", {{"policy", "panic"}}}}).find("\"off\", \"warn\" or \"halt\""),
+              std::string::npos);
+    EXPECT_NE(config_error({{"grad_spike", {{"rule", "vibes"}}}}).find("detectors.grad_spike.rule"), std::string::npos);
+    EXPECT_NE(config_error({{"divergence", {{"windows", 3}}}}).find("unknown config field \"detectors.divergence.windows\""),
+              std::string::npos);
+    EXPECT_NE(config_error({{"webhook", "ftp://x"}}).find("detectors.webhook"), std::string::npos);
+    EXPECT_EQ(config_error({{"grad_spike", {{"policy", "halt"}, {"window", 5}}}, {"webhook", "http://127.0.0.1:9/x"}}), "");
+}
+
+// The trainer with injected faults, through the binary.
+class FaultRun : public ::testing::Test {
+  protected:
+    test::ScratchDir dir{"faults"};
+    void SetUp() override {
+        std::vector<uint16_t> ids(60000);
+        std::mt19937 rng(3);
+        int t = 0;
+        for (auto& id : ids) {
+            id = (uint16_t)t;
+            t = rng() % 10 < 9 ? (t * 7 + 1 + rng() % 3) % 64 : rng() % 64;
+        }
+        std::ofstream(dir.file("t.u16"), std::ios::binary).write((const char*)ids.data(), ids.size() * 2);
+    }
+    std::string config(const nlohmann::json& detectors) {
+        nlohmann::json c = {
+            {"model", {{"vocab_size", 64}, {"dim", 32}, {"n_layers", 2}, {"n_heads", 2}, {"n_kv_heads", 2},
+                       {"hidden_dim", 64}, {"max_seq_len", 32}}},
+            {"schedule", {{"max_lr", 3e-3}, {"min_lr", 3e-4}, {"warmup_steps", 10}, {"total_steps", 120}}},
+            {"run", {{"batch_size", 4}, {"seq_len", 32}, {"threads", 2}, {"eval_every", 0}, {"log_every", 1000},
+                     {"tensor_norms_every", 0}}},
+            {"detectors", detectors}};
+        std::ofstream(dir.file("c.json")) << c.dump();
+        return dir.file("c.json");
+    }
+    test::CommandResult train(const std::string& cfg, const std::string& name, const std::string& extra) {
+        return test::run_command(fmt::format("{} train --config {} --data {} --out-dir {} --store {} --name {} {}",
+                                             HLAT_BINARY, cfg, dir.file("t.u16"), dir.file(name), dir.file("s.db"),
+                                             name, extra));
+    }
+};
+
+TEST_F(FaultRun, OnlineAndOfflineAlertsAgree) {
+    nlohmann::json warn_all = {{"nonfinite", {{"policy", "warn"}}}, {"leak_probe", {{"policy", "off"}}}};
+    auto r = train(config(warn_all), "faulty", "--inject grad_spike@40:200 nan@60 lr_spike@80:100:4");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("ALERT grad_spike at step 40"), std::string::npos) << r.output;
+    telemetry::Reader reader(dir.file("s.db"));
+    auto run = reader.find_run("faulty");
+    ASSERT_TRUE(run.has_value());
+    EXPECT_NE(run->config.find("grad_spike@40:200"), std::string::npos) << "the injection is recorded with the run";
+    auto online = reader.alerts(run->id);
+    ASSERT_GE(online.size(), 3u);
+    nlohmann::json stored_config = nlohmann::json::parse(run->config);
+    auto offline = replay(stored_records(reader, run->id), detectors_from_json(stored_config["detectors"]));
+    ASSERT_EQ(offline.size(), online.size());
+    for (size_t i = 0; i < online.size(); i++) {
+        EXPECT_EQ(offline[i].alert.kind, online[i].kind);
+        EXPECT_EQ(offline[i].alert.step, online[i].step);
+        EXPECT_EQ(offline[i].alert.message, online[i].message);
+        EXPECT_EQ(offline[i].alert.data, online[i].data);
+    }
+    auto detect = test::run_command(fmt::format("{} detect --store {} --run faulty", HLAT_BINARY, dir.file("s.db")));
+    EXPECT_EQ(detect.exit_code, 0) << detect.output;
+    EXPECT_NE(detect.output.find(fmt::format("{} alerts", online.size())), std::string::npos) << detect.output;
+    EXPECT_NE(detect.output.find("nonfinite"), std::string::npos);
+    // The skipped update kept the weights finite: training went on.
+    EXPECT_EQ(reader.series(run->id, "loss", 0, 1000).size(), 120u);
+}
+
+TEST_F(FaultRun, HaltStopsAtTheDetectedStepWithEverythingKept) {
+    auto r = train(config({{"leak_probe", {{"every", 10}}}}), "leaky", "--inject mask_leak@25");
+    EXPECT_EQ(r.exit_code, 3) << "the documented halt exit code\n" << r.output;
+    EXPECT_NE(r.output.find("ALERT information_leak at step 29"), std::string::npos) << r.output;
+    telemetry::Reader reader(dir.file("s.db"));
+    auto run = reader.find_run("leaky");
+    ASSERT_TRUE(run.has_value());
+    EXPECT_EQ(run->status, "halted");
+    auto loss = reader.series(run->id, "loss", 0, 1000);
+    ASSERT_EQ(loss.size(), 30u) << "every step up to the halt";
+    EXPECT_EQ(loss.back().step, 29);
+    bool halt_event = false;
+    for (auto& e : reader.events(run->id)) halt_event |= e.kind == "halt" && e.step == 29;
+    EXPECT_TRUE(halt_event);
+    std::vector<std::string> skipped;
+    auto ckpt = latest_good_checkpoint(dir.file("leaky"), &skipped);
+    ASSERT_TRUE(ckpt.has_value());
+    EXPECT_EQ(read_checkpoint_state(*ckpt).step, 30);
+
+    // A clean start is probed before its first step and passes.
+    auto clean = train(config({{"leak_probe", {{"every", 10}}}}), "clean", "--steps 25");
+    EXPECT_EQ(clean.exit_code, 0) << clean.output;
+    EXPECT_EQ(clean.output.find("ALERT"), std::string::npos) << clean.output;
+}
+
+TEST_F(FaultRun, NonFiniteGradientHaltsBeforeTheUpdate) {
+    auto r = train(config(nlohmann::json::object()), "nan", "--inject nan@15");
+    EXPECT_EQ(r.exit_code, 3) << r.output;
+    std::vector<std::string> skipped;
+    auto ckpt = latest_good_checkpoint(dir.file("nan"), &skipped);
+    ASSERT_TRUE(ckpt.has_value()) << "the skipped update left finite weights, so the halt checkpoints them";
+    telemetry::Reader reader(dir.file("s.db"));
+    auto run = reader.find_run("nan");
+    auto pnorm = reader.series(run->id, "param_norm", 0, 100);
+    ASSERT_EQ(pnorm.size(), 16u);
+    EXPECT_TRUE(std::isfinite(pnorm.back().value));
+    EXPECT_EQ(pnorm[15].value, pnorm[14].value) << "no update at the poisoned step";
+}
+
+TEST_F(FaultRun, BadInjectionOrDetectorConfigIsOneLine) {
+    auto r = train(config(nlohmann::json::object()), "x", "--inject mask_leek@3");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.output.find("fault \"mask_leek@3\""), std::string::npos) << r.output;
+    r = train(config({{"grad_spike", {{"window", 0}}}}), "y", "");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_NE(r.output.find("detectors.grad_spike.window"), std::string::npos) << r.output;
+}
+
+// A webhook listener on 127.0.0.1 that keeps every body it is sent.
+struct Listener {
+    static int handle(mg_connection* conn, void* self) {
+        auto* l = static_cast<Listener*>(self);
+        std::string body;
+        char buf[4096];
+        int n;
+        while ((n = mg_read(conn, buf, sizeof buf)) > 0) body.append(buf, n);
+        {
+            std::lock_guard<std::mutex> lock(l->mutex);
+            l->bodies.push_back(body);
+        }
+        static const char reply[] = "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+        mg_write(conn, reply, sizeof reply - 1);
+        return 204;
+    }
+    // A port the kernel says is free right now (civetweb takes no port 0).
+    static int free_port() {
+        int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ::bind(fd, (sockaddr*)&addr, sizeof addr);
+        socklen_t len = sizeof addr;
+        ::getsockname(fd, (sockaddr*)&addr, &len);
+        ::close(fd);
+        return ntohs(addr.sin_port);
+    }
+    Listener() {
+        mg_init_library(0);
+        for (int attempt = 0; attempt < 5 && !ctx; attempt++) {
+            port = free_port();
+            std::string ports = fmt::format("127.0.0.1:{}", port);
+            const char* options[] = {"listening_ports", ports.c_str(), "num_threads", "2", nullptr};
+            ctx = mg_start(nullptr, nullptr, options);
+        }
+        if (ctx) mg_set_request_handler(ctx, "/hook", &Listener::handle, this);
+        else port = 0;
+    }
+    ~Listener() {
+        if (ctx) mg_stop(ctx);
+    }
+    mg_context* ctx = nullptr;
+    int port = 0;
+    std::mutex mutex;
+    std::vector<std::string> bodies;
+};
+
+TEST_F(FaultRun, WebhookReceivesAlertsAsJson) {
+    Listener listener;
+    ASSERT_GT(listener.port, 0);
+    std::string url = fmt::format("http://127.0.0.1:{}/hook", listener.port);
+    auto r = train(config({{"webhook", url}, {"grad_spike", {{"policy", "halt"}}}}), "hooked", "--inject grad_spike@40:300");
+    EXPECT_EQ(r.exit_code, 3) << r.output;
+    std::lock_guard<std::mutex> lock(listener.mutex);
+    ASSERT_EQ(listener.bodies.size(), 1u);
+    auto j = nlohmann::json::parse(listener.bodies[0]);
+    EXPECT_EQ(j["run"], "hooked");
+    EXPECT_EQ(j["kind"], "grad_spike");
+    EXPECT_EQ(j["step"], 40);
+    EXPECT_GT(j["data"]["ratio"].get<double>(), 5.0);
+}
+
+}  // namespace
+}  // namespace hlat

@@ -1,0 +1,57 @@
+#include "trainer/faults.h"
+
+#include "trainer/config.h"
+
+#include <fmt/format.h>
+
+#include <sstream>
+
+namespace hlat {
+
+Faults parse_faults(const std::vector<std::string>& specs) {
+    Faults f;
+    for (const std::string& spec : specs) {
+        auto bad = [&](const std::string& why) {
+            return ConfigError(fmt::format("fault \"{}\": {}; expected NAME@STEP[:ARGS] with NAME one of mask_leak, "
+                                           "grad_spike, nan, lr_spike",
+                                           spec, why));
+        };
+        size_t at = spec.find('@');
+        if (at == std::string::npos) throw bad("no @STEP");
+        std::string name = spec.substr(0, at);
+        std::vector<std::string> parts;
+        std::stringstream rest(spec.substr(at + 1));
+        for (std::string p; std::getline(rest, p, ':');) parts.push_back(p);
+        std::vector<double> nums;
+        for (const std::string& p : parts) {
+            try {
+                size_t used;
+                nums.push_back(std::stod(p, &used));
+                if (used != p.size()) throw bad("\"" + p + "\" is not a number");
+            } catch (const std::invalid_argument&) {
+                throw bad("\"" + p + "\" is not a number");
+            }
+        }
+        if (nums.empty() || nums[0] < 0 || nums[0] != (int)nums[0]) throw bad("the step must be an integer >= 0");
+        int step = (int)nums[0];
+        if (name == "mask_leak" && nums.size() == 1) {
+            f.mask_leak_from = step;
+        } else if (name == "grad_spike" && nums.size() <= 2) {
+            f.grad_spike_at = step;
+            if (nums.size() == 2) f.grad_spike_factor = nums[1];
+            if (!(f.grad_spike_factor > 0)) throw bad("the factor must be > 0");
+        } else if (name == "nan" && nums.size() == 1) {
+            f.nan_at = step;
+        } else if (name == "lr_spike" && nums.size() <= 3) {
+            f.lr_spike_from = step;
+            if (nums.size() >= 2) f.lr_spike_factor = nums[1];
+            if (nums.size() == 3) f.lr_spike_steps = (int)nums[2];
+            if (!(f.lr_spike_factor > 0) || f.lr_spike_steps < 1) throw bad("factor and steps must be > 0");
+        } else {
+            throw bad("unknown fault or wrong number of arguments");
+        }
+    }
+    return f;
+}
+
+}  // namespace hlat
