@@ -224,13 +224,14 @@ void Writer::run() {
             not_full_.notify_all();
             return;
         }
-        for (auto& [promise, id] : opened) promise->set_value(id);
-        for (auto& done : flushed) done->set_value();
         {
             std::lock_guard<std::mutex> lock(mutex_);
             stats_.rows_committed += rows;
             stats_.commits++;
         }
+        // After the stats: whoever waited on a flush sees them up to date.
+        for (auto& [promise, id] : opened) promise->set_value(id);
+        for (auto& done : flushed) done->set_value();
         last_commit = Clock::now();
     }
 }
