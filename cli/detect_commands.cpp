@@ -106,9 +106,9 @@ int spikes_command(int argc, char** argv) {
     if (tracker.open_length() > 0) lengths[tracker.open_length()]++;
     long episodes = 0;
     for (auto& [len, n] : lengths) episodes += n;
-    fmt::print("run \"{}\": {} steps, {} spike episodes (grad norm > {} of the previous {} steps{})\n", s.run.name,
-               norms.size(), episodes, vm["rule"].as<std::string>() == "additive" ? "mean +" : "rule on the mean",
-               c.window, fmt::format(", threshold {}", c.threshold));
+    fmt::print("run \"{}\": {} steps, {} spike episodes (rule {}, threshold {}, running mean of the previous {} "
+               "steps)\n",
+               s.run.name, norms.size(), episodes, vm["rule"].as<std::string>(), c.threshold, c.window);
     if (!episodes) return 0;
     long max_count = 0;
     for (auto& [len, n] : lengths) max_count = std::max(max_count, n);

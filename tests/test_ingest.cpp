@@ -144,7 +144,7 @@ TEST_F(IngestCli, BadStoresAndFiles) {
 TEST_F(IngestCli, FollowTailsAGrowingFile) {
     std::string db = dir.file("s.db"), log = dir.file("live.jsonl");
     write("live.jsonl", "{\"step\": 0, \"loss\": 3.0}\n{\"step\": 1, \"lo");  // a line still being written
-    std::string cmd = fmt::format("{} ingest --store {} --run live --follow --idle-exit 1.5 {} > {} 2>&1 &",
+    std::string cmd = fmt::format("{} ingest --store {} --run live --follow --idle-exit 4 {} > {} 2>&1 &",
                                   HLAT_BINARY, db, log, dir.file("out.txt"));
     ASSERT_EQ(std::system(cmd.c_str()), 0);
     std::this_thread::sleep_for(std::chrono::milliseconds(600));
@@ -152,8 +152,8 @@ TEST_F(IngestCli, FollowTailsAGrowingFile) {
         std::ofstream append(log, std::ios::app);
         append << "ss\": 2.0}\n{\"step\": 2, \"loss\": 1.0}\n";
     }
-    // The follower exits by itself 1.5 s after the file stops growing.
-    for (int i = 0; i < 100; i++) {
+    // The follower exits by itself 4 s after the file stops growing.
+    for (int i = 0; i < 200; i++) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         std::ifstream out(dir.file("out.txt"));
         std::string text((std::istreambuf_iterator<char>(out)), std::istreambuf_iterator<char>());
@@ -171,13 +171,13 @@ TEST_F(IngestCli, FollowTailsAGrowingFile) {
 TEST_F(IngestCli, PyTorchExampleStreamsIntoTheStore) {
     std::string db = dir.file("s.db"), log = dir.file("torch.jsonl");
     std::ofstream(log).close();
-    std::string follow = fmt::format("{} ingest --store {} --run torch-loop --follow --idle-exit 2 {} > {} 2>&1 &",
+    std::string follow = fmt::format("{} ingest --store {} --run torch-loop --follow --idle-exit 8 {} > {} 2>&1 &",
                                      HLAT_BINARY, db, log, dir.file("follow.txt"));
     ASSERT_EQ(std::system(follow.c_str()), 0);
     auto r = test::run_command(
         fmt::format("/usr/bin/python3 {}/examples/pytorch_to_hlat.py {} 40", HLAT_SOURCE_DIR, log));
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    for (int i = 0; i < 100; i++) {
+    for (int i = 0; i < 300; i++) {  // the follower leaves 8 s after the last line
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         std::ifstream out(dir.file("follow.txt"));
         std::string text((std::istreambuf_iterator<char>(out)), std::istreambuf_iterator<char>());
