@@ -1,6 +1,7 @@
 // hlat corpus (Texinfo to JSONL documents) and hlat tokenizer (train a
 // SentencePiece model on a config's training documents).
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "trainer/config.h"
 #include "trainer/corpus.h"
 #include "trainer/dataset.h"
@@ -30,15 +31,10 @@ int corpus_command(int argc, char** argv) {
         ("out", po::value<std::string>()->default_value("data/corpus/python-docs.jsonl"), "JSONL to write")
         ("license", po::value<std::string>()->default_value("PSF-2.0"), "license field of every document")
         ("min-chars", po::value<int>()->default_value(200), "drop nodes shorter than this");
-    po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-    if (vm.count("help")) {
-        std::cout << "usage: hlat corpus [options]\n\nOne JSONL document per Info node, plus OUT.manifest.json "
-                     "(package, sha256 of input and output).\n\n"
-                  << opts;
-        return 0;
-    }
-    po::notify(vm);
+    auto parsed = parse_options(argc, argv, opts, "usage: hlat corpus [options]\n\nOne JSONL document per Info node, plus OUT.manifest.json "
+                     "(package, sha256 of input and output).");
+    if (!parsed) return 0;
+    const po::variables_map& vm = *parsed;
     std::string in = vm["info"].as<std::string>(), out = vm["out"].as<std::string>();
     if (vm["min-chars"].as<int>() < 0) throw std::runtime_error("--min-chars must be >= 0");
     std::string text;
@@ -85,16 +81,11 @@ int tokenizer_command(int argc, char** argv) {
         ("config", po::value<std::string>()->default_value(""), "training config naming data.corpus and data.tokenizer")
         ("vocab-size", po::value<int>()->default_value(0), "pieces; 0: model.vocab_size of the config")
         ("threads", po::value<int>()->default_value(2), "trainer threads");
-    po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-    if (vm.count("help")) {
-        std::cout << "usage: hlat tokenizer --config FILE [options]\n\nTrains a SentencePiece BPE model with "
+    auto parsed = parse_options(argc, argv, opts, "usage: hlat tokenizer --config FILE [options]\n\nTrains a SentencePiece BPE model with "
                      "LLaMA's settings on the training split of data.corpus\n(held-out documents never reach it) "
-                     "and writes it to data.tokenizer.\n\n"
-                  << opts;
-        return 0;
-    }
-    po::notify(vm);
+                     "and writes it to data.tokenizer.");
+    if (!parsed) return 0;
+    const po::variables_map& vm = *parsed;
     if (vm["config"].as<std::string>().empty()) throw std::runtime_error("--config is required");
     TrainConfig config = load_config(vm["config"].as<std::string>());
     if (config.data.corpus.empty()) throw std::runtime_error("the config has no data.corpus to train a tokenizer on");

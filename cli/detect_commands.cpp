@@ -1,6 +1,7 @@
 // hlat detect (replay a stored run through the detectors) and hlat spikes (the
 // paper's spike-episode statistics of a stored run).
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "detectors/replay.h"
 #include "telemetry/reader.h"
 #include "trainer/config.h"
@@ -48,16 +49,11 @@ int detect_command(int argc, char** argv) {
         "run", po::value<std::string>()->default_value(""), "run name")(
         "config", po::value<std::string>()->default_value(""),
         "training config whose detectors section to use instead of the run's own");
-    po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-    if (vm.count("help")) {
-        std::cout << "usage: hlat detect --store FILE --run NAME\n\nReplays a stored run (trained here or ingested) "
+    auto parsed = parse_options(argc, argv, opts, "usage: hlat detect --store FILE --run NAME\n\nReplays a stored run (trained here or ingested) "
                      "through the detectors with the run's own\nsettings and prints every alert. The causality probe "
-                     "needs the model and is not replayed.\n\n"
-                  << opts;
-        return 0;
-    }
-    po::notify(vm);
+                     "needs the model and is not replayed.");
+    if (!parsed) return 0;
+    const po::variables_map& vm = *parsed;
     StoredRun s = open_run(vm["store"].as<std::string>(), vm["run"].as<std::string>());
     detectors::DetectorsConfig config = vm["config"].as<std::string>().empty()
                                             ? run_detectors(s.run)
@@ -79,16 +75,11 @@ int spikes_command(int argc, char** argv) {
         "window", po::value<int>()->default_value(20), "running-mean window in steps")(
         "rule", po::value<std::string>()->default_value("additive"), "additive, ratio or zscore")(
         "threshold", po::value<double>()->default_value(0.1), "the rule's threshold");
-    po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-    if (vm.count("help")) {
-        std::cout << "usage: hlat spikes --store FILE --run NAME\n\nGradient-norm spike episodes as the paper measured "
+    auto parsed = parse_options(argc, argv, opts, "usage: hlat spikes --store FILE --run NAME\n\nGradient-norm spike episodes as the paper measured "
                      "them (a spike while the norm exceeds\nits mean over the previous 20 steps + 0.1): the histogram "
-                     "of episode lengths and the\nshare of one-step spikes (the paper's Figure 2: over 86%).\n\n"
-                  << opts;
-        return 0;
-    }
-    po::notify(vm);
+                     "of episode lengths and the\nshare of one-step spikes (the paper's Figure 2: over 86%).");
+    if (!parsed) return 0;
+    const po::variables_map& vm = *parsed;
     nlohmann::json rule = {{"grad_spike",
                             {{"window", vm["window"].as<int>()},
                              {"rule", vm["rule"].as<std::string>()},

@@ -1,5 +1,6 @@
 // hlat export: a checkpoint as a Hugging Face LLaMA folder.
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "trainer/hf_export.h"
 
 #include <boost/program_options.hpp>
@@ -16,15 +17,10 @@ int export_command(int argc, char** argv) {
         ("help,h", "print this help")
         ("checkpoint", po::value<std::string>()->default_value(""), "checkpoint folder (runs/NAME/checkpoints/step_N)")
         ("out", po::value<std::string>()->default_value(""), "folder to write");
-    po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-    if (vm.count("help")) {
-        std::cout << "usage: hlat export --checkpoint DIR --out DIR\n\nWrites model.safetensors with Hugging Face "
-                     "LLaMA names (q/k/v and gate/up split), config.json\nfor LlamaForCausalLM and tokenizer.model.\n\n"
-                  << opts;
-        return 0;
-    }
-    po::notify(vm);
+    auto parsed = parse_options(argc, argv, opts, "usage: hlat export --checkpoint DIR --out DIR\n\nWrites model.safetensors with Hugging Face "
+                     "LLaMA names (q/k/v and gate/up split), config.json\nfor LlamaForCausalLM and tokenizer.model.");
+    if (!parsed) return 0;
+    const po::variables_map& vm = *parsed;
     if (vm["checkpoint"].as<std::string>().empty() || vm["out"].as<std::string>().empty())
         throw std::runtime_error("--checkpoint and --out are required");
     export_hugging_face(vm["checkpoint"].as<std::string>(), vm["out"].as<std::string>());

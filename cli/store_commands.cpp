@@ -1,6 +1,7 @@
 // hlat runs (list the runs of a store) and hlat ingest (import another
 // trainer's JSONL or CSV log, optionally following it as it grows).
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "telemetry/ingest.h"
 #include "telemetry/reader.h"
 #include "telemetry/writer.h"
@@ -47,15 +48,10 @@ int runs_command(int argc, char** argv) {
     po::options_description opts("hlat runs options");
     opts.add_options()("help,h", "print this help")(
         "store", po::value<std::string>()->default_value("runs/hlat.db"), "telemetry store");
-    po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-    if (vm.count("help")) {
-        std::cout << "usage: hlat runs [--store FILE]\n\nLists the runs of a store: status, steps, last loss, tokens, "
-                     "uptime, alerts.\n\n"
-                  << opts;
-        return 0;
-    }
-    po::notify(vm);
+    auto parsed = parse_options(argc, argv, opts, "usage: hlat runs [--store FILE]\n\nLists the runs of a store: status, steps, last loss, tokens, "
+                     "uptime, alerts.");
+    if (!parsed) return 0;
+    const po::variables_map& vm = *parsed;
     Reader reader(vm["store"].as<std::string>());
     std::vector<RunSummary> runs = reader.runs();
     if (runs.empty()) {
@@ -91,17 +87,12 @@ int ingest_command(int argc, char** argv) {
         ("config", po::value<std::string>()->default_value("{}"), "JSON to record as the run's config");
     po::positional_options_description positional;
     positional.add("file", 1);
-    po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(opts).positional(positional).run(), vm);
-    if (vm.count("help")) {
-        std::cout << "usage: hlat ingest --store FILE --run NAME FILE.jsonl|FILE.csv [--follow]\n\n"
+    auto parsed = parse_options(argc, argv, opts, "usage: hlat ingest --store FILE --run NAME FILE.jsonl|FILE.csv [--follow]\n\n"
                      "Each line a record: {\"step\": 10, \"loss\": 2.31, \"lr\": 3e-4, \"time\": 1700000000.5}.\n"
                      "Every numeric field but step and time becomes a metric; \"nan\", \"inf\" and \"-inf\" strings\n"
-                     "are accepted. CSV: a header row with a step column. A bad line rejects its whole batch.\n\n"
-                  << opts;
-        return 0;
-    }
-    po::notify(vm);
+                     "are accepted. CSV: a header row with a step column. A bad line rejects its whole batch.", "", &positional);
+    if (!parsed) return 0;
+    const po::variables_map& vm = *parsed;
     std::string store = vm["store"].as<std::string>(), run = vm["run"].as<std::string>(),
                 file = vm["file"].as<std::string>();
     if (run.empty() || file.empty()) throw std::runtime_error("--run and a file to ingest are required");

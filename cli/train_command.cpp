@@ -1,5 +1,6 @@
 // hlat train: parses options into a config and run options, then runs.
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "trainer/config.h"
 #include "trainer/training_run.h"
 
@@ -36,14 +37,10 @@ int train_command(int argc, char** argv) {
         ("inject", po::value<std::vector<std::string>>()->multitoken()->composing(),
          "faults to inject, e.g. mask_leak@100 grad_spike@50:100 nan@70 lr_spike@60:10:5 (added to run.inject)")
         ("print-config", "print the effective config as JSON and exit");
-    po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-    if (vm.count("help")) {
-        std::cout << "usage: hlat train [options]\n\n" << opts << "\nconfig fields and defaults:\n"
-                  << config_to_json(TrainConfig{}).dump(2) << "\n";
-        return 0;
-    }
-    po::notify(vm);
+    auto parsed = parse_options(argc, argv, opts, "usage: hlat train [options]",
+                                "\nconfig fields and defaults:\n" + config_to_json(TrainConfig{}).dump(2) + "\n");
+    if (!parsed) return 0;
+    const po::variables_map& vm = *parsed;
 
     std::string config_path = vm["config"].as<std::string>();
     TrainConfig config = config_path.empty() ? TrainConfig{} : load_config(config_path);
