@@ -12,5 +12,6 @@ int runs_command(int argc, char** argv);
 int ingest_command(int argc, char** argv);
 int detect_command(int argc, char** argv);
 int spikes_command(int argc, char** argv);
+int serve_command(int argc, char** argv);
 
 }  // namespace hlat::cli

@@ -24,6 +24,7 @@ const Command kCommands[] = {
     {"runs", "list the runs of a telemetry store", hlat::cli::runs_command},
     {"ingest", "import another trainer's JSONL or CSV log into the store", hlat::cli::ingest_command},
     {"detect", "replay a stored run through the detectors", hlat::cli::detect_command},
+    {"serve", "JSON API and page over a telemetry store", hlat::cli::serve_command},
     {"spikes", "gradient spike episodes of a stored run (the paper's Figure 2)", hlat::cli::spikes_command},
 };
 

@@ -41,9 +41,11 @@ Webhook::~Webhook() {
 }
 
 void Webhook::post(const telemetry::Alert& a) {
+    nlohmann::json data = nlohmann::json::parse(a.data, nullptr, false);
+    if (data.is_discarded()) data = nullptr;
     nlohmann::json body = {{"run", run_name_},      {"kind", a.kind},       {"severity", a.severity},
                            {"step", a.step},        {"message", a.message}, {"wall_time", a.wall_time},
-                           {"data", nlohmann::json::parse(a.data, nullptr, false)}};
+                           {"data", data}};
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(body.dump());
     cv_.notify_all();

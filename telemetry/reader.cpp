@@ -11,6 +11,12 @@ namespace hlat::telemetry {
 constexpr int64_t kBlockSteps = 64;  // as the writer keeps metric_blocks
 
 Reader::Reader(const std::string& path, int busy_timeout_ms) : db_(path, Database::Mode::ReadOnly, busy_timeout_ms) {
+    // A store from an older hlat is migrated forward once (the migrations only
+    // add); a newer one is refused by prepare_schema.
+    if (schema_version(db_) < kSchemaVersion) {
+        Database rw(path, Database::Mode::ReadWrite, busy_timeout_ms);
+        prepare_schema(rw, true);
+    }
     prepare_schema(db_, false);
 }
 
@@ -131,6 +137,16 @@ std::vector<Bucket> Reader::downsample(int64_t run, const std::string& key, int6
     std::vector<Bucket> out;
     auto key_ = key_id(key);
     if (!key_ || buckets <= 0 || last < first) return out;
+    // Narrow the range to the steps the series has, so an open-ended request
+    // ("to the end") is bucketed over the data, not over the empty remainder.
+    {
+        Statement s = db_.prepare("SELECT min(step), max(step) FROM metrics WHERE run_id = ?1 AND key_id = ?2 "
+                                  "AND step BETWEEN ?3 AND ?4");
+        s.bind(1, run).bind(2, *key_).bind(3, first).bind(4, last);
+        if (!s.step() || s.column_is_null(0)) return out;
+        first = s.column_int(0);
+        last = s.column_int(1);
+    }
     int64_t span = last - first + 1;
     int64_t width = (span + buckets - 1) / buckets;
     bool use_blocks = width >= kBlockSteps;
@@ -211,6 +227,14 @@ std::vector<EvalRecord> Reader::evals(int64_t run) {
     while (s.step())
         out.push_back({s.column_int(0), s.column_text(1), s.column_text(2), s.column_double_or_nan(3), s.column_double(4)});
     return out;
+}
+
+std::optional<std::string> Reader::pending_halt(int64_t run) {
+    Statement s = db_.prepare("SELECT requested_by FROM halt_requests WHERE run_id = ?1 AND handled_at = 0 "
+                              "ORDER BY id LIMIT 1");
+    s.bind(1, run);
+    if (!s.step()) return std::nullopt;
+    return s.column_text(0);
 }
 
 Uptime Reader::uptime(int64_t run) {

@@ -49,8 +49,9 @@ struct RunSummary {
 
 class Reader {
   public:
-    // Opens an existing store read-only; a missing file, a file that is not
-    // SQLite or a store from a newer hlat is a StoreError.
+    // Opens an existing store read-only (migrating a store of an older hlat
+    // forward first); a missing file, a file that is not SQLite or a store
+    // from a newer hlat is a StoreError.
     explicit Reader(const std::string& path, int busy_timeout_ms = 5000);
 
     std::vector<RunSummary> runs();
@@ -66,6 +67,8 @@ class Reader {
     std::vector<CheckpointRecord> checkpoints(int64_t run);
     std::vector<EvalRecord> evals(int64_t run);
     Uptime uptime(int64_t run);
+    // Who asked for a halt of the run that the trainer has not handled yet.
+    std::optional<std::string> pending_halt(int64_t run);
 
   private:
     std::optional<int64_t> key_id(const std::string& key);

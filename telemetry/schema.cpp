@@ -94,18 +94,29 @@ const std::vector<const char*> kMigrations = {
         PRIMARY KEY (run_id, step, task, metric)
     );
     )sql",
+    // 1 -> 2: halts asked for from outside the trainer (the web page).
+    R"sql(
+    CREATE TABLE halt_requests (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        requested_at REAL NOT NULL,
+        requested_by TEXT NOT NULL,
+        handled_at REAL NOT NULL DEFAULT 0
+    );
+    CREATE INDEX halt_requests_pending ON halt_requests(run_id, handled_at);
+    )sql",
 };
 
-int user_version(Database& db) {
+}  // namespace
+
+int schema_version(Database& db) {
     Statement s = db.prepare("PRAGMA user_version");
     s.step();
     return (int)s.column_int(0);
 }
 
-}  // namespace
-
 void prepare_schema(Database& db, bool writable) {
-    int version = user_version(db);
+    int version = schema_version(db);
     if (version > kSchemaVersion)
         throw StoreError(fmt::format("store {} has schema version {}, newer than this hlat understands ({}); "
                                      "use a newer hlat",
@@ -126,7 +137,7 @@ void prepare_schema(Database& db, bool writable) {
     // open a new store at once, and only one may run a migration.
     for (;;) {
         Transaction t(db);
-        version = user_version(db);
+        version = schema_version(db);
         if (version >= kSchemaVersion) break;
         db.exec(kMigrations[version]);
         db.exec(fmt::format("PRAGMA user_version = {}", version + 1));

@@ -6,10 +6,12 @@
 
 namespace hlat::telemetry {
 
-constexpr int kSchemaVersion = 1;
+constexpr int kSchemaVersion = 2;
 
 // Sets WAL mode and brings the schema to kSchemaVersion (for a writable
 // connection), or checks it is readable (read-only). Throws StoreError.
 void prepare_schema(Database& db, bool writable);
+// PRAGMA user_version of the open store.
+int schema_version(Database& db);
 
 }  // namespace hlat::telemetry

@@ -196,6 +196,14 @@ void Writer::run() {
                                 .bind(5, p.value).bind(6, p.wall_time).run();
                         } else if constexpr (std::is_same_v<T, Status>) {
                             c.update_status.bind(1, item.run).bind(2, p.status).bind(3, p.ended_at).run();
+                        } else if constexpr (std::is_same_v<T, HaltRequest>) {
+                            if (p.handled) {
+                                c.db.prepare("UPDATE halt_requests SET handled_at = ?2 WHERE run_id = ?1 AND handled_at = 0")
+                                    .bind(1, item.run).bind(2, now_seconds()).run();
+                            } else {
+                                c.db.prepare("INSERT INTO halt_requests(run_id, requested_at, requested_by) VALUES (?1, ?2, ?3)")
+                                    .bind(1, item.run).bind(2, now_seconds()).bind(3, p.who).run();
+                            }
                         } else if constexpr (std::is_same_v<T, OpenRun>) {
                             opened.push_back({p.result, c.open_run(p.run, p.resume)});
                         } else if constexpr (std::is_same_v<T, Flush>) {
@@ -260,6 +268,9 @@ void Writer::eval(int64_t run, EvalRecord eval) { push({run, std::move(eval), 1}
 void Writer::set_status(int64_t run, const std::string& status, double ended_at) {
     push({run, Status{status, ended_at}, 1});
 }
+
+void Writer::request_halt(int64_t run, const std::string& who) { push({run, HaltRequest{who, false}, 1}); }
+void Writer::mark_halt_handled(int64_t run) { push({run, HaltRequest{"", true}, 1}); }
 
 void Writer::flush() {
     auto done = std::make_shared<std::promise<void>>();

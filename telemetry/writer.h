@@ -55,6 +55,10 @@ class Writer {
     void checkpoint(int64_t run, CheckpointRecord checkpoint);
     void eval(int64_t run, EvalRecord eval);
     void set_status(int64_t run, const std::string& status, double ended_at);
+    // Asks the trainer of a run to halt (it polls for this at every step);
+    // `who` says who asked, for the halt event. Marked handled by the trainer.
+    void request_halt(int64_t run, const std::string& who);
+    void mark_halt_handled(int64_t run);
 
     // Blocks until everything queued before it is committed. Rethrows an
     // error of the writer thread (disk full, locked store, ...).
@@ -67,6 +71,10 @@ class Writer {
         std::string status;
         double ended_at;
     };
+    struct HaltRequest {
+        std::string who;
+        bool handled;
+    };
     struct OpenRun {
         RunRecord run;
         bool resume;
@@ -76,7 +84,7 @@ class Writer {
         std::shared_ptr<std::promise<void>> done;
     };
     using Payload = std::variant<std::vector<MetricPoint>, RankMetricPoint, Event, Alert, CheckpointRecord,
-                                 EvalRecord, Status, OpenRun, Flush>;
+                                 EvalRecord, Status, HaltRequest, OpenRun, Flush>;
     struct Item {
         int64_t run;
         Payload payload;

@@ -164,6 +164,47 @@ TEST(Store, UptimeFollowsEvents) {
     EXPECT_EQ(u.restarts, 2);
 }
 
+std::string store_error(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const StoreError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(Store, HaltRequestsArePendingUntilHandled) {
+    test::ScratchDir dir("store_halt");
+    Writer w(dir.file("s.db"));
+    int64_t id = w.open_run(run_named("h"), false);
+    w.flush();
+    Reader r(dir.file("s.db"));
+    EXPECT_FALSE(r.pending_halt(id).has_value());
+    w.request_halt(id, "web 127.0.0.1");
+    w.flush();
+    EXPECT_EQ(r.pending_halt(id), "web 127.0.0.1");
+    w.mark_halt_handled(id);
+    w.flush();
+    EXPECT_FALSE(r.pending_halt(id).has_value());
+}
+
+TEST(Store, Version1StoresAreMigrated) {
+    test::ScratchDir dir("store_migrate");
+    {
+        Writer w(dir.file("s.db"));
+    }
+    sqlite3* raw;
+    sqlite3_open(dir.file("s.db").c_str(), &raw);
+    sqlite3_exec(raw, "DROP TABLE halt_requests; PRAGMA user_version = 1", nullptr, nullptr, nullptr);
+    sqlite3_close(raw);
+    EXPECT_FALSE(Reader(dir.file("s.db")).pending_halt(1).has_value()) << "a reader migrates an older store";
+    Writer w(dir.file("s.db"));
+    int64_t id = w.open_run(run_named("m"), false);
+    w.request_halt(id, "test");
+    w.flush();
+    EXPECT_EQ(Reader(dir.file("s.db")).pending_halt(id), "test");
+}
+
 TEST(Store, ReaderSeesCommitsWhileTheWriterRuns) {
     test::ScratchDir dir("store_live");
     std::string db = dir.file("s.db");
@@ -192,15 +233,6 @@ TEST(Store, FullQueueMakesTheCallerWaitAndCountsIt) {
     EXPECT_EQ(Reader(dir.file("s.db")).series(id, "loss", 0, 10000).size(), 5000u);
 }
 
-std::string store_error(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const StoreError& e) {
-        return e.what();
-    }
-    return "";
-}
-
 TEST(Store, BadStoresAreRefusedWithAReason) {
     test::ScratchDir dir("store_bad");
     std::ofstream(dir.file("text.db")) << "this is a text file, not a database, and it is long enough to matter";
@@ -223,7 +255,7 @@ TEST(Store, BadStoresAreRefusedWithAReason) {
     sqlite3_exec(raw, "PRAGMA user_version = 99", nullptr, nullptr, nullptr);
     sqlite3_close(raw);
     e = store_error([&] { Reader r(dir.file("new.db")); });
-    EXPECT_NE(e.find("schema version 99, newer than this hlat understands (1)"), std::string::npos) << e;
+    EXPECT_NE(e.find("schema version 99, newer than this hlat understands (2)"), std::string::npos) << e;
     e = store_error([&] { Writer w(dir.file("new.db")); });
     EXPECT_NE(e.find("schema version 99"), std::string::npos) << e;
 }

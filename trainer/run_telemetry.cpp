@@ -86,6 +86,14 @@ void RunTelemetry::alert(const telemetry::Alert& alert) {
     if (writer_) writer_->alert(run_, alert);
 }
 
+std::optional<std::string> RunTelemetry::halt_requested() {
+    if (!writer_) return std::nullopt;
+    if (!reader_) reader_ = std::make_unique<telemetry::Reader>(writer_->path());
+    std::optional<std::string> who = reader_->pending_halt(run_);
+    if (who) writer_->mark_halt_handled(run_);
+    return who;
+}
+
 void RunTelemetry::flush() {
     if (writer_) writer_->flush();
 }

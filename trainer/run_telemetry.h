@@ -5,11 +5,13 @@
 // thread.
 #pragma once
 
+#include "telemetry/reader.h"
 #include "telemetry/writer.h"
 #include "trainer/config.h"
 #include "trainer/trainer.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace hlat {
@@ -31,6 +33,9 @@ class RunTelemetry {
     void flush();
     void checkpoint(int64_t step, const std::string& path);
     void alert(const telemetry::Alert& alert);
+    // Who asked (from the web page) for this run to halt, if anyone has since
+    // the last call; the request is then marked handled.
+    std::optional<std::string> halt_requested();
     // Ends the run: status finished, stopped, halted or crashed, with its event.
     void finish(const std::string& status, int64_t step, const std::string& detail);
     // Rows written, commits and waits on a full queue, for the closing log line.
@@ -40,6 +45,7 @@ class RunTelemetry {
     void event(const std::string& kind, int64_t step, const std::string& detail = "");
 
     std::unique_ptr<telemetry::Writer> writer_;
+    std::unique_ptr<telemetry::Reader> reader_;  // polls for halt requests
     int64_t run_ = 0;
     double last_heartbeat_ = 0.0;
 };

@@ -339,6 +339,10 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
             record.heldout_loss = heldout;
             for (detectors::Fired& f : suite.observe(record)) raise(std::move(f.alert), f.policy);
             if (done % probe.every == 0) run_probe(s.step);
+            if (auto who = store.halt_requested())
+                raise({"halt_request", "critical", s.step, fmt::format("halt requested by {}", *who),
+                       nlohmann::json{{"requested_by", *who}}.dump(), 0.0},
+                      detectors::Policy::Halt);
             if (!halt_reason.empty()) break;
             if (config.run.checkpoint_every > 0 && done % config.run.checkpoint_every == 0 && done != total_steps)
                 checkpoint();

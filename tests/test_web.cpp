@@ -1,0 +1,225 @@
+// `hlat serve`: the JSON API's answers and refusals, path safety over real
+// HTTP, and a halt from the web reaching a running trainer.
+#include "telemetry/reader.h"
+#include "telemetry/writer.h"
+#include "test_util.h"
+#include "web/api.h"
+#include "web/server.h"
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <thread>
+
+namespace hlat {
+namespace {
+
+using json = nlohmann::json;
+using namespace telemetry;
+
+web::Request get(const std::string& path, std::map<std::string, std::string> query = {}) {
+    return {"GET", path, std::move(query), "", "", "127.0.0.1"};
+}
+
+web::Request post(const std::string& path, const std::string& token, const std::string& body = "") {
+    return {"POST", path, {}, token, body, "127.0.0.1"};
+}
+
+class WebApi : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        dir_ = new test::ScratchDir("web_api");
+        Writer w(dir_->file("s.db"));
+        RunRecord r;
+        r.name = "long";
+        r.precision = "fp32";
+        r.started_at = 1000.0;
+        int64_t id = w.open_run(r, false);
+        w.event(id, {"start", 0, 1000.0, ""});
+        for (int chunk = 0; chunk < 100; chunk++) {
+            std::vector<MetricPoint> pts;
+            for (int i = 0; i < 10000; i++) {
+                int64_t step = chunk * 10000L + i;
+                pts.push_back({"loss", step, step == 654321 ? 99.0 : 2.0 + 0.001 * (step % 13), 1000.0 + step * 1e-3});
+            }
+            w.metrics(id, std::move(pts));
+        }
+        w.alert(id, {"grad_spike", "warning", 654321, "a spike", R"({"ratio": 49})", 1654.0});
+    }
+    static void TearDownTestSuite() { delete dir_; }
+    static test::ScratchDir* dir_;
+    web::Api api{dir_->file("s.db"), "secret-token"};
+};
+test::ScratchDir* WebApi::dir_ = nullptr;
+
+TEST_F(WebApi, RunsAndTheirParts) {
+    auto r = api.handle(get("/api/v1/runs"));
+    ASSERT_EQ(r.status, 200) << r.body;
+    json j = json::parse(r.body);
+    ASSERT_EQ(j["runs"].size(), 1u);
+    EXPECT_EQ(j["runs"][0]["name"], "long");
+    EXPECT_EQ(j["runs"][0]["steps"], 1000000);
+    EXPECT_EQ(j["runs"][0]["alerts"], 1);
+    EXPECT_EQ(json::parse(api.handle(get("/api/v1/runs/long/keys")).body)["keys"], json({"loss"}));
+    json alerts = json::parse(api.handle(get("/api/v1/runs/long/alerts")).body)["alerts"];
+    ASSERT_EQ(alerts.size(), 1u);
+    EXPECT_EQ(alerts[0]["data"]["ratio"], 49);
+    EXPECT_EQ(api.handle(get("/api/v1/runs/long/events")).status, 200);
+}
+
+TEST_F(WebApi, DownsamplingKeepsAOneStepSpikeInAMillionPoints) {
+    auto r = api.handle(get("/api/v1/runs/long/series", {{"key", "loss"}, {"points", "2000"}}));
+    ASSERT_EQ(r.status, 200) << r.body;
+    json buckets = json::parse(r.body)["buckets"];
+    EXPECT_LE(buckets.size(), 2000u);
+    EXPECT_GE(buckets.size(), 1000u);
+    double max = 0;
+    for (auto& b : buckets) max = std::max(max, b[3].get<double>());
+    EXPECT_EQ(max, 99.0) << "the single-step spike survives";
+    // Zooming in re-queries at full resolution.
+    r = api.handle(get("/api/v1/runs/long/series", {{"key", "loss"}, {"from", "654300"}, {"to", "654340"}}));
+    json points = json::parse(r.body)["points"];
+    ASSERT_EQ(points.size(), 41u);
+    EXPECT_EQ(points[21][1], 99.0);
+}
+
+TEST_F(WebApi, BadParametersAre400WithAMessage) {
+    auto check = [&](std::map<std::string, std::string> q, const std::string& needle) {
+        auto r = api.handle(get("/api/v1/runs/long/series", q));
+        EXPECT_EQ(r.status, 400) << r.body;
+        EXPECT_NE(json::parse(r.body)["error"].get<std::string>().find(needle), std::string::npos) << r.body;
+    };
+    check({{"key", "loss"}, {"points", "0"}}, "points=0 must be an integer in [1, 100000]");
+    check({{"key", "loss"}, {"from", "ten"}}, "from=ten");
+    check({{"key", "loss"}, {"from", "-5"}}, "from=-5");
+    check({{"key", "loss"}, {"from", "9"}, {"to", "3"}}, "from=9 is after to=3");
+    check({}, "parameter key is required");
+    check({{"key", "loss"}, {"points", "1; DROP TABLE runs"}}, "points=");
+    EXPECT_EQ(api.handle(get("/api/v1/runs/nope/keys")).status, 404);
+    EXPECT_EQ(api.handle(get("/api/v1/nothing")).status, 404);
+    EXPECT_EQ(api.handle(post("/api/v1/runs/long/keys", "secret-token")).status, 405);
+}
+
+TEST_F(WebApi, StateChangesNeedTheToken) {
+    EXPECT_EQ(api.handle(post("/api/v1/runs/long/halt", "")).status, 401);
+    EXPECT_EQ(api.handle(post("/api/v1/runs/long/halt", "wrong")).status, 401);
+    EXPECT_EQ(api.handle(post("/api/v1/runs/new/ingest", "", "{\"step\": 0, \"loss\": 1}\n")).status, 401);
+    auto r = api.handle(post("/api/v1/runs/long/halt", "secret-token"));
+    EXPECT_EQ(r.status, 202) << r.body;
+    Reader reader(dir_->file("s.db"));
+    EXPECT_EQ(reader.pending_halt(reader.find_run("long")->id), "web 127.0.0.1");
+}
+
+TEST_F(WebApi, IngestIsAllOrNothing) {
+    auto r = api.handle(post("/api/v1/runs/pushed/ingest", "secret-token",
+                             "{\"step\": 0, \"loss\": 3.0}\n{\"step\": 1, \"loss\": [1]}\n{\"step\": 2, \"loss\": 1.0}\n"));
+    EXPECT_EQ(r.status, 400);
+    EXPECT_NE(r.body.find("request:2: field \\\"loss\\\" is [1], not a number"), std::string::npos) << r.body;
+    EXPECT_FALSE(Reader(dir_->file("s.db")).find_run("pushed").has_value()) << "nothing of the request was written";
+    r = api.handle(post("/api/v1/runs/pushed/ingest", "secret-token", "{\"step\": 0, \"loss\": 3.0}\n{\"step\": 1, \"loss\": 2.0}\n"));
+    ASSERT_EQ(r.status, 200) << r.body;
+    Reader reader(dir_->file("s.db"));
+    EXPECT_EQ(reader.series(reader.find_run("pushed")->id, "loss", 0, 10).size(), 2u);
+}
+
+// One raw HTTP request, sent exactly as written (no client normalizes the path).
+std::pair<int, std::string> http(int port, const std::string& request) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, (sockaddr*)&addr, sizeof addr) != 0) {
+        ::close(fd);
+        return {0, ""};
+    }
+    ::send(fd, request.data(), request.size(), 0);
+    std::string reply;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) reply.append(buf, n);
+    ::close(fd);
+    int status = reply.size() > 12 ? std::atoi(reply.c_str() + 9) : 0;
+    size_t body = reply.find("\r\n\r\n");
+    return {status, body == std::string::npos ? "" : reply.substr(body + 4)};
+}
+
+std::pair<int, std::string> http_get(int port, const std::string& path) {
+    return http(port, fmt::format("GET {} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", path));
+}
+
+TEST(WebServer, ServesThePageAndNothingOutsideIt) {
+    test::ScratchDir dir("web_server");
+    { Writer w(dir.file("s.db")); }
+    web::Server server({dir.file("s.db"), "127.0.0.1", 0, std::string(HLAT_SOURCE_DIR) + "/web/static", ""});
+    ASSERT_GT(server.port(), 0);
+    EXPECT_EQ(server.token().size(), 32u);
+    auto [status, body] = http_get(server.port(), "/");
+    EXPECT_EQ(status, 200);
+    EXPECT_NE(body.find("<table id=\"runs\">"), std::string::npos);
+    EXPECT_EQ(http_get(server.port(), "/static/runs.js").first, 200);
+    EXPECT_EQ(http_get(server.port(), "/api/v1/runs").first, 200);
+    for (const char* evil : {"/static/../CMakeLists.txt", "/static/../../web/api.cpp", "/static/%2e%2e/api.cpp",
+                             "/static/..%2fapi.cpp", "/static/%2e%2e%2fapi.cpp", "/static/%252e%252e/api.cpp",
+                             "/static/.%2e/api.cpp", "/static//etc/passwd", "/static/%2fetc%2fpasswd",
+                             "/../../../etc/passwd", "/static/..\\api.cpp", "/static/nonexistent.js"})
+        EXPECT_EQ(http_get(server.port(), evil).first, 404) << evil;
+    auto [code, reply] = http(server.port(), "POST /api/v1/runs/x/halt HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n"
+                                             "Connection: close\r\n\r\n");
+    EXPECT_EQ(code, 401) << reply;
+}
+
+TEST(WebServer, HaltFromTheWebStopsARunningTrainer) {
+    test::ScratchDir dir("web_halt");
+    std::ofstream(dir.file("c.json")) << R"({
+      "model": {"vocab_size": 64, "dim": 32, "n_layers": 2, "n_heads": 2, "n_kv_heads": 2, "hidden_dim": 64,
+                "max_seq_len": 32},
+      "schedule": {"warmup_steps": 10, "total_steps": 1000000},
+      "run": {"batch_size": 2, "seq_len": 32, "threads": 1, "log_every": 100000, "tensor_norms_every": 0,
+              "eval_every": 0}
+    })";
+    std::vector<uint16_t> ids(5000);
+    for (size_t i = 0; i < ids.size(); i++) ids[i] = (uint16_t)(i * 5 % 64);
+    std::ofstream(dir.file("t.u16"), std::ios::binary).write((const char*)ids.data(), ids.size() * 2);
+    std::string db = dir.file("s.db");
+    { Writer w(db); }
+    web::Server server({db, "127.0.0.1", 0, std::string(HLAT_SOURCE_DIR) + "/web/static", ""});
+    std::string cmd = fmt::format("{} train --config {} --data {} --out-dir {} --store {} --name live > {} 2>&1; echo $? > {}",
+                                  HLAT_BINARY, dir.file("c.json"), dir.file("t.u16"), dir.file("run"), db,
+                                  dir.file("log"), dir.file("rc"));
+    std::thread trainer([&] { std::system(cmd.c_str()); });
+    bool running = false;
+    for (int i = 0; i < 200 && !running; i++) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        auto r = Reader(db).find_run("live");
+        running = r && r->status == "running";
+    }
+    ASSERT_TRUE(running);
+    auto denied = http(server.port(), "POST /api/v1/runs/live/halt HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n"
+                                      "Connection: close\r\n\r\n");
+    EXPECT_EQ(denied.first, 401);
+    auto asked = http(server.port(), fmt::format("POST /api/v1/runs/live/halt HTTP/1.1\r\nHost: a\r\nX-HLAT-Token: {}\r\n"
+                                                 "Content-Length: 0\r\nConnection: close\r\n\r\n",
+                                                 server.token()));
+    EXPECT_EQ(asked.first, 202) << asked.second;
+    trainer.join();
+    std::ifstream rc(dir.file("rc"));
+    int code = -1;
+    rc >> code;
+    EXPECT_EQ(code, 3) << "halted like a detector halt";
+    Reader reader(db);
+    auto run = reader.find_run("live");
+    EXPECT_EQ(run->status, "halted");
+    auto alerts = reader.alerts(run->id);
+    ASSERT_FALSE(alerts.empty());
+    EXPECT_EQ(alerts.back().kind, "halt_request");
+    EXPECT_NE(alerts.back().message.find("web 127.0.0.1"), std::string::npos) << "who asked is recorded";
+}
+
+}  // namespace
+}  // namespace hlat

@@ -1,0 +1,58 @@
+// The JSON API of `hlat serve`, as plain functions from a request to a
+// response so it can be tested without sockets. Version 1, under /api/v1:
+//   GET  /api/v1/runs                              runs with status, steps, last loss, tokens, uptime, alerts
+//   GET  /api/v1/runs/{run}/keys                   metric keys
+//   GET  /api/v1/runs/{run}/series?key=K[&from=A&to=B][&points=N]
+//        full points, or at most N buckets (min, max, last) over [A, B]
+//   GET  /api/v1/runs/{run}/alerts | events | checkpoints | evals
+//   POST /api/v1/runs/{run}/halt                   token; asks the trainer to halt
+//   POST /api/v1/runs/{run}/ingest                 token; JSON lines as `hlat ingest` reads them
+// State changes need the server's token in the X-HLAT-Token header (or
+// Authorization: Bearer TOKEN). Every parameter is validated; errors are JSON
+// {"error": "..."} with 400, 401, 404 or 500.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+namespace hlat::telemetry {
+class Writer;
+}
+
+namespace hlat::web {
+
+struct Request {
+    std::string method;                        // GET, POST
+    std::string path;                          // decoded, without the query
+    std::map<std::string, std::string> query;  // decoded
+    std::string token;                         // from X-HLAT-Token or Authorization: Bearer
+    std::string body;
+    std::string remote;                        // client address, for "who asked"
+};
+
+struct Response {
+    int status = 200;
+    std::string content_type = "application/json";
+    std::string body;
+};
+
+class Api {
+  public:
+    // Reads open their own connection per request; state changes go through
+    // one Writer owned here.
+    Api(std::string store, std::string token);
+    ~Api();
+    Response handle(const Request& r);
+
+  private:
+    Response handle_run(const Request& r, const std::string& run, const std::string& what);
+    telemetry::Writer& writer();
+    std::string store_, token_;
+    std::unique_ptr<telemetry::Writer> writer_;
+};
+
+// A random 32-hex-digit token from /dev/urandom.
+std::string new_token();
+
+}  // namespace hlat::web

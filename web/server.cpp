@@ -1,0 +1,176 @@
+#include "web/server.h"
+
+#include <arpa/inet.h>
+#include <civetweb.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <future>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+namespace hlat::web {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t kMaxBody = 64 << 20;
+
+std::string url_decode(const std::string& s, bool form) {
+    std::string out(s.size() + 1, '\0');
+    int n = mg_url_decode(s.data(), (int)s.size(), out.data(), (int)out.size(), form ? 1 : 0);
+    out.resize(n < 0 ? 0 : n);
+    return out;
+}
+
+std::map<std::string, std::string> parse_query(const char* q) {
+    std::map<std::string, std::string> out;
+    if (!q) return out;
+    std::stringstream ss(q);
+    for (std::string pair; std::getline(ss, pair, '&');) {
+        size_t eq = pair.find('=');
+        out[url_decode(pair.substr(0, eq), true)] = eq == std::string::npos ? "" : url_decode(pair.substr(eq + 1), true);
+    }
+    return out;
+}
+
+const char* reason(int status) {
+    switch (status) {
+        case 200: return "OK";
+        case 202: return "Accepted";
+        case 400: return "Bad Request";
+        case 401: return "Unauthorized";
+        case 404: return "Not Found";
+        case 405: return "Method Not Allowed";
+        case 409: return "Conflict";
+        default: return status >= 500 ? "Internal Server Error" : "OK";
+    }
+}
+
+const char* content_type(const fs::path& p) {
+    std::string ext = p.extension().string();
+    if (ext == ".html") return "text/html; charset=utf-8";
+    if (ext == ".js" || ext == ".mjs") return "text/javascript; charset=utf-8";
+    if (ext == ".css") return "text/css; charset=utf-8";
+    if (ext == ".json") return "application/json";
+    if (ext == ".svg") return "image/svg+xml";
+    if (ext == ".png") return "image/png";
+    return "application/octet-stream";
+}
+
+// Every response goes out through mg_write: mg_printf formats into a large
+// stack buffer, and civetweb's worker threads have small stacks.
+int send(mg_connection* conn, const Response& r) {
+    std::string head = fmt::format(
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n"
+        "X-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n",
+        r.status, reason(r.status), r.content_type, r.body.size());
+    mg_write(conn, head.data(), head.size());
+    mg_write(conn, r.body.data(), r.body.size());
+    return r.status;
+}
+
+bool is_loopback(const std::string& bind) { return bind == "127.0.0.1" || bind == "localhost" || bind == "::1"; }
+
+}  // namespace
+
+std::string resolve_static(const std::string& root, const std::string& url_path) {
+    const std::string prefix = "/static/";
+    if (url_path.rfind(prefix, 0) != 0) return "";
+    std::string rel = url_decode(url_path.substr(prefix.size()), false);
+    // Decoding twice catches double-encoded escapes (%252e%252e).
+    if (rel.find('%') != std::string::npos) rel = url_decode(rel, false);
+    if (rel.empty() || rel.find('\0') != std::string::npos || rel.find('\\') != std::string::npos || rel[0] == '/')
+        return "";
+    for (const auto& part : fs::path(rel))
+        if (part == ".." || part == ".") return "";
+    std::error_code ec;
+    fs::path base = fs::canonical(root, ec);
+    if (ec) return "";
+    fs::path file = fs::weakly_canonical(base / rel, ec);
+    if (ec) return "";
+    auto mismatch = std::mismatch(base.begin(), base.end(), file.begin(), file.end());
+    if (mismatch.first != base.end() || !fs::is_regular_file(file)) return "";
+    return file.string();
+}
+
+Server::Server(ServerOptions options) : options_(std::move(options)) {
+    if (options_.token.empty()) options_.token = new_token();
+    if (!fs::is_directory(options_.static_dir))
+        throw std::runtime_error(fmt::format("static folder {} does not exist", options_.static_dir));
+    api_ = std::make_unique<Api>(options_.store, options_.token);
+    mg_init_library(0);
+    if (options_.port == 0) {  // civetweb takes no port 0: ask the kernel for a free one
+        int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ::bind(fd, (sockaddr*)&addr, sizeof addr);
+        socklen_t len = sizeof addr;
+        ::getsockname(fd, (sockaddr*)&addr, &len);
+        ::close(fd);
+        options_.port = ntohs(addr.sin_port);
+    }
+    std::string ports = fmt::format("{}:{}", options_.bind, options_.port);
+    const char* mg_options[] = {"listening_ports", ports.c_str(), "num_threads", "8", nullptr};
+    mg_callbacks callbacks{};
+    ctx_ = mg_start(&callbacks, nullptr, mg_options);
+    if (!ctx_) throw std::runtime_error(fmt::format("cannot listen on {} (in use, or not an address of this machine)", ports));
+    mg_set_request_handler(ctx_, "/", &Server::handle, this);
+    port_ = options_.port;
+    (void)is_loopback;
+}
+
+Server::~Server() {
+    if (ctx_) mg_stop(ctx_);
+}
+
+std::string Server::url() const { return fmt::format("http://{}:{}/", options_.bind, port_); }
+
+int Server::handle(mg_connection* conn, void* self) {
+    auto* server = static_cast<Server*>(self);
+    const mg_request_info* info = mg_get_request_info(conn);
+    Request r;
+    r.method = info->request_method ? info->request_method : "";
+    std::string raw = info->local_uri_raw ? info->local_uri_raw : "/";
+    r.path = url_decode(raw, false);
+    r.query = parse_query(info->query_string);
+    r.remote = info->remote_addr;
+    if (const char* t = mg_get_header(conn, "X-HLAT-Token")) r.token = t;
+    if (const char* a = mg_get_header(conn, "Authorization")) {
+        std::string auth = a;
+        if (auth.rfind("Bearer ", 0) == 0) r.token = auth.substr(7);
+    }
+    if (r.method == "POST") {
+        // civetweb's worker threads have small stacks: buffers live on the heap.
+        std::vector<char> buf(1 << 16);
+        int n;
+        while ((n = mg_read(conn, buf.data(), buf.size())) > 0) {
+            r.body.append(buf.data(), n);
+            if (r.body.size() > kMaxBody) return send(conn, {413, "application/json", R"({"error": "body too large"})"});
+        }
+    }
+    // civetweb's worker threads run on small stacks (this Debian build
+    // overflowed one inside SQLite): the work runs on a thread with a normal
+    // stack, and the civetweb thread only moves bytes.
+    Response response = std::async(std::launch::async, [&] { return server->respond(r, raw); }).get();
+    return send(conn, response);
+}
+
+Response Server::respond(const Request& r, const std::string& raw) {
+    if (raw.rfind("/api/", 0) == 0) return api_->handle(r);
+    if (r.method != "GET") return {405, "application/json", R"({"error": "use GET"})"};
+    std::string path = raw == "/" ? "/static/index.html" : raw;
+    std::string file = resolve_static(options_.static_dir, path);
+    if (file.empty()) return {404, "application/json", R"({"error": "not found"})"};
+    std::ifstream in(file, std::ios::binary);
+    std::string body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return {200, content_type(file), body};
+}
+
+}  // namespace hlat::web

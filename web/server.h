@@ -1,0 +1,46 @@
+// `hlat serve`: civetweb serving the JSON API (api.h) and the static page from
+// one folder. Binds 127.0.0.1 unless told otherwise; every state change needs
+// the access token.
+#pragma once
+
+#include "web/api.h"
+
+#include <memory>
+#include <string>
+
+struct mg_context;
+struct mg_connection;
+
+namespace hlat::web {
+
+struct ServerOptions {
+    std::string store;
+    std::string bind = "127.0.0.1";
+    int port = 8080;          // 0: any free port
+    std::string static_dir;   // the page; nothing outside it is ever served
+    std::string token;        // empty: a new random one
+};
+
+class Server {
+  public:
+    // Starts serving; throws naming the problem (port taken, bad folder).
+    explicit Server(ServerOptions options);
+    ~Server();
+    int port() const { return port_; }
+    const std::string& token() const { return options_.token; }
+    std::string url() const;
+
+  private:
+    static int handle(mg_connection* conn, void* self);
+    Response respond(const Request& r, const std::string& raw_path);
+    ServerOptions options_;
+    std::unique_ptr<Api> api_;
+    mg_context* ctx_ = nullptr;
+    int port_ = 0;
+};
+
+// Maps a URL path under /static/ to a file inside root, or "" when it would
+// leave root or names nothing: no "..", no encoded escapes, no symlink out.
+std::string resolve_static(const std::string& root, const std::string& url_path);
+
+}  // namespace hlat::web
