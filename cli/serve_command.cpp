@@ -26,7 +26,9 @@ int serve_command(int argc, char** argv) {
         ("store", po::value<std::string>()->default_value("runs/hlat.db"), "telemetry store")
         ("bind", po::value<std::string>()->default_value("127.0.0.1"), "address to listen on")
         ("port", po::value<int>()->default_value(8080), "port; 0 picks a free one")
-        ("static", po::value<std::string>()->default_value(HLAT_WEB_DIR), "folder of the page")
+        ("static", po::value<std::string>()->default_value(HLAT_WEB_DIR "/static"), "folder of the page")
+        ("vendor", po::value<std::string>()->default_value(HLAT_WEB_DIR "/node_modules/uplot/dist"),
+         "folder of uPlot's files (installed by npm in setup)")
         ("token", po::value<std::string>()->default_value(""), "access token for state changes; empty: a random one");
     auto parsed = parse_options(argc, argv, opts,
                                 "usage: hlat serve [--store FILE] [--port N]\n\nServes the JSON API (/api/v1, see "
@@ -40,6 +42,7 @@ int serve_command(int argc, char** argv) {
     o.bind = vm["bind"].as<std::string>();
     o.port = port;
     o.static_dir = vm["static"].as<std::string>();
+    o.vendor_dir = vm["vendor"].as<std::string>();
     o.token = vm["token"].as<std::string>();
     { telemetry::Reader check(o.store); }  // a missing or foreign store is an error now, not at the first request
     if (o.bind != "127.0.0.1" && o.bind != "localhost" && o.bind != "::1")

@@ -14,6 +14,7 @@ PACKAGES=(
   libzstd-dev zstd zlib1g-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch python3-numpy
+  chromium
 )
 
 missing=()
@@ -30,5 +31,17 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The page's browser libraries (uPlot) and the end-to-end test's driver
+# (playwright-core, which drives Debian's chromium: it downloads no browser),
+# pinned by web/package-lock.json.
+if ! command -v npm >/dev/null; then
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
+web="$(cd "$(dirname "$0")/../web" && pwd)"
+if [[ ! -f "$web/node_modules/.package-lock.json" || "$web/package-lock.json" -nt "$web/node_modules/.package-lock.json" ]]; then
+  echo "setup: installing web/node_modules from package-lock.json"
+  (cd "$web" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 echo "setup: all dependencies present"

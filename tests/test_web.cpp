@@ -156,7 +156,7 @@ std::pair<int, std::string> http_get(int port, const std::string& path) {
 TEST(WebServer, ServesThePageAndNothingOutsideIt) {
     test::ScratchDir dir("web_server");
     { Writer w(dir.file("s.db")); }
-    web::Server server({dir.file("s.db"), "127.0.0.1", 0, std::string(HLAT_SOURCE_DIR) + "/web/static", ""});
+    web::Server server({dir.file("s.db"), "127.0.0.1", 0, std::string(HLAT_SOURCE_DIR) + "/web/static", "", ""});
     ASSERT_GT(server.port(), 0);
     EXPECT_EQ(server.token().size(), 32u);
     auto [status, body] = http_get(server.port(), "/");
@@ -174,6 +174,54 @@ TEST(WebServer, ServesThePageAndNothingOutsideIt) {
     EXPECT_EQ(code, 401) << reply;
 }
 
+TEST(WebServer, NewPointsArePushedLiveWithinASecond) {
+    test::ScratchDir dir("web_sse");
+    Writer w(dir.file("s.db"));
+    RunRecord rec;
+    rec.name = "live";
+    int64_t id = w.open_run(rec, false);
+    w.metric(id, "loss", 0, 3.0, 0.0);
+    w.flush();
+    web::Server server({dir.file("s.db"), "127.0.0.1", 0, std::string(HLAT_SOURCE_DIR) + "/web/static", "", ""});
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(server.port());
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, (sockaddr*)&addr, sizeof addr), 0);
+    std::string req = "GET /api/v1/runs/live/stream?keys=loss,grad_norm HTTP/1.1\r\nHost: a\r\n\r\n";
+    ::send(fd, req.data(), req.size(), 0);
+    timeval timeout{0, 100000};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+    auto read_until = [&](const std::string& needle, double seconds) {
+        std::string got;
+        auto t0 = std::chrono::steady_clock::now();
+        char buf[4096];
+        while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds) {
+            ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+            if (n > 0) got.append(buf, n);
+            if (got.find(needle) != std::string::npos) return got;
+        }
+        return got;
+    };
+    std::string head = read_until("retry:", 2.0);
+    EXPECT_NE(head.find("text/event-stream"), std::string::npos) << head;
+    auto t0 = std::chrono::steady_clock::now();
+    w.metric(id, "loss", 1, 2.5, 1.0);  // committed by the writer within ~100 ms
+    std::string got = read_until("[1,2.5,1.0]", 3.0);
+    double latency = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_NE(got.find("event: points"), std::string::npos) << got;
+    EXPECT_NE(got.find("[1,2.5,1.0]"), std::string::npos) << got;
+    EXPECT_EQ(got.find("[0,3.0"), std::string::npos) << "only points after the stream opened";
+    EXPECT_LT(latency, 1.5) << "a point reaches the page within about a second of being written";
+    w.alert(id, {"loss_jump", "warning", 1, "jumped", "{}", 1.0});
+    w.set_status(id, "halted", 2.0);
+    got = read_until("\"halted\"", 3.0);
+    EXPECT_NE(got.find("event: alert"), std::string::npos) << got;
+    EXPECT_NE(got.find("event: status"), std::string::npos) << got;
+    ::close(fd);
+}
+
 TEST(WebServer, HaltFromTheWebStopsARunningTrainer) {
     test::ScratchDir dir("web_halt");
     std::ofstream(dir.file("c.json")) << R"({
@@ -188,7 +236,7 @@ TEST(WebServer, HaltFromTheWebStopsARunningTrainer) {
     std::ofstream(dir.file("t.u16"), std::ios::binary).write((const char*)ids.data(), ids.size() * 2);
     std::string db = dir.file("s.db");
     { Writer w(db); }
-    web::Server server({db, "127.0.0.1", 0, std::string(HLAT_SOURCE_DIR) + "/web/static", ""});
+    web::Server server({db, "127.0.0.1", 0, std::string(HLAT_SOURCE_DIR) + "/web/static", "", ""});
     std::string cmd = fmt::format("{} train --config {} --data {} --out-dir {} --store {} --name live > {} 2>&1; echo $? > {}",
                                   HLAT_BINARY, dir.file("c.json"), dir.file("t.u16"), dir.file("run"), db,
                                   dir.file("log"), dir.file("rc"));

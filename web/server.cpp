@@ -1,13 +1,22 @@
 #include "web/server.h"
 
+#include "telemetry/reader.h"
+
 #include <arpa/inet.h>
 #include <civetweb.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+#include <thread>
 #include <future>
 #include <fstream>
 #include <sstream>
@@ -117,7 +126,8 @@ Server::Server(ServerOptions options) : options_(std::move(options)) {
         options_.port = ntohs(addr.sin_port);
     }
     std::string ports = fmt::format("{}:{}", options_.bind, options_.port);
-    const char* mg_options[] = {"listening_ports", ports.c_str(), "num_threads", "8", nullptr};
+    // Each open event stream holds a civetweb thread.
+    const char* mg_options[] = {"listening_ports", ports.c_str(), "num_threads", "32", nullptr};
     mg_callbacks callbacks{};
     ctx_ = mg_start(&callbacks, nullptr, mg_options);
     if (!ctx_) throw std::runtime_error(fmt::format("cannot listen on {} (in use, or not an address of this machine)", ports));
@@ -127,6 +137,7 @@ Server::Server(ServerOptions options) : options_(std::move(options)) {
 }
 
 Server::~Server() {
+    stopping_ = true;  // ends the event streams, which mg_stop waits for
     if (ctx_) mg_stop(ctx_);
 }
 
@@ -155,6 +166,13 @@ int Server::handle(mg_connection* conn, void* self) {
             if (r.body.size() > kMaxBody) return send(conn, {413, "application/json", R"({"error": "body too large"})"});
         }
     }
+    const std::string stream_suffix = "/stream";
+    if (r.method == "GET" && raw.rfind("/api/v1/runs/", 0) == 0 && raw.size() > stream_suffix.size() &&
+        raw.compare(raw.size() - stream_suffix.size(), stream_suffix.size(), stream_suffix) == 0) {
+        std::string run = r.path.substr(13, r.path.size() - 13 - stream_suffix.size());
+        std::async(std::launch::async, [&] { server->stream(conn, r, run); }).get();
+        return 200;
+    }
     // civetweb's worker threads run on small stacks (this Debian build
     // overflowed one inside SQLite): the work runs on a thread with a normal
     // stack, and the civetweb thread only moves bytes.
@@ -162,11 +180,95 @@ int Server::handle(mg_connection* conn, void* self) {
     return send(conn, response);
 }
 
+void Server::stream(mg_connection* conn, const Request& r, const std::string& name) {
+    using namespace std::chrono;
+    std::unique_ptr<telemetry::Reader> reader;
+    std::optional<telemetry::RunRecord> run;
+    try {
+        reader = std::make_unique<telemetry::Reader>(options_.store);
+        run = reader->find_run(name);
+    } catch (const std::exception& e) {
+        send(conn, {500, "application/json", nlohmann::json{{"error", e.what()}}.dump()});
+        return;
+    }
+    if (!run) {
+        send(conn, {404, "application/json", nlohmann::json{{"error", "no run named \"" + name + "\""}}.dump()});
+        return;
+    }
+    std::vector<std::string> keys;
+    auto q = r.query.find("keys");
+    std::stringstream ks(q == r.query.end() ? "loss" : q->second);
+    for (std::string k; std::getline(ks, k, ',');)
+        if (!k.empty()) keys.push_back(k);
+    if (keys.empty() || keys.size() > 64) {
+        send(conn, {400, "application/json", R"({"error": "keys must name 1 to 64 metric keys"})"});
+        return;
+    }
+    const int64_t end = std::numeric_limits<int64_t>::max() / 2;
+    std::map<std::string, int64_t> last;
+    for (const std::string& k : keys) {
+        auto tail = reader->downsample(run->id, k, 0, end, 1);
+        last[k] = tail.empty() ? -1 : tail.back().last_step;
+    }
+    if (auto a = r.query.find("after"); a != r.query.end()) {
+        int64_t after = std::atoll(a->second.c_str());
+        for (auto& [k, step] : last) step = after;
+    }
+    size_t alerts_seen = reader->alerts(run->id).size();
+    std::string status = run->status;
+    static const char head[] =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n"
+        "retry: 1000\n\n";
+    if (mg_write(conn, head, sizeof head - 1) <= 0) return;
+    auto event = [&](const char* kind, const nlohmann::json& data) {
+        std::string text = fmt::format("event: {}\ndata: {}\n\n", kind, data.dump());
+        return mg_write(conn, text.data(), text.size()) > 0;
+    };
+    auto last_write = steady_clock::now();
+    while (!stopping_) {
+        bool ok = true;
+        try {
+            for (const std::string& k : keys) {
+                auto points = reader->series(run->id, k, last[k] + 1, end);
+                if (points.empty()) continue;
+                if (points.size() > 5000) points.erase(points.begin(), points.end() - 5000);
+                nlohmann::json rows = nlohmann::json::array();
+                for (const auto& p : points)
+                    rows.push_back({p.step, std::isnan(p.value) ? nlohmann::json(nullptr) : nlohmann::json(p.value),
+                                    p.wall_time});
+                last[k] = points.back().step;
+                ok = ok && event("points", {{"key", k}, {"points", rows}});
+            }
+            auto alerts = reader->alerts(run->id);
+            for (size_t i = alerts_seen; i < alerts.size() && ok; i++)
+                ok = event("alert", {{"kind", alerts[i].kind}, {"severity", alerts[i].severity}, {"step", alerts[i].step},
+                                     {"message", alerts[i].message}});
+            alerts_seen = alerts.size();
+            auto now = reader->find_run(name);
+            if (now && now->status != status && ok) {
+                status = now->status;
+                ok = event("status", {{"status", status}});
+            }
+        } catch (const std::exception& e) {
+            ok = event("error", {{"error", e.what()}}) && false;
+        }
+        if (ok && steady_clock::now() - last_write > seconds(10)) {
+            static const char keepalive[] = ": keepalive\n\n";  // also how a closed client is noticed
+            ok = mg_write(conn, keepalive, sizeof keepalive - 1) > 0;
+            last_write = steady_clock::now();
+        }
+        if (!ok) return;
+        std::this_thread::sleep_for(milliseconds(200));
+    }
+}
+
 Response Server::respond(const Request& r, const std::string& raw) {
     if (raw.rfind("/api/", 0) == 0) return api_->handle(r);
     if (r.method != "GET") return {405, "application/json", R"({"error": "use GET"})"};
     std::string path = raw == "/" ? "/static/index.html" : raw;
-    std::string file = resolve_static(options_.static_dir, path);
+    std::string file = path.rfind("/vendor/", 0) == 0
+                           ? resolve_static(options_.vendor_dir, "/static/" + path.substr(8))
+                           : resolve_static(options_.static_dir, path);
     if (file.empty()) return {404, "application/json", R"({"error": "not found"})"};
     std::ifstream in(file, std::ios::binary);
     std::string body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -1,10 +1,14 @@
-// `hlat serve`: civetweb serving the JSON API (api.h) and the static page from
-// one folder. Binds 127.0.0.1 unless told otherwise; every state change needs
+// `hlat serve`: civetweb serving the JSON API (api.h), live updates as
+// Server-Sent Events, and the static page from one folder.
+//   GET /api/v1/runs/{run}/stream?keys=loss,grad_norm[&after=STEP]
+//       event "points" {"key", "points": [[step, value, time], ...]} for every new point of each key,
+//       event "alert" for each new alert, event "status" when the run's status changes. Binds 127.0.0.1 unless told otherwise; every state change needs
 // the access token.
 #pragma once
 
 #include "web/api.h"
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -18,6 +22,7 @@ struct ServerOptions {
     std::string bind = "127.0.0.1";
     int port = 8080;          // 0: any free port
     std::string static_dir;   // the page; nothing outside it is ever served
+    std::string vendor_dir;   // npm's browser files (uPlot), served under /vendor/
     std::string token;        // empty: a new random one
 };
 
@@ -33,9 +38,12 @@ class Server {
   private:
     static int handle(mg_connection* conn, void* self);
     Response respond(const Request& r, const std::string& raw_path);
+    // Server-Sent Events of one run until the client leaves or the server stops.
+    void stream(mg_connection* conn, const Request& r, const std::string& run);
     ServerOptions options_;
     std::unique_ptr<Api> api_;
     mg_context* ctx_ = nullptr;
+    std::atomic<bool> stopping_{false};
     int port_ = 0;
 };
 
