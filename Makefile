@@ -24,9 +24,10 @@ data: build
 	test -s $(CORPUS) || $(HLAT) corpus --info "$$(ls data/raw/python3.*.info.gz | head -1)" --out $(CORPUS)
 	test -s $(TOKENIZER) || $(HLAT) tokenizer --config configs/demo.json
 
-# Trains the default model on real text; a second `make demo` resumes it.
+# The main job: train the default model with the store and detectors on and
+# serve the page while it trains (until Ctrl-C); scripts/demo.sh.
 demo: data
-	$(HLAT) train --config configs/demo.json --resume
+	HLAT=$(HLAT) bash scripts/demo.sh
 
 bench: data
 	bench/train_vs_pytorch

@@ -139,14 +139,20 @@ std::vector<Bucket> Reader::downsample(int64_t run, const std::string& key, int6
     if (!key_ || buckets <= 0 || last < first) return out;
     // Narrow the range to the steps the series has, so an open-ended request
     // ("to the end") is bucketed over the data, not over the empty remainder.
-    {
-        Statement s = db_.prepare("SELECT min(step), max(step) FROM metrics WHERE run_id = ?1 AND key_id = ?2 "
-                                  "AND step BETWEEN ?3 AND ?4");
+    // Two queries, each one index seek: min() and max() together would scan.
+    const char* ends[] = {"SELECT step FROM metrics WHERE run_id = ?1 AND key_id = ?2 AND step BETWEEN ?3 AND ?4 "
+                          "ORDER BY step ASC LIMIT 1",
+                          "SELECT step FROM metrics WHERE run_id = ?1 AND key_id = ?2 AND step BETWEEN ?3 AND ?4 "
+                          "ORDER BY step DESC LIMIT 1"};
+    int64_t bounds[2];
+    for (int i = 0; i < 2; i++) {
+        Statement s = db_.prepare(ends[i]);
         s.bind(1, run).bind(2, *key_).bind(3, first).bind(4, last);
-        if (!s.step() || s.column_is_null(0)) return out;
-        first = s.column_int(0);
-        last = s.column_int(1);
+        if (!s.step()) return out;
+        bounds[i] = s.column_int(0);
     }
+    first = bounds[0];
+    last = bounds[1];
     int64_t span = last - first + 1;
     int64_t width = (span + buckets - 1) / buckets;
     bool use_blocks = width >= kBlockSteps;

@@ -258,7 +258,7 @@ void Server::stream(mg_connection* conn, const Request& r, const std::string& na
             last_write = steady_clock::now();
         }
         if (!ok) return;
-        std::this_thread::sleep_for(milliseconds(200));
+        std::this_thread::sleep_for(milliseconds(100));  // poll: a commit reaches the page within ~0.2 s
     }
 }
 

@@ -1,6 +1,14 @@
 // The runs list: one row per run from /api/v1/runs, refreshed every 5 s.
 const body = document.querySelector("#runs tbody");
 const message = document.querySelector("#message");
+const selected = new Set();
+document.querySelector("#compare").addEventListener("click", () => {
+  if (selected.size < 2) {
+    message.textContent = "Select two or more runs to compare.";
+    return;
+  }
+  location.href = `/static/compare.html?runs=${[...selected].map(encodeURIComponent).join(",")}`;
+});
 
 function cell(text, cls) {
   const td = document.createElement("td");
@@ -20,7 +28,19 @@ async function refresh() {
     const { runs } = await response.json();
     body.replaceChildren(...runs.map((r) => {
       const tr = document.createElement("tr");
-      tr.append(cell(r.name), cell(r.status, `status ${r.status}`), cell(r.precision || "-"), cell(r.steps),
+      const name = document.createElement("td");
+      const link = document.createElement("a");
+      link.href = `/static/run.html?run=${encodeURIComponent(r.name)}`;
+      link.textContent = r.name;
+      name.append(link);
+      const pick = document.createElement("td");
+      const box = document.createElement("input");
+      box.type = "checkbox";
+      box.value = r.name;
+      box.checked = selected.has(r.name);
+      box.addEventListener("change", () => (box.checked ? selected.add(r.name) : selected.delete(r.name)));
+      pick.append(box);
+      tr.append(pick, name, cell(r.status, `status ${r.status}`), cell(r.precision || "-"), cell(r.steps),
                 cell(fmt(r.last_loss, 4)), cell(r.tokens === null ? "-" : Number(r.tokens).toExponential(2)),
                 cell(r.uptime === null ? "-" : `${(100 * r.uptime).toFixed(1)}%`),
                 cell(r.alerts, r.alerts > 0 ? "alerts" : ""));

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The main job: trains the default model on the Python docs with the store and
+# detectors on, and serves the page while it trains. The page stays up after
+# training ends, until Ctrl-C (which also stops a training still running,
+# after a checkpoint). A second run resumes from the last checkpoint.
+set -euo pipefail
+HLAT=${HLAT:-build/cli/hlat}
+STORE=runs/hlat.db
+PORT=${PORT:-8080}
+mkdir -p runs
+
+"$HLAT" train --config configs/demo.json --resume --store "$STORE" &
+trainer=$!
+trap 'kill -INT $trainer 2>/dev/null || true; wait $trainer 2>/dev/null || true' INT TERM EXIT
+
+for _ in $(seq 1 600); do  # the trainer creates the store before its first step
+  [[ -s "$STORE" ]] && break
+  kill -0 $trainer 2>/dev/null || break
+  sleep 0.1
+done
+[[ -s "$STORE" ]] || { wait $trainer; exit 1; }
+"$HLAT" serve --store "$STORE" --port "$PORT"

@@ -1,0 +1,124 @@
+// End-to-end: Debian's chromium, driven headless by playwright-core, against
+// `hlat serve` on a store with real runs. Checks the runs list, the loss chart,
+// an injected alert's marker, a live point, and the halt button with and
+// without the token; saves a screenshot of the dashboard.
+// usage: node dashboard.mjs HLAT_BINARY WORK_DIR
+import { spawn, spawnSync } from "node:child_process";
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const require = createRequire(path.join(here, "../../web/package.json"));
+const { chromium } = require("playwright-core");
+
+const [hlat, work] = process.argv.slice(2);
+rmSync(work, { recursive: true, force: true });
+mkdirSync(work, { recursive: true });
+const store = path.join(work, "hlat.db");
+const token = "e2e-token-0123456789abcdef";
+let passed = 0, failed = 0;
+function check(ok, what) {
+  if (ok) passed++; else failed++;
+  console.log(`${ok ? "ok  " : "FAIL"} ${what}`);
+}
+
+// A small model on a noisy Markov stream: quick, learnable, never trivially so
+// (a purely periodic stream would rightly trip the loss-floor detector).
+let seed = 12345;
+const rand = () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648);
+const ids = new Uint16Array(20000);
+for (let i = 1, t = 0; i < ids.length; i++) {
+  t = rand() < 0.8 ? (t * 7 + 1 + Math.floor(rand() * 3)) % 64 : Math.floor(rand() * 64);
+  ids[i] = t;
+}
+writeFileSync(path.join(work, "t.u16"), Buffer.from(ids.buffer));
+const config = (steps) => ({
+  model: { vocab_size: 64, dim: 32, n_layers: 2, n_heads: 2, n_kv_heads: 2, hidden_dim: 64, max_seq_len: 32 },
+  schedule: { warmup_steps: 10, total_steps: steps },
+  run: { batch_size: 2, seq_len: 32, threads: 1, log_every: 100000, eval_every: 0, tensor_norms_every: 0 },
+});
+writeFileSync(path.join(work, "short.json"), JSON.stringify(config(120)));
+writeFileSync(path.join(work, "long.json"), JSON.stringify(config(10000000)));
+const train = (name, cfg, extra = []) => ["train", "--config", path.join(work, cfg), "--data", path.join(work, "t.u16"),
+  "--out-dir", path.join(work, name), "--store", store, "--name", name, ...extra];
+
+const done = spawnSync(hlat, train("finished-run", "short.json", ["--inject", "grad_spike@60:300"]), { encoding: "utf8" });
+check(done.status === 0, "a short run with an injected gradient spike trains");
+
+const server = spawn(hlat, ["serve", "--store", store, "--port", "0", "--token", token]);
+const url = await new Promise((resolve, reject) => {
+  let out = "";
+  server.stdout.on("data", (d) => {
+    out += d;
+    const m = out.match(/open (http:\/\/\S+)/);
+    if (m) resolve(m[1]);
+  });
+  server.on("exit", (code) => reject(new Error(`hlat serve exited with ${code}`)));
+});
+// Its output is not read: ignore it rather than let a full pipe stall the trainer.
+const live = spawn(hlat, train("live-run", "long.json"), { stdio: "ignore" });
+let liveExit = null;
+const liveExited = new Promise((resolve) => live.on("exit", (code) => { liveExit = code; resolve(code); }));
+
+const browser = await chromium.launch({
+  executablePath: "/usr/bin/chromium",
+  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+});
+try {
+  const page = await browser.newPage({ viewport: { width: 1400, height: 1300 } });
+  await page.goto(url);
+  await page.getByRole("link", { name: "finished-run" }).waitFor({ timeout: 10000 });
+  check(true, "the runs list shows the run");
+  check(await page.getByRole("link", { name: "live-run" }).isVisible(), "and the running one");
+
+  await page.getByRole("link", { name: "finished-run" }).click();
+  await page.waitForSelector('.chart[data-panel="loss"] canvas', { timeout: 10000 });
+  const lossPoints = await page.evaluate(() => window.hlatDashboard.series.loss.steps.length);
+  check(lossPoints === 120, `the loss chart has the run's points (${lossPoints})`);
+  const alerts = await page.evaluate(() => window.hlatDashboard.alerts.map((a) => `${a.kind}@${a.step}`));
+  check(alerts.includes("grad_spike@60"), `the injected spike is an alert marker (${alerts.join(", ")})`);
+  check(await page.getByText(/step 60 · grad_spike/).isVisible(), "and is listed with its message");
+  const episodes = await page.evaluate(() => window.hlatDashboard.episodes.length);
+  check(episodes >= 1, `spike episodes are marked on the grad norm chart (${episodes})`);
+  await page.screenshot({ path: path.join(work, "dashboard.png"), fullPage: true });
+
+  await page.goto(`${url}static/compare.html?runs=finished-run,live-run`);
+  await page.waitForSelector("#chart canvas", { timeout: 10000 });
+  const diff = await page.locator("#diff tbody").innerText();
+  check(diff.includes("schedule.total_steps") && diff.includes("10000000"), "compare lists the config differences");
+  await page.screenshot({ path: path.join(work, "compare.png"), fullPage: true });
+
+  await page.goto(`${url}static/run.html?run=live-run`);
+  await page.waitForSelector('.chart[data-panel="loss"] canvas', { timeout: 15000 });
+  const before = await page.evaluate(() => Math.max(...window.hlatDashboard.series.loss.steps));
+  await page.waitForFunction((b) => Math.max(...window.hlatDashboard.series.loss.steps) > b + 5, before,
+                             { timeout: 10000 });
+  check(true, "points written while the page is open arrive live");
+
+  let answer = "wrong-token";
+  page.on("dialog", (d) => (d.type() === "prompt" ? d.accept(answer) : d.accept()));
+  await page.click("#halt");
+  await page.getByText(/Halt refused/).waitFor({ timeout: 5000 });
+  check(liveExit === null, "the halt button without the token is refused and the trainer runs on");
+  answer = token;
+  await page.click("#halt");
+  await page.getByText(/Halt requested/).waitFor({ timeout: 5000 });
+  const code = await Promise.race([liveExited, new Promise((r) => setTimeout(() => r("timeout"), 15000))]);
+  check(code === 3, `with the token the trainer halts (exit ${code})`);
+  await page.waitForFunction(() => document.querySelector("#run-status").textContent === "halted", null,
+                             { timeout: 5000 });
+  check(true, "and the page shows it halted");
+  await page.screenshot({ path: path.join(work, "dashboard-live.png"), fullPage: true });
+} catch (e) {
+  check(false, `browser session: ${e.message}`);
+} finally {
+  await browser.close();
+  live.kill("SIGKILL");
+  server.kill("SIGTERM");
+}
+console.log(`screenshots in ${work}`);
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
