@@ -7,11 +7,9 @@
 #include "telemetry/reader.h"
 #include "test_util.h"
 #include "trainer/checkpoint.h"
+#include "web/server.h"
 
-#include <arpa/inet.h>
 #include <civetweb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 #include <fmt/format.h>
 
@@ -264,22 +262,10 @@ struct Listener {
         mg_write(conn, reply, sizeof reply - 1);
         return 204;
     }
-    // A port the kernel says is free right now (civetweb takes no port 0).
-    static int free_port() {
-        int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-        sockaddr_in addr{};
-        addr.sin_family = AF_INET;
-        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        ::bind(fd, (sockaddr*)&addr, sizeof addr);
-        socklen_t len = sizeof addr;
-        ::getsockname(fd, (sockaddr*)&addr, &len);
-        ::close(fd);
-        return ntohs(addr.sin_port);
-    }
     Listener() {
         mg_init_library(0);
         for (int attempt = 0; attempt < 5 && !ctx; attempt++) {
-            port = free_port();
+            port = web::free_loopback_port();
             std::string ports = fmt::format("127.0.0.1:{}", port);
             const char* options[] = {"listening_ports", ports.c_str(), "num_threads", "2", nullptr};
             ctx = mg_start(nullptr, nullptr, options);

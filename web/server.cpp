@@ -88,6 +88,18 @@ bool is_loopback(const std::string& bind) { return bind == "127.0.0.1" || bind =
 
 }  // namespace
 
+int free_loopback_port() {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, (sockaddr*)&addr, sizeof addr);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd, (sockaddr*)&addr, &len);
+    ::close(fd);
+    return ntohs(addr.sin_port);
+}
+
 std::string resolve_static(const std::string& root, const std::string& url_path) {
     const std::string prefix = "/static/";
     if (url_path.rfind(prefix, 0) != 0) return "";
@@ -114,17 +126,7 @@ Server::Server(ServerOptions options) : options_(std::move(options)) {
         throw std::runtime_error(fmt::format("static folder {} does not exist", options_.static_dir));
     api_ = std::make_unique<Api>(options_.store, options_.token);
     mg_init_library(0);
-    if (options_.port == 0) {  // civetweb takes no port 0: ask the kernel for a free one
-        int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-        sockaddr_in addr{};
-        addr.sin_family = AF_INET;
-        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        ::bind(fd, (sockaddr*)&addr, sizeof addr);
-        socklen_t len = sizeof addr;
-        ::getsockname(fd, (sockaddr*)&addr, &len);
-        ::close(fd);
-        options_.port = ntohs(addr.sin_port);
-    }
+    if (options_.port == 0) options_.port = free_loopback_port();
     std::string ports = fmt::format("{}:{}", options_.bind, options_.port);
     // Each open event stream holds a civetweb thread.
     const char* mg_options[] = {"listening_ports", ports.c_str(), "num_threads", "32", nullptr};

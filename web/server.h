@@ -47,6 +47,9 @@ class Server {
     int port_ = 0;
 };
 
+// A loopback port the kernel says is free right now (civetweb takes no port 0).
+int free_loopback_port();
+
 // Maps a URL path under /static/ to a file inside root, or "" when it would
 // leave root or names nothing: no "..", no encoded escapes, no symlink out.
 std::string resolve_static(const std::string& root, const std::string& url_path);
