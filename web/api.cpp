@@ -145,7 +145,7 @@ Response Api::handle_run(const Request& r, const std::string& name, const std::s
         Writer& w = writer();
         w.request_halt(run->id, "web " + r.remote);
         w.flush();
-        return reply(202, {{"run", name}, {"halt", "requested; the trainer halts after its current step"}});
+        return reply(202, {{"run", name}, {"halt", "the trainer halts after its current step"}});
     }
     if (what == "keys") return reply(200, {{"keys", reader.keys(run->id)}});
     if (what == "series") {

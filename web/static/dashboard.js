@@ -98,9 +98,9 @@ function chartData(panel) {
       // Spike episodes: runs of steps above the threshold, shaded on the chart.
       state.episodes = [];
       for (let j = 0; j < steps.length; j++) {
-        if (!(max[j] > threshold[j])) continue;
+        if (!(raw[j] > threshold[j])) continue;
         const start = j;
-        while (j + 1 < steps.length && max[j + 1] > threshold[j + 1]) j++;
+        while (j + 1 < steps.length && raw[j + 1] > threshold[j + 1]) j++;
         state.episodes.push([steps[start], steps[j]]);
       }
       data.push(max, threshold);
@@ -127,7 +127,7 @@ function tick(v) {
 function spikeEpisodes(u) {
   const ctx = u.ctx;
   ctx.save();
-  ctx.fillStyle = "rgba(212, 119, 12, 0.18)";
+  ctx.fillStyle = "rgba(212, 119, 12, 0.12)";
   for (const [a, b] of state.episodes ?? []) {
     const [xa, xb] = xValues([a, b]);
     if (xa === null || xa === undefined) continue;
@@ -205,26 +205,46 @@ function draw() {
   }
 }
 
+// The uptime timeline: wall time from the first start to the last event;
+// training segments green (each start or restart to the stop, crash or halt
+// that ends it, or to its last event), downtime red, events as ticks.
 async function loadUptime() {
   const { events, uptime } = await fetchJson(api("/events"));
   const bar = $("#uptime");
   bar.replaceChildren();
   if (!events.length) return;
-  const t0 = events[0].time, t1 = Math.max(...events.map((e) => e.time), Date.now() / 1000);
-  let start = null;
+  // A run still going trains until now.
+  const running = $("#run-status").textContent === "running";
+  const now = Date.now() / 1000;
+  const t0 = events[0].time, t1 = Math.max(events.at(-1).time, running ? now : 0, t0 + 1);
+  const pos = (t) => `${(100 * (t - t0)) / (t1 - t0)}%`;
+  for (let i = 0; i < events.length; i++) {
+    if (events[i].kind !== "start" && events[i].kind !== "restart") continue;
+    let end = events[i].time;
+    let j = i + 1;
+    for (; j < events.length && !["start", "restart"].includes(events[j].kind); j++) {
+      end = events[j].time;
+      if (["stop", "crash", "halt"].includes(events[j].kind)) break;
+    }
+    if (j >= events.length && running) end = now;
+    const seg = document.createElement("span");
+    seg.className = "segment";
+    seg.style.left = pos(events[i].time);
+    seg.style.width = `${(100 * (end - events[i].time)) / (t1 - t0)}%`;
+    bar.append(seg);
+  }
   for (const e of events) {
+    if (e.kind === "heartbeat") continue;
     const mark = document.createElement("span");
     mark.className = `event ${e.kind}`;
-    mark.style.left = `${(100 * (e.time - t0)) / (t1 - t0 || 1)}%`;
+    mark.style.left = pos(e.time);
     mark.title = `${e.kind} at step ${e.step}${e.detail ? ": " + e.detail : ""}`;
-    if (e.kind !== "heartbeat") bar.append(mark);
-    if (e.kind === "start" || e.kind === "restart") start = e.time;
+    bar.append(mark);
   }
   const label = document.createElement("span");
   label.className = "uptime-label";
   label.textContent = `uptime ${(100 * uptime.ratio).toFixed(1)}% · ${uptime.restarts} restarts`;
   bar.append(label);
-  void start;
 }
 
 async function loadAlerts() {
@@ -270,7 +290,10 @@ async function refresh() {
 // Live: new points, alerts and status arrive as events and are appended.
 function listen() {
   const keys = [...new Set(PANELS.flatMap((p) => p.keys)), "tokens_seen"].join(",");
-  const source = new EventSource(api(`/stream?keys=${encodeURIComponent(keys)}`));
+  // Continue exactly where the first load ended, so no step falls in between.
+  const loaded = state.series.loss?.steps ?? [];
+  const after = loaded.length ? `&after=${loaded[loaded.length - 1]}` : "";
+  const source = new EventSource(api(`/stream?keys=${encodeURIComponent(keys)}${after}`));
   source.addEventListener("open", () => $("#live").classList.add("on"));
   source.addEventListener("error", () => $("#live").classList.remove("on"));
   source.addEventListener("points", (e) => {
@@ -289,6 +312,7 @@ function listen() {
     $("#run-status").textContent = status;
     $("#run-status").className = `status ${status}`;
     $("#halt").disabled = status !== "running";
+    loadUptime();
   });
 }
 
