@@ -40,7 +40,8 @@ RunTelemetry::RunTelemetry(const TrainConfig& config, bool resume, int first_ste
     r.source = "hlat";
     r.started_at = now_seconds();
     run_ = writer_->open_run(r, resume);
-    event(first_step > 0 || resume ? "restart" : "start", first_step, fmt::format("hlat {}", git_revision()));
+    // A restart continues from a checkpoint; --resume with nothing to resume is a start.
+    event(first_step > 0 ? "restart" : "start", first_step, fmt::format("hlat {}", git_revision()));
     writer_->flush();  // the run is visible to readers before the first step
 }
 
