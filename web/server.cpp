@@ -84,7 +84,6 @@ int send(mg_connection* conn, const Response& r) {
     return r.status;
 }
 
-bool is_loopback(const std::string& bind) { return bind == "127.0.0.1" || bind == "localhost" || bind == "::1"; }
 
 }  // namespace
 
@@ -135,7 +134,6 @@ Server::Server(ServerOptions options) : options_(std::move(options)) {
     if (!ctx_) throw std::runtime_error(fmt::format("cannot listen on {} (in use, or not an address of this machine)", ports));
     mg_set_request_handler(ctx_, "/", &Server::handle, this);
     port_ = options_.port;
-    (void)is_loopback;
 }
 
 Server::~Server() {
