@@ -13,5 +13,6 @@ int ingest_command(int argc, char** argv);
 int detect_command(int argc, char** argv);
 int spikes_command(int argc, char** argv);
 int serve_command(int argc, char** argv);
+int compare_command(int argc, char** argv);
 
 }  // namespace hlat::cli

@@ -2,7 +2,9 @@
 // paper's spike-episode statistics of a stored run).
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "detectors/postmortem.h"
 #include "detectors/replay.h"
+#include "trainer/file_io.h"
 #include "telemetry/reader.h"
 #include "trainer/config.h"
 
@@ -11,7 +13,9 @@
 
 #include <iostream>
 #include <limits>
+#include <cmath>
 #include <map>
+#include <sstream>
 
 namespace hlat::cli {
 namespace po = boost::program_options;
@@ -108,6 +112,54 @@ int spikes_command(int argc, char** argv) {
         fmt::print("{:>8}  {:>8}  {:>6.1f}%  {}\n", len, n, 100.0 * n / episodes,
                    std::string((size_t)(40.0 * n / max_count + 0.5), '#'));
     fmt::print("one-step spikes: {:.1f}% of episodes (the paper: over 86%)\n", 100.0 * lengths[1] / episodes);
+    return 0;
+}
+
+int compare_command(int argc, char** argv) {
+    po::options_description opts("hlat compare options");
+    opts.add_options()("help,h", "print this help")(
+        "store", po::value<std::string>()->default_value("runs/hlat.db"), "telemetry store")(
+        "runs", po::value<std::string>()->default_value(""), "runs to compare, comma-separated")(
+        "out", po::value<std::string>()->default_value(""), "also write a self-contained HTML report here");
+    auto parsed = parse_options(argc, argv, opts,
+                                "usage: hlat compare --store FILE --runs A,B[,...] [--out report.html]\n\nThe post-mortem "
+                                "of runs side by side: losses, loss variance, grad-norm trend, spike\nepisodes, alerts, "
+                                "throughput, state bytes per parameter, and the config differences.");
+    if (!parsed) return 0;
+    const po::variables_map& vm = *parsed;
+    std::vector<std::string> names;
+    std::stringstream list(vm["runs"].as<std::string>());
+    for (std::string n; std::getline(list, n, ',');)
+        if (!n.empty()) names.push_back(n);
+    if (names.empty()) throw std::runtime_error("--runs names no run");
+    telemetry::Reader reader(vm["store"].as<std::string>());
+    auto runs = detectors::postmortem(reader, names);
+    auto diffs = detectors::config_differences(reader, names);
+    auto num = [](double v, const char* spec) { return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : std::string("-"); };
+    size_t w = 4;
+    for (const auto& r : runs) w = std::max(w, r.name.size());
+    fmt::print("{:<{}}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>6}  {:>7}  {:>6}  {:>9}\n", "RUN", w, "STEPS", "FINAL",
+               "BEST", "HELDOUT", "LOSS VAR", "GRAD TREND", "SPIKES", "1-STEP", "ALERTS", "TOK/S");
+    for (const auto& r : runs) {
+        long alerts = 0;
+        for (auto& [k, n] : r.alerts) alerts += n;
+        fmt::print("{:<{}}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>6}  {:>7}  {:>6}  {:>9}\n", r.name, w, r.steps,
+                   num(r.final_loss, "{:.4f}"), num(r.best_loss, "{:.4f}"), num(r.final_heldout, "{:.4f}"),
+                   num(r.loss_variance, "{:.5f}"), num(r.grad_trend, "{:.2f}x"), r.spike_episodes,
+                   num(100 * r.one_step_spike_share, "{:.0f}%"), alerts, num(r.tokens_per_s, "{:.0f}"));
+    }
+    if (!diffs.empty()) {
+        fmt::print("\nconfig differences:\n");
+        for (const auto& [k, vals] : diffs) {
+            fmt::print("  {:<32}", k);
+            for (const auto& v : vals) fmt::print(" {:>14}", v);
+            fmt::print("\n");
+        }
+    }
+    if (!vm["out"].as<std::string>().empty()) {
+        write_file_atomic(vm["out"].as<std::string>(), {detectors::postmortem_html(runs, diffs)});
+        fmt::print("\nreport: {}\n", vm["out"].as<std::string>());
+    }
     return 0;
 }
 

@@ -25,6 +25,7 @@ const Command kCommands[] = {
     {"ingest", "import another trainer's JSONL or CSV log into the store", hlat::cli::ingest_command},
     {"detect", "replay a stored run through the detectors", hlat::cli::detect_command},
     {"serve", "JSON API and page over a telemetry store", hlat::cli::serve_command},
+    {"compare", "post-mortem of runs side by side, with an HTML report", hlat::cli::compare_command},
     {"spikes", "gradient spike episodes of a stored run (the paper's Figure 2)", hlat::cli::spikes_command},
 };
 

@@ -236,6 +236,30 @@ TEST_F(FaultRun, NonFiniteGradientHaltsBeforeTheUpdate) {
     EXPECT_EQ(pnorm[15].value, pnorm[14].value) << "no update at the poisoned step";
 }
 
+TEST_F(FaultRun, ComparePutsRunsSideBySide) {
+    ASSERT_EQ(train(config(nlohmann::json::object()), "base", "--steps 60").exit_code, 0);
+    nlohmann::json c = nlohmann::json::parse(std::ifstream(dir.file("c.json")));
+    c["schedule"]["max_lr"] = 1e-2;
+    std::ofstream(dir.file("c2.json")) << c.dump();
+    ASSERT_EQ(train(dir.file("c2.json"), "hot", "--steps 60 --inject grad_spike@30:300").exit_code, 0);
+    auto r = test::run_command(fmt::format("{} compare --store {} --runs base,hot --out {}", HLAT_BINARY,
+                                           dir.file("s.db"), dir.file("report.html")));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("LOSS VAR"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("schedule.max_lr"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("run.inject"), std::string::npos) << r.output;
+    std::ifstream in(dir.file("report.html"));
+    std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(html.find(">base</td>"), std::string::npos);
+    EXPECT_NE(html.find(">hot</td>"), std::string::npos);
+    EXPECT_NE(html.find("<svg"), std::string::npos);
+    EXPECT_NE(html.find("grad_spike × 1"), std::string::npos) << "alerts by kind";
+    EXPECT_EQ(html.find("http"), html.find("http://www.w3.org/2000/svg")) << "no network needed: the only URL is the SVG namespace";
+    auto missing = test::run_command(fmt::format("{} compare --store {} --runs base,nope", HLAT_BINARY, dir.file("s.db")));
+    EXPECT_EQ(missing.exit_code, 1);
+    EXPECT_NE(missing.output.find("no run \"nope\""), std::string::npos) << missing.output;
+}
+
 TEST_F(FaultRun, BadInjectionOrDetectorConfigIsOneLine) {
     auto r = train(config(nlohmann::json::object()), "x", "--inject mask_leek@3");
     EXPECT_EQ(r.exit_code, 1);

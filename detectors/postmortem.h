@@ -1,0 +1,44 @@
+// Post-mortem of stored runs, side by side: the numbers a precision study
+// reads off (final and best losses, loss variance, grad-norm trend, spike
+// episodes, alerts, throughput, bytes of state per parameter), the config
+// fields in which the runs differ, and a self-contained HTML report with the
+// curves as inline SVG. Used by `hlat compare`.
+#pragma once
+
+#include "telemetry/reader.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace hlat::detectors {
+
+struct RunPostmortem {
+    std::string name, status, precision;
+    int64_t steps = 0;
+    double final_loss = NAN;          // mean of the last `window` training losses
+    double best_loss = NAN;           // lowest `window`-step mean
+    double final_heldout = NAN, best_heldout = NAN;
+    double loss_variance = NAN;       // of the last `window` training losses
+    double grad_trend = NAN;          // mean grad norm of the last quarter over the second quarter
+    long spike_episodes = 0;
+    double one_step_spike_share = NAN;
+    std::map<int, long> spike_lengths;
+    std::map<std::string, long> alerts;  // by kind
+    double tokens_per_s = NAN;        // median
+    double state_bytes_per_param = NAN;  // weights, gradients, optimizer state
+    std::vector<std::pair<double, double>> loss_curve, grad_curve;  // (step, value), downsampled
+};
+
+// Summaries of the named runs; throws naming a run the store does not have.
+std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vector<std::string>& runs, int window = 50);
+
+// "section.field" -> [value per run] for the config fields that differ.
+std::map<std::string, std::vector<std::string>> config_differences(telemetry::Reader& reader,
+                                                                   const std::vector<std::string>& runs);
+
+// The report: one HTML file that needs no network to open.
+std::string postmortem_html(const std::vector<RunPostmortem>& runs,
+                            const std::map<std::string, std::vector<std::string>>& differences);
+
+}  // namespace hlat::detectors
