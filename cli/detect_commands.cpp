@@ -90,15 +90,11 @@ int spikes_command(int argc, char** argv) {
                              {"threshold", vm["threshold"].as<double>()}}}};
     detectors::GradSpikeConfig c = detectors::detectors_from_json(rule).grad_spike;
     StoredRun s = open_run(vm["store"].as<std::string>(), vm["run"].as<std::string>());
-    auto norms = s.reader->series(s.run.id, "grad_norm", 0, std::numeric_limits<int64_t>::max());
+    std::vector<double> norms;
+    for (const auto& p : s.reader->series(s.run.id, "grad_norm", 0, std::numeric_limits<int64_t>::max()))
+        norms.push_back(p.value);
     if (norms.empty()) throw std::runtime_error(fmt::format("run \"{}\" has no grad_norm series", s.run.name));
-    detectors::SpikeTracker tracker(c.window, c.rule, c.threshold);
-    std::map<int, long> lengths;
-    for (const auto& p : norms) {
-        auto o = tracker.observe(p.value);
-        if (o.ended_length > 0) lengths[o.ended_length]++;
-    }
-    if (tracker.open_length() > 0) lengths[tracker.open_length()]++;
+    std::map<int, long> lengths = detectors::spike_episode_lengths(norms, c.window, c.rule, c.threshold);
     long episodes = 0;
     for (auto& [len, n] : lengths) episodes += n;
     fmt::print("run \"{}\": {} steps, {} spike episodes (rule {}, threshold {}, running mean of the previous {} "

@@ -28,6 +28,7 @@
 
 #include <cmath>
 #include <deque>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -83,8 +84,6 @@ class SpikeTracker {
         int ended_length;    // length of an episode that ended just before this step, else 0
     };
     Observation observe(double grad_norm);
-    // Length of an episode still open at the end of the series, else 0.
-    int open_length() const { return length_; }
 
   private:
     int window_;
@@ -93,5 +92,10 @@ class SpikeTracker {
     std::deque<double> recent_;
     int length_ = 0;
 };
+
+// Spike-episode lengths of a grad-norm series (length -> episodes), an
+// episode still open at the end included: `hlat spikes` and the post-mortem.
+std::map<int, long> spike_episode_lengths(const std::vector<double>& grad_norms, int window, SpikeRule rule,
+                                          double threshold);
 
 }  // namespace hlat::detectors

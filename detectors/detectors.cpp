@@ -47,6 +47,20 @@ SpikeTracker::Observation SpikeTracker::observe(double g) {
     return o;
 }
 
+std::map<int, long> spike_episode_lengths(const std::vector<double>& grad_norms, int window, SpikeRule rule,
+                                          double threshold) {
+    SpikeTracker tracker(window, rule, threshold);
+    std::map<int, long> lengths;
+    int open = 0;
+    for (double g : grad_norms) {
+        auto o = tracker.observe(g);
+        if (o.ended_length) lengths[o.ended_length]++;
+        open = o.episode_length;
+    }
+    if (open) lengths[open]++;
+    return lengths;
+}
+
 namespace {
 
 Alert make_alert(const char* kind, const char* severity, int64_t step, std::string message, json data) {

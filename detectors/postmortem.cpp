@@ -121,12 +121,7 @@ std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vect
             size_t q = grad.size() / 4;
             p.grad_trend = mean(grad.end() - q, grad.end()) / mean(grad.begin() + q, grad.begin() + 2 * q);
         }
-        SpikeTracker tracker(20, SpikeRule::Additive, 0.1);
-        for (double g : grad) {
-            auto o = tracker.observe(g);
-            if (o.ended_length) p.spike_lengths[o.ended_length]++;
-        }
-        if (tracker.open_length()) p.spike_lengths[tracker.open_length()]++;
+        p.spike_lengths = spike_episode_lengths(grad, 20, SpikeRule::Additive, 0.1);
         for (auto& [len, n] : p.spike_lengths) p.spike_episodes += n;
         if (p.spike_episodes) p.one_step_spike_share = (double)p.spike_lengths[1] / p.spike_episodes;
         for (const auto& a : reader.alerts(run->id)) p.alerts[a.kind]++;

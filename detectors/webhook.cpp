@@ -51,16 +51,6 @@ void Webhook::post(const telemetry::Alert& a) {
     cv_.notify_all();
 }
 
-long Webhook::delivered() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return delivered_;
-}
-
-long Webhook::failed() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return failed_;
-}
-
 void Webhook::run() {
     for (;;) {
         std::string body;
@@ -82,11 +72,7 @@ void Webhook::run() {
             status = info ? info->status_code : 0;
             mg_close_connection(conn);
         }
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (status >= 200 && status < 300) {
-            delivered_++;
-        } else {
-            failed_++;
+        if (status < 200 || status >= 300) {
             spdlog::warn("webhook {}:{}{} did not take the alert: {}", host_, port_, path_,
                          conn ? fmt::format("HTTP {}", status) : std::string(error));
         }

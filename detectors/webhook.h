@@ -20,8 +20,6 @@ class Webhook {
     Webhook(const std::string& url, std::string run_name);
     ~Webhook();
     void post(const telemetry::Alert& alert);
-    long delivered() const;
-    long failed() const;
 
   private:
     void run();
@@ -31,7 +29,6 @@ class Webhook {
     std::condition_variable cv_;
     std::deque<std::string> queue_;
     bool stop_ = false;
-    long delivered_ = 0, failed_ = 0;
     std::thread thread_;
 };
 

@@ -198,6 +198,15 @@ std::vector<Bucket> Reader::downsample(int64_t run, const std::string& key, int6
     return out;
 }
 
+std::optional<int64_t> Reader::last_step(int64_t run, const std::string& key) {
+    auto key_ = key_id(key);
+    if (!key_) return std::nullopt;
+    Statement s = db_.prepare("SELECT step FROM metrics WHERE run_id = ?1 AND key_id = ?2 ORDER BY step DESC LIMIT 1");
+    s.bind(1, run).bind(2, *key_);
+    if (!s.step()) return std::nullopt;
+    return s.column_int(0);
+}
+
 std::vector<Event> Reader::events(int64_t run) {
     std::vector<Event> out;
     Statement s = db_.prepare("SELECT kind, step, wall_time, detail FROM events WHERE run_id = ?1 ORDER BY wall_time, id");
@@ -206,11 +215,11 @@ std::vector<Event> Reader::events(int64_t run) {
     return out;
 }
 
-std::vector<Alert> Reader::alerts(int64_t run) {
+std::vector<Alert> Reader::alerts(int64_t run, int64_t skip) {
     std::vector<Alert> out;
     Statement s = db_.prepare("SELECT kind, severity, step, message, data, wall_time FROM alerts WHERE run_id = ?1 "
-                              "ORDER BY step, id");
-    s.bind(1, run);
+                              "ORDER BY id LIMIT -1 OFFSET ?2");  // append order: a live view asks for what came after
+    s.bind(1, run).bind(2, skip);
     while (s.step())
         out.push_back({s.column_text(0), s.column_text(1), s.column_int(2), s.column_text(3), s.column_text(4),
                        s.column_double(5)});

@@ -63,7 +63,11 @@ class Reader {
     // multiple of 64 for long ranges, so whole precomputed blocks are used).
     std::vector<Bucket> downsample(int64_t run, const std::string& key, int64_t first, int64_t last, int buckets);
     std::vector<Event> events(int64_t run);
-    std::vector<Alert> alerts(int64_t run);
+    // Alerts of the run in the order they were raised, skipping the first `skip`
+    // (what a live view already has).
+    std::vector<Alert> alerts(int64_t run, int64_t skip = 0);
+    // The newest step of a series, if it has any.
+    std::optional<int64_t> last_step(int64_t run, const std::string& key);
     std::vector<CheckpointRecord> checkpoints(int64_t run);
     std::vector<EvalRecord> evals(int64_t run);
     Uptime uptime(int64_t run);

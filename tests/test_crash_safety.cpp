@@ -17,16 +17,7 @@ namespace {
 
 TEST(CrashSafety, SigkillLosesAtMostTheLastBatchAndResumeFillsTheSeries) {
     test::ScratchDir dir("crash");
-    std::ofstream(dir.file("c.json")) << R"({
-      "model": {"vocab_size": 64, "dim": 32, "n_layers": 2, "n_heads": 2, "n_kv_heads": 2, "hidden_dim": 64,
-                "max_seq_len": 32},
-      "schedule": {"warmup_steps": 10, "total_steps": 100000},
-      "run": {"batch_size": 2, "seq_len": 32, "threads": 1, "checkpoint_every": 25, "keep_checkpoints": 2,
-              "tensor_norms_every": 10, "log_every": 1000}
-    })";
-    std::vector<uint16_t> ids(20000);
-    for (size_t i = 0; i < ids.size(); i++) ids[i] = (uint16_t)((i * 7 + i / 13) % 64);
-    std::ofstream(dir.file("t.u16"), std::ios::binary).write((const char*)ids.data(), ids.size() * 2);
+    test::write_tiny_training(dir, 100000, {{"checkpoint_every", 25}, {"keep_checkpoints", 2}, {"tensor_norms_every", 10}});
     std::string db = dir.file("s.db");
     std::string args = fmt::format("train --config {} --data {} --out-dir {} --store {} --name crashy", dir.file("c.json"),
                                    dir.file("t.u16"), dir.file("run"), db);

@@ -73,7 +73,28 @@ inline CommandResult run_command(const std::string& command) {
 
 #include "trainer/corpus.h"
 
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <fstream>
+
 namespace hlat::test {
+
+// For tests that drive `hlat train` on something tiny: writes dir/c.json (a
+// 2-layer, d 32, vocab 64 model, batch 2 x 32, one thread; `run` fields
+// override) and dir/t.u16 (a learnable token stream).
+inline void write_tiny_training(const ScratchDir& dir, int total_steps, const nlohmann::json& run) {
+    nlohmann::json c = {
+        {"model", {{"vocab_size", 64}, {"dim", 32}, {"n_layers", 2}, {"n_heads", 2}, {"n_kv_heads", 2},
+                   {"hidden_dim", 64}, {"max_seq_len", 32}}},
+        {"schedule", {{"warmup_steps", 10}, {"total_steps", total_steps}}},
+        {"run", {{"batch_size", 2}, {"seq_len", 32}, {"threads", 1}, {"log_every", 100000}, {"eval_every", 0}}}};
+    c["run"].update(run);
+    std::ofstream(dir.file("c.json")) << c.dump(2);
+    std::vector<uint16_t> ids(20000);
+    for (size_t i = 0; i < ids.size(); i++) ids[i] = (uint16_t)((i * 7 + i / 13) % 64);
+    std::ofstream(dir.file("t.u16"), std::ios::binary).write((const char*)ids.data(), ids.size() * 2);
+}
 
 // Documents of word salad with paragraphs, for tokenizer and loader tests:
 // word lengths and counts vary so BPE has something to merge, and document

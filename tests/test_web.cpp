@@ -224,16 +224,7 @@ TEST(WebServer, NewPointsArePushedLiveWithinASecond) {
 
 TEST(WebServer, HaltFromTheWebStopsARunningTrainer) {
     test::ScratchDir dir("web_halt");
-    std::ofstream(dir.file("c.json")) << R"({
-      "model": {"vocab_size": 64, "dim": 32, "n_layers": 2, "n_heads": 2, "n_kv_heads": 2, "hidden_dim": 64,
-                "max_seq_len": 32},
-      "schedule": {"warmup_steps": 10, "total_steps": 1000000},
-      "run": {"batch_size": 2, "seq_len": 32, "threads": 1, "log_every": 100000, "tensor_norms_every": 0,
-              "eval_every": 0}
-    })";
-    std::vector<uint16_t> ids(5000);
-    for (size_t i = 0; i < ids.size(); i++) ids[i] = (uint16_t)(i * 5 % 64);
-    std::ofstream(dir.file("t.u16"), std::ios::binary).write((const char*)ids.data(), ids.size() * 2);
+    test::write_tiny_training(dir, 1000000, {{"tensor_norms_every", 0}});
     std::string db = dir.file("s.db");
     { Writer w(db); }
     web::Server server({db, "127.0.0.1", 0, std::string(HLAT_SOURCE_DIR) + "/web/static", "", ""});

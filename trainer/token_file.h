@@ -21,7 +21,6 @@ class TokenFile : public BatchSource {
     // inputs (B, T) and targets (B, T) = inputs shifted by one, from the next
     // B windows of T+1 tokens; wraps to the start when the file runs out.
     void next_batch(int32_t* inputs, int32_t* targets, int B, int T) override;
-    long position() const { return position_; }
 
   private:
     std::vector<int32_t> tokens_;

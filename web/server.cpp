@@ -207,8 +207,7 @@ void Server::stream(mg_connection* conn, const Request& r, const std::string& na
     const int64_t end = std::numeric_limits<int64_t>::max() / 2;
     std::map<std::string, int64_t> last;
     for (const std::string& k : keys) {
-        auto tail = reader->downsample(run->id, k, 0, end, 1);
-        last[k] = tail.empty() ? -1 : tail.back().last_step;
+        last[k] = reader->last_step(run->id, k).value_or(-1);
     }
     if (auto a = r.query.find("after"); a != r.query.end()) {
         int64_t after = std::atoll(a->second.c_str());
@@ -239,11 +238,11 @@ void Server::stream(mg_connection* conn, const Request& r, const std::string& na
                 last[k] = points.back().step;
                 ok = ok && event("points", {{"key", k}, {"points", rows}});
             }
-            auto alerts = reader->alerts(run->id);
-            for (size_t i = alerts_seen; i < alerts.size() && ok; i++)
-                ok = event("alert", {{"kind", alerts[i].kind}, {"severity", alerts[i].severity}, {"step", alerts[i].step},
-                                     {"message", alerts[i].message}});
-            alerts_seen = alerts.size();
+            for (const auto& a : reader->alerts(run->id, (int64_t)alerts_seen)) {
+                ok = ok && event("alert", {{"kind", a.kind}, {"severity", a.severity}, {"step", a.step},
+                                           {"message", a.message}});
+                alerts_seen++;
+            }
             auto now = reader->find_run(name);
             if (now && now->status != status && ok) {
                 status = now->status;
