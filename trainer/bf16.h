@@ -50,11 +50,18 @@ inline uint64_t mix64(uint64_t x) {
     return x;
 }
 
-inline uint32_t rounding_bits(uint64_t seed, uint64_t step, uint32_t tensor, uint64_t element) {
+// The key of one (seed, step, tensor): computed once per tensor, then mixed
+// with each element's index.
+inline uint64_t rounding_key(uint64_t seed, uint64_t step, uint32_t tensor) {
     uint64_t key = mix64(seed ^ 0x9e3779b97f4a7c15ull);
     key = mix64(key ^ step);
-    key = mix64(key ^ ((uint64_t)tensor << 40));
-    return (uint32_t)mix64(key ^ element);
+    return mix64(key ^ ((uint64_t)tensor << 40));
+}
+
+inline uint32_t rounding_bits_at(uint64_t key, uint64_t element) { return (uint32_t)mix64(key ^ element); }
+
+inline uint32_t rounding_bits(uint64_t seed, uint64_t step, uint32_t tensor, uint64_t element) {
+    return rounding_bits_at(rounding_key(seed, step, tensor), element);
 }
 
 }  // namespace hlat

@@ -123,13 +123,23 @@ const char* init_scaling_name(InitScaling s) {
 
 }  // namespace
 
+const char* precision_mode_name(PrecisionMode m) {
+    switch (m) {
+        case PrecisionMode::Fp32: return "fp32";
+        case PrecisionMode::Bf16: return "bf16";
+        case PrecisionMode::Bf16Sr: return "bf16_sr";
+        case PrecisionMode::Mixed: return "mixed";
+    }
+    return "?";
+}
+
 TrainConfig config_from_json(const json& j) {
     if (!j.is_object()) throw ConfigError("config must be a JSON object");
-    static const std::set<std::string> sections = {"model", "optimizer", "schedule", "data", "run", "detectors"};
+    static const std::set<std::string> sections = {"model", "optimizer", "schedule", "data", "run", "precision", "detectors"};
     for (auto it = j.begin(); it != j.end(); ++it) {
         if (!sections.count(it.key()))
             throw ConfigError(fmt::format(
-                "unknown config section \"{}\"; expected model, optimizer, schedule, data, run or detectors", it.key()));
+                "unknown config section \"{}\"; expected model, optimizer, schedule, data, run, precision or detectors", it.key()));
     }
     TrainConfig c;
     constexpr long kMaxInt = std::numeric_limits<int>::max();
@@ -199,6 +209,23 @@ TrainConfig config_from_json(const json& j) {
     r.strings("inject", c.run.inject);
     r.reject_unknown();
 
+    Section p(j, "precision");
+    std::string mode = precision_mode_name(c.precision.mode);
+    p.string("mode", mode, {"fp32", "bf16", "bf16_sr", "mixed"});
+    for (PrecisionMode pm : {PrecisionMode::Fp32, PrecisionMode::Bf16, PrecisionMode::Bf16Sr, PrecisionMode::Mixed})
+        if (mode == precision_mode_name(pm)) c.precision.mode = pm;
+    auto dtype = [&](const char* key, bool& is_bf16) {
+        std::string v = is_bf16 ? "bf16" : "fp32";
+        p.string(key, v, {"fp32", "bf16"});
+        is_bf16 = v == "bf16";
+    };
+    dtype("softmax", c.precision.softmax_bf16);
+    dtype("grad_accum", c.precision.grad_accum_bf16);
+    dtype("reduce", c.precision.reduce_bf16);
+    p.boolean("sr_moments", c.precision.sr_moments);
+    p.boolean("sr_key_rank", c.precision.sr_key_rank);
+    p.reject_unknown();
+
     try {
         c.detectors = detectors::detectors_from_json(j.contains("detectors") ? j.at("detectors") : json());
     } catch (const detectors::DetectorConfigError& e) {
@@ -233,6 +260,11 @@ void validate_config(const TrainConfig& c) {
     parse_faults(c.run.inject);  // throws ConfigError naming a bad fault
     if ((long)c.run.batch_size * c.run.seq_len > std::numeric_limits<int>::max() / 4)
         throw ConfigError("run.batch_size * run.seq_len is too large");
+    const PrecisionConfig& p = c.precision;
+    if (p.mode == PrecisionMode::Fp32 && (p.softmax_bf16 || p.grad_accum_bf16 || p.reduce_bf16))
+        throw ConfigError("precision.softmax, grad_accum and reduce can be \"bf16\" only with a bf16 precision.mode");
+    if ((p.sr_moments || p.sr_key_rank) && p.mode != PrecisionMode::Bf16Sr)
+        throw ConfigError("precision.sr_moments and sr_key_rank need precision.mode \"bf16_sr\"");
 }
 
 TrainConfig load_config(const std::string& path) {
@@ -304,6 +336,13 @@ json config_to_json(const TrainConfig& c) {
           {"eval_every", c.run.eval_every},
           {"eval_batches", c.run.eval_batches},
           {"inject", c.run.inject}}},
+        {"precision",
+         {{"mode", precision_mode_name(c.precision.mode)},
+          {"softmax", c.precision.softmax_bf16 ? "bf16" : "fp32"},
+          {"grad_accum", c.precision.grad_accum_bf16 ? "bf16" : "fp32"},
+          {"reduce", c.precision.reduce_bf16 ? "bf16" : "fp32"},
+          {"sr_moments", c.precision.sr_moments},
+          {"sr_key_rank", c.precision.sr_key_rank}}},
         {"detectors", detectors::detectors_to_json(c.detectors)},
     };
 }

@@ -1,5 +1,5 @@
 // Training configuration: one JSON file with sections model, optimizer,
-// schedule, data, run and detectors. Every field has a documented default (see README); a field
+// schedule, data, run, precision and detectors. Every field has a documented default (see README); a field
 // of the wrong type, out of range, or unknown is an error naming it.
 #pragma once
 
@@ -84,12 +84,37 @@ struct RunConfig {
     int eval_batches = 4;                   // held-out batches per evaluation
 };
 
+// Training precision (issue 7). The mode says where values live and how they
+// are rounded; the knobs choose fp32 or bf16 for the parts the paper's slides
+// compare. Matmuls in every bf16 mode take bf16 inputs and accumulate in fp32.
+enum class PrecisionMode {
+    Fp32,    // everything fp32
+    Bf16,    // weights, gradients, Adam moments and activations bf16, written back round-to-nearest-even
+    Bf16Sr,  // as Bf16, but the parameter update (and with sr_moments the moments) rounds stochastically
+    Mixed,   // fp32 master weights, gradients and optimizer state; bf16 copies for compute
+};
+
+struct PrecisionConfig {
+    PrecisionMode mode = PrecisionMode::Fp32;
+    bool softmax_bf16 = false;     // attention softmax and cross-entropy probabilities rounded to bf16
+    bool grad_accum_bf16 = false;  // the gradient sum over micro-batches kept in bf16
+    bool reduce_bf16 = false;      // gradient reductions across ranks in bf16 (distributed trainer)
+    bool sr_moments = false;       // bf16_sr: the Adam moments round stochastically too
+    bool sr_key_rank = false;      // key the rounding bits by rank too: replicas then round differently
+
+    bool bf16_compute() const { return mode != PrecisionMode::Fp32; }
+    bool bf16_state() const { return mode == PrecisionMode::Bf16 || mode == PrecisionMode::Bf16Sr; }
+};
+
+const char* precision_mode_name(PrecisionMode m);
+
 struct TrainConfig {
     ModelConfig model;
     OptimizerConfig optimizer;
     ScheduleConfig schedule;
     DataConfig data;
     RunConfig run;
+    PrecisionConfig precision;
     detectors::DetectorsConfig detectors;
 };
 

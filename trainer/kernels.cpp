@@ -4,6 +4,7 @@
 // calling thread only, so the per-head attention gemms never oversubscribe.
 #include "trainer/kernels.h"
 
+#include "trainer/bf16.h"
 #include "trainer/vector_math.h"
 
 #include <cblas.h>
@@ -140,7 +141,7 @@ static constexpr int kAttBlock = 64;
 static inline int visible_keys(int r1, int T, int lookahead) { return r1 + lookahead < T ? r1 + lookahead : T; }
 
 static void attention_probs(float* P, const float* q, const float* k, int T, int HD, int QKV, float scale,
-                            int lookahead) {
+                            int lookahead, bool probs_bf16) {
     for (int r0 = 0; r0 < T; r0 += kAttBlock) {
         int r1 = r0 + kAttBlock < T ? r0 + kAttBlock : T;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, visible_keys(r1, T, lookahead), HD, scale,
@@ -160,6 +161,8 @@ static void attention_probs(float* P, const float* q, const float* k, int T, int
         }
         float inv = 1.0f / sum;
         for (int j = 0; j <= last; j++) row[j] *= inv;
+        if (probs_bf16)
+            for (int j = 0; j <= last; j++) row[j] = bf16_to_float(float_to_bf16_rne(row[j]));
         for (int j = last + 1; j < T; j++) row[j] = 0.0f;
     }
 }
@@ -188,7 +191,7 @@ static void causal_matmul_transposed(float* Y, int ldy, const float* P, const fl
 }
 
 void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T, int NH, int NKV,
-                       int HD, int lookahead) {
+                       int HD, int lookahead, bool probs_bf16) {
     int QKV = (NH + 2 * NKV) * HD;
     int CA = NH * HD;
     int group = NH / NKV;
@@ -202,14 +205,14 @@ void attention_forward(float* out, float* att, float* scratch, const float* qkv,
             const float* v = base + (NH + NKV + h / group) * HD;
             float* P = att ? att + ((long)b * NH + h) * T * T
                            : scratch + omp_get_thread_num() * AttentionScratch::floats(T);
-            attention_probs(P, q, k, T, HD, QKV, scale, lookahead);
+            attention_probs(P, q, k, T, HD, QKV, scale, lookahead, probs_bf16);
             causal_matmul(out + (long)b * T * CA + h * HD, CA, P, v, QKV, T, HD, 0.0f, lookahead);
         }
     }
 }
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att, int B,
-                        int T, int NH, int NKV, int HD, int lookahead) {
+                        int T, int NH, int NKV, int HD, int lookahead, bool probs_bf16) {
     int QKV = (NH + 2 * NKV) * HD;
     int CA = NH * HD;
     int group = NH / NKV;
@@ -239,7 +242,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                 if (att) {
                     P = att + ((long)b * NH + h) * T * T;
                 } else {
-                    attention_probs(thread_scratch, q, k, T, HD, QKV, scale, lookahead);
+                    attention_probs(thread_scratch, q, k, T, HD, QKV, scale, lookahead, probs_bf16);
                     P = thread_scratch;
                 }
                 // dP = dO V^T on the visible keys only.

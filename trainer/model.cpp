@@ -1,6 +1,7 @@
 #include "trainer/model.h"
 
 #include "trainer/kernels.h"
+#include "trainer/kernels_bf16.h"
 
 #include <omp.h>
 
@@ -10,8 +11,8 @@
 
 namespace hlat {
 
-Model::Model(const ModelConfig& config, int B, int T, bool checkpoint_attention)
-    : config_(config), B_(B), T_(T), checkpoint_attention_(checkpoint_attention) {
+Model::Model(const ModelConfig& config, int B, int T, bool checkpoint_attention, const PrecisionConfig& precision)
+    : config_(config), precision_(precision), B_(B), T_(T), checkpoint_attention_(checkpoint_attention) {
     const long V = config.vocab_size, C = config.dim, L = config.n_layers, H = config.hidden_dim;
     const long QKV = config.qkv_dim(), CA = (long)config.n_heads * config.head_dim();
     const long NH = config.n_heads, N = (long)B * T;
@@ -35,6 +36,7 @@ Model::Model(const ModelConfig& config, int B, int T, bool checkpoint_attention)
     long o_head = add("lm_head", 0, V, C, false);
     params_.assign(offset, 0.0f);
     grads_.assign(offset, 0.0f);
+    if (precision.bf16_compute()) params_bf16_.assign(offset, 0);
     auto point = [&](float* base) {
         return ParameterTensors{base + o_embed, base + o_attn_norm, base + o_qkv,
                                 base + o_o,     base + o_ffn_norm,  base + o_gate_up,
@@ -114,6 +116,21 @@ float* Model::attention_scratch() {
 
 void Model::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
 
+void Model::linear_forward(float* out, const float* inp, const float* weight, int N, int IC, int OC) {
+    if (!precision_.bf16_compute()) return matmul_forward(out, inp, weight, N, IC, OC);
+    matmul_forward_bf16(out, inp, params_bf16_.data() + (weight - params_.data()), N, IC, OC);
+}
+
+void Model::linear_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                            int N, int IC, int OC) {
+    if (!precision_.bf16_compute()) return matmul_backward(dinp, dweight, dout, inp, weight, N, IC, OC);
+    matmul_backward_bf16(dinp, dweight, dout, inp, params_bf16_.data() + (weight - params_.data()), N, IC, OC);
+}
+
+void Model::round_if_bf16_state(float* x, long n) {
+    if (precision_.bf16_state()) bf16_round_inplace(x, n);
+}
+
 float Model::forward(const int32_t* inputs, const int32_t* targets) {
     const int B = B_, T = T_, N = B * T;
     const int C = config_.dim, V = config_.vocab_size, L = config_.n_layers, H = config_.hidden_dim;
@@ -123,6 +140,11 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
     const ParameterTensors& p = p_;
     const ActivationTensors& a = a_;
 
+    if (precision_.bf16_compute() && weights_changed_) {
+        bf16_narrow(params_bf16_.data(), params_.data(), (long)params_.size());
+        weights_changed_ = false;
+    }
+    const bool probs_bf16 = precision_.softmax_bf16;
     std::copy(inputs, inputs + N, inputs_.begin());
     embedding_forward(a.residual, inputs, p.embed, N, C);
     for (int l = 0; l < L; l++) {
@@ -139,23 +161,30 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
         float* next = a.residual + nc + (long)N * C;
 
         rmsnorm_forward(an, a.attn_rstd + (long)l * N, res, p.attn_norm + (long)l * C, N, C, eps);
-        matmul_forward(qkv, an, p.qkv + (long)l * QKV * C, N, C, QKV);
+        linear_forward(qkv, an, p.qkv + (long)l * QKV * C, N, C, QKV);
         rope_forward(qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
-        attention_forward(att_out, att, attention_scratch(), qkv, B, T, NH, NKV, HD, lookahead_);
-        matmul_forward(mid, att_out, p.o_proj + (long)l * C * CA, N, CA, C);
+        // Rotated q and k are bf16 tensors in every bf16 mode, as under autocast.
+        if (precision_.bf16_compute()) bf16_round_inplace(qkv, (long)N * QKV);
+        attention_forward(att_out, att, attention_scratch(), qkv, B, T, NH, NKV, HD, lookahead_, probs_bf16);
+        linear_forward(mid, att_out, p.o_proj + (long)l * C * CA, N, CA, C);
         residual_forward(mid, mid, res, (long)N * C);
+        round_if_bf16_state(mid, (long)N * C);
         rmsnorm_forward(fn, a.ffn_rstd + (long)l * N, mid, p.ffn_norm + (long)l * C, N, C, eps);
-        matmul_forward(gu, fn, p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
+        linear_forward(gu, fn, p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
         swiglu_forward(sw, gu, N, H);
-        matmul_forward(next, sw, p.down + (long)l * C * H, N, H, C);
+        linear_forward(next, sw, p.down + (long)l * C * H, N, H, C);
         residual_forward(next, next, mid, (long)N * C);
+        round_if_bf16_state(next, (long)N * C);
     }
     rmsnorm_forward(a.final_norm, a.final_rstd, a.residual + (long)L * N * C, p.final_norm, N, C, eps);
-    matmul_forward(a.logits, a.final_norm, p.lm_head, N, C, V);
+    linear_forward(a.logits, a.final_norm, p.lm_head, N, C, V);
     if (!targets) return 0.0f;
 
     std::copy(targets, targets + N, targets_.begin());
+    // The loss itself always comes from the fp32 log-sum-exp; the bf16 softmax
+    // setting rounds the probabilities that backward turns into gradients.
     crossentropy_forward(a.logits, a.losses, targets, N, V);
+    if (probs_bf16) bf16_round_inplace(a.logits, (long)N * V);
     double sum = 0.0;
     for (int n = 0; n < N; n++) sum += a.losses[n];
     return (float)(sum / N);
@@ -173,7 +202,7 @@ void Model::backward(float loss_scale) {
     float* d_norm = d_norm_.data();
 
     crossentropy_backward(a.logits, targets_.data(), loss_scale, N, V);
-    matmul_backward(d_norm, g.lm_head, a.logits, a.final_norm, p.lm_head, N, C, V);
+    linear_backward(d_norm, g.lm_head, a.logits, a.final_norm, p.lm_head, N, C, V);
     std::fill(d_residual_.begin(), d_residual_.end(), 0.0f);
     rmsnorm_backward_accumulate(d_res, g.final_norm, d_norm, a.residual + (long)L * N * C,
                                 p.final_norm, a.final_rstd, N, C);
@@ -181,25 +210,27 @@ void Model::backward(float loss_scale) {
     for (int l = L - 1; l >= 0; l--) {
         const long nc = (long)l * N * C;
         // d_res holds the gradient of the stream leaving layer l.
-        matmul_backward(d_swiglu_.data(), g.down + (long)l * C * H, d_res,
+        linear_backward(d_swiglu_.data(), g.down + (long)l * C * H, d_res,
                         a.swiglu + (long)l * N * H, p.down + (long)l * C * H, N, H, C);
         swiglu_backward(d_gate_up_.data(), d_swiglu_.data(), a.gate_up + (long)l * N * 2 * H, N, H);
-        matmul_backward(d_norm, g.gate_up + (long)l * 2 * H * C, d_gate_up_.data(),
+        linear_backward(d_norm, g.gate_up + (long)l * 2 * H * C, d_gate_up_.data(),
                         a.ffn_norm + nc, p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
         rmsnorm_backward_accumulate(d_res, g.ffn_norm + (long)l * C, d_norm, a.residual_mid + nc,
                                     p.ffn_norm + (long)l * C, a.ffn_rstd + (long)l * N, N, C);
+        round_if_bf16_state(d_res, (long)N * C);
         // d_res now holds the gradient of the stream after attention.
         const float* qkv = a.qkv + (long)l * N * QKV;
         const float* att = a.att ? a.att + (long)l * B * NH * T * T : nullptr;
-        matmul_backward(d_att_out_.data(), g.o_proj + (long)l * C * CA, d_res,
+        linear_backward(d_att_out_.data(), g.o_proj + (long)l * C * CA, d_res,
                         a.att_out + (long)l * N * CA, p.o_proj + (long)l * C * CA, N, CA, C);
         attention_backward(d_qkv_.data(), attention_scratch(), d_att_out_.data(), qkv, att, B, T,
-                           NH, NKV, HD, lookahead_);
+                           NH, NKV, HD, lookahead_, precision_.softmax_bf16);
         rope_backward(d_qkv_.data(), rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
-        matmul_backward(d_norm, g.qkv + (long)l * QKV * C, d_qkv_.data(), a.attn_norm + nc,
+        linear_backward(d_norm, g.qkv + (long)l * QKV * C, d_qkv_.data(), a.attn_norm + nc,
                         p.qkv + (long)l * QKV * C, N, C, QKV);
         rmsnorm_backward_accumulate(d_res, g.attn_norm + (long)l * C, d_norm, a.residual + nc,
                                     p.attn_norm + (long)l * C, a.attn_rstd + (long)l * N, N, C);
+        round_if_bf16_state(d_res, (long)N * C);
     }
     embedding_backward(g.embed, d_res, inputs_.data(), N, C);
 }

@@ -5,6 +5,7 @@
 // NH/NKV heads, HD head dim, H hidden dim, QKV = (NH + 2*NKV)*HD, N = B*T.
 #pragma once
 
+#include "trainer/bf16.h"
 #include "trainer/config.h"
 
 #include <cstdint>
@@ -60,7 +61,13 @@ class Model {
     // Allocates parameters, gradients and activations for micro-batches of
     // B sequences of T tokens. With checkpoint_attention the attention
     // probabilities are recomputed in backward instead of stored.
-    Model(const ModelConfig& config, int B, int T, bool checkpoint_attention);
+    // In a bf16 precision mode the matmuls take bf16 inputs (a bf16 copy of the
+    // weights, refreshed whenever params() was handed out for writing) and
+    // their outputs are rounded to bf16; pure bf16 modes also round the
+    // residual stream and its gradient. Parameters and gradients stay in fp32
+    // containers: the trainer keeps them bf16-valued where the mode says so.
+    Model(const ModelConfig& config, int B, int T, bool checkpoint_attention,
+          const PrecisionConfig& precision = {});
 
     // Normal(0, init_std) matrices, unit norms, output projections scaled as the
     // config says. Deterministic for a seed.
@@ -79,10 +86,14 @@ class Model {
     void set_mask_lookahead(int lookahead) { lookahead_ = lookahead; }
 
     const ModelConfig& config() const { return config_; }
+    const PrecisionConfig& precision() const { return precision_; }
     int batch_size() const { return B_; }
     int seq_len() const { return T_; }
     long num_parameters() const { return (long)params_.size(); }
-    float* params() { return params_.data(); }
+    float* params() {
+        weights_changed_ = true;
+        return params_.data();
+    }
     float* grads() { return grads_.data(); }
     const float* params() const { return params_.data(); }
     const float* grads() const { return grads_.data(); }
@@ -98,8 +109,18 @@ class Model {
 
   private:
     float* attention_scratch();
+    // The matmuls of the layers, in fp32 or bf16 as the precision says; weight
+    // points into params_.
+    void linear_forward(float* out, const float* inp, const float* weight, int N, int IC, int OC);
+    void linear_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                         int N, int IC, int OC);
+    // Pure bf16 modes keep activations in bf16: rounds x in place there.
+    void round_if_bf16_state(float* x, long n);
 
     ModelConfig config_;
+    PrecisionConfig precision_;
+    std::vector<bf16> params_bf16_;  // compute copy of the weights in bf16 modes
+    bool weights_changed_ = true;
     int B_, T_;
     bool checkpoint_attention_;
     int lookahead_ = 0;

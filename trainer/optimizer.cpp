@@ -1,5 +1,7 @@
 #include "trainer/optimizer.h"
 
+#include "trainer/bf16.h"
+
 #include <cmath>
 
 namespace hlat {
@@ -46,10 +48,16 @@ double clip_grad_norm(float* grads, long n, double max_norm, bool* clipped) {
     return norm;
 }
 
-AdamW::AdamW(const OptimizerConfig& config, long num_parameters)
-    : config_(config), m_(num_parameters, 0.0f), v_(num_parameters, 0.0f) {}
+AdamW::AdamW(const OptimizerConfig& config, long num_parameters, const PrecisionConfig& precision,
+             unsigned long long seed, int rank)
+    : config_(config),
+      precision_(precision),
+      rounding_seed_(precision.sr_key_rank ? seed ^ mix64(0x5eed0000ull + (uint64_t)rank) : seed),
+      m_(num_parameters, 0.0f),
+      v_(num_parameters, 0.0f) {}
 
 void AdamW::step(Model& model, double lr) {
+    if (precision_.bf16_state()) return step_bf16(model, lr);
     t_++;
     const float b1 = (float)config_.beta1, b2 = (float)config_.beta2, eps = (float)config_.eps;
     const float bc1 = (float)(1.0 - std::pow(config_.beta1, (double)t_));
@@ -72,6 +80,50 @@ void AdamW::step(Model& model, double lr) {
             float m_hat = m[i] / bc1;
             float v_hat = v[i] / bc2;
             p[i] -= lr_f * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
+        }
+    }
+}
+
+// Narrows x to a bf16 value, stochastically when `random` is set.
+static inline float to_bf16_value(float x, bool stochastic, uint32_t random) {
+    return bf16_to_float(stochastic ? float_to_bf16_stochastic(x, random) : float_to_bf16_rne(x));
+}
+
+void AdamW::step_bf16(Model& model, double lr) {
+    t_++;
+    const float b1 = (float)config_.beta1, b2 = (float)config_.beta2, eps = (float)config_.eps;
+    const float bc1 = (float)(1.0 - std::pow(config_.beta1, (double)t_));
+    const float bc2 = (float)(1.0 - std::pow(config_.beta2, (double)t_));
+    const bool sr_params = precision_.mode == PrecisionMode::Bf16Sr;
+    const bool sr_moments = sr_params && precision_.sr_moments;
+    float* params = model.params();
+    const float* grads = model.grads();
+    const auto& kinds = model.tensor_kinds();
+    for (size_t ki = 0; ki < kinds.size(); ki++) {
+        const TensorKind& k = kinds[ki];
+        bool decay = config_.decay_norms_and_embeddings || !k.norm_or_embedding;
+        const float wd = decay ? (float)config_.weight_decay : 0.0f;
+        const float lr_f = (float)lr;
+        float* p = params + k.offset;
+        const float* g = grads + k.offset;
+        float* m = m_.data() + k.offset;
+        float* v = v_.data() + k.offset;
+        const long n = k.numel();
+        // Three streams of bits per tensor (weights, first and second moment);
+        // elements are numbered within the tensor, so the bits do not depend
+        // on how the flat buffer is laid out or split.
+        const uint64_t key_p = rounding_key(rounding_seed_, t_, 3 * ki);
+        const uint64_t key_m = rounding_key(rounding_seed_, t_, 3 * ki + 1);
+        const uint64_t key_v = rounding_key(rounding_seed_, t_, 3 * ki + 2);
+#pragma omp parallel for
+        for (long i = 0; i < n; i++) {
+            m[i] = to_bf16_value(b1 * m[i] + (1.0f - b1) * g[i], sr_moments, sr_moments ? rounding_bits_at(key_m, i) : 0);
+            v[i] = to_bf16_value(b2 * v[i] + (1.0f - b2) * g[i] * g[i], sr_moments,
+                                 sr_moments ? rounding_bits_at(key_v, i) : 0);
+            float m_hat = m[i] / bc1;
+            float v_hat = v[i] / bc2;
+            float updated = p[i] - lr_f * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
+            p[i] = to_bf16_value(updated, sr_params, sr_params ? rounding_bits_at(key_p, i) : 0);
         }
     }
 }

@@ -24,7 +24,12 @@ double clip_grad_norm(float* grads, long n, double max_norm, bool* clipped);
 
 class AdamW {
   public:
-    AdamW(const OptimizerConfig& config, long num_parameters);
+    // In the pure bf16 modes the parameters and moments are bf16 values: each
+    // update is computed in fp32 and written back rounded, to nearest even or,
+    // in bf16_sr, stochastically with bits keyed by (seed, step, tensor,
+    // element), and by rank too when precision.sr_key_rank is set.
+    AdamW(const OptimizerConfig& config, long num_parameters, const PrecisionConfig& precision = {},
+          unsigned long long seed = 0, int rank = 0);
     // One update of model.params() from model.grads() at learning rate lr.
     void step(Model& model, double lr);
     long steps_taken() const { return t_; }
@@ -34,7 +39,11 @@ class AdamW {
     void set_steps_taken(long t) { t_ = t; }
 
   private:
+    void step_bf16(Model& model, double lr);
+
     OptimizerConfig config_;
+    PrecisionConfig precision_;
+    unsigned long long rounding_seed_;
     std::vector<float> m_, v_;
     long t_ = 0;
 };

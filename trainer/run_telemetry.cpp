@@ -34,7 +34,7 @@ RunTelemetry::RunTelemetry(const TrainConfig& config, bool resume, int first_ste
     telemetry::RunRecord r;
     r.name = run_name(config);
     r.config = config_to_json(config).dump();
-    r.precision = "fp32";
+    r.precision = precision_mode_name(config.precision.mode);
     r.host = host;
     r.git_revision = git_revision();
     r.source = "hlat";

@@ -1,6 +1,7 @@
 #include "trainer/trainer.h"
 
 #include "trainer/flops.h"
+#include "trainer/kernels_bf16.h"
 
 #include <cblas.h>
 #include <fmt/format.h>
@@ -25,8 +26,9 @@ void set_thread_count(int threads) {
 Trainer::Trainer(const TrainConfig& config, BatchSource& data, double peak_gflops)
     : config_(config), data_(data), peak_gflops_(peak_gflops), faults_(parse_faults(config.run.inject)) {
     model_ = std::make_unique<Model>(config.model, config.run.batch_size, config.run.seq_len,
-                                     config.run.activation_checkpointing);
-    optimizer_ = std::make_unique<AdamW>(config.optimizer, model_->num_parameters());
+                                     config.run.activation_checkpointing, config.precision);
+    optimizer_ = std::make_unique<AdamW>(config.optimizer, model_->num_parameters(), config.precision,
+                                         config.run.seed);
     long n = (long)config.run.batch_size * config.run.seq_len;
     inputs_.resize(n);
     targets_.resize(n);
@@ -48,6 +50,14 @@ StepStats Trainer::step(bool tensor_norms) {
     StepStats s{};
     s.step = step_;
     auto t_step = Clock::now();
+    const PrecisionConfig& precision = config_.precision;
+    const long n_params = model_->num_parameters();
+    // Pure bf16 keeps bf16 weights: whatever was initialised or loaded is
+    // rounded once (a no-op for weights that already are bf16 values).
+    if (precision.bf16_state() && !weights_rounded_) {
+        bf16_round_inplace(model_->params(), n_params);
+        weights_rounded_ = true;
+    }
     model_->zero_grad();
     model_->set_mask_lookahead(faults_.mask_leak_from >= 0 && step_ >= faults_.mask_leak_from ? 1 : 0);
     double loss_sum = 0.0;
@@ -63,6 +73,8 @@ StepStats Trainer::step(bool tensor_norms) {
         s.forward_seconds += seconds_since(t0);
         t0 = Clock::now();
         model_->backward(loss_scale);
+        // A bf16 accumulation buffer rounds after every micro-batch's sum.
+        if (precision.grad_accum_bf16) bf16_round_inplace(model_->grads(), n_params);
         s.backward_seconds += seconds_since(t0);
     }
     auto t0 = Clock::now();
@@ -74,8 +86,10 @@ StepStats Trainer::step(bool tensor_norms) {
     }
     if (step_ == faults_.nan_at) model_->grads()[model_->num_parameters() / 2] = NAN;
     if (tensor_norms) append_tensor_norms(s.tensor_norms, *model_, model_->grads(), "grad_norm");
-    s.grad_norm = clip_grad_norm(model_->grads(), model_->num_parameters(),
-                                 config_.optimizer.grad_clip, &s.clipped);
+    // Pure bf16 stores bf16 gradients, before and after clipping.
+    if (precision.bf16_state()) bf16_round_inplace(model_->grads(), n_params);
+    s.grad_norm = clip_grad_norm(model_->grads(), n_params, config_.optimizer.grad_clip, &s.clipped);
+    if (precision.bf16_state() && s.clipped) bf16_round_inplace(model_->grads(), n_params);
     s.lr = learning_rate(config_.schedule, step_);
     if (faults_.lr_spike_from >= 0 && step_ >= faults_.lr_spike_from && step_ < faults_.lr_spike_from + faults_.lr_spike_steps)
         s.lr *= faults_.lr_spike_factor;

@@ -58,6 +58,7 @@ class Trainer {
     std::vector<int32_t> inputs_, targets_;
     int step_ = 0;
     long tokens_seen_ = 0;
+    bool weights_rounded_ = false;
 };
 
 // Sets the OpenMP and OpenBLAS thread count for the whole process.
