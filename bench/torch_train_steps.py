@@ -1,11 +1,15 @@
 """Times training steps of the PyTorch reference model, for bench/train_vs_pytorch.
 
-usage: /usr/bin/python3 torch_train_steps.py CONFIG.json TOKENS.u16 STEPS THREADS
+usage: /usr/bin/python3 torch_train_steps.py CONFIG.json TOKENS.u16 STEPS THREADS [fp32|autocast|bf16]
 
-Trains the reference model in float32 on the same windows of the same token
-file as `hlat train`, with the same optimizer, clipping and schedule, and prints
-one JSON object: {"step_seconds": [...], "losses": [...]}.
+Trains the reference model on the same windows of the same token file as
+`hlat train`, with the same optimizer, clipping and schedule, and prints one
+JSON object: {"step_seconds": [...], "losses": [...]}. The precision is float32
+(the default), autocast (float32 weights and AdamW, forward under
+torch.autocast("cpu", bfloat16): PyTorch's mixed precision) or bf16 (the model
+cast to bfloat16 whole).
 """
+import contextlib
 import json
 import os
 import sys
@@ -25,7 +29,7 @@ DEFAULTS = {
 }
 
 
-def main(config_path, tokens_path, steps, threads):
+def main(config_path, tokens_path, steps, threads, precision="fp32"):
     torch.set_num_threads(threads)
     cfg = json.load(open(config_path))
     for section, values in DEFAULTS.items():
@@ -34,6 +38,9 @@ def main(config_path, tokens_path, steps, threads):
     tokens = np.fromfile(tokens_path, dtype="<u2").astype(np.int64)
     model = Llama(cfg["model"])
     model.init_weights(1234)
+    if precision == "bf16":
+        model = model.to(torch.bfloat16)
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if precision == "autocast" else contextlib.nullcontext
     optimizer = make_optimizer(model, cfg["optimizer"], foreach=True)
     pos, times, losses = 0, [], []
     for step in range(steps):
@@ -46,7 +53,8 @@ def main(config_path, tokens_path, steps, threads):
             pos += T
         batch = torch.from_numpy(np.stack(rows))
         optimizer.zero_grad(set_to_none=True)
-        _, loss = model(batch[:, :-1], batch[:, 1:])
+        with autocast():
+            _, loss = model(batch[:, :-1], batch[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["optimizer"]["grad_clip"])
         for group in optimizer.param_groups:
@@ -58,4 +66,4 @@ def main(config_path, tokens_path, steps, threads):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:])

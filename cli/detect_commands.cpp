@@ -116,9 +116,10 @@ int compare_command(int argc, char** argv) {
     opts.add_options()("help,h", "print this help")(
         "store", po::value<std::string>()->default_value("runs/hlat.db"), "telemetry store")(
         "runs", po::value<std::string>()->default_value(""), "runs to compare, comma-separated")(
-        "out", po::value<std::string>()->default_value(""), "also write a self-contained HTML report here");
+        "out", po::value<std::string>()->default_value(""), "also write a self-contained HTML report here")(
+        "json", "print the numbers as one JSON object (last line) instead of the table");
     auto parsed = parse_options(argc, argv, opts,
-                                "usage: hlat compare --store FILE --runs A,B[,...] [--out report.html]\n\nThe post-mortem "
+                                "usage: hlat compare --store FILE --runs A,B[,...] [--out report.html] [--json]\n\nThe post-mortem "
                                 "of runs side by side: losses, loss variance, grad-norm trend, spike\nepisodes, alerts, "
                                 "throughput, state bytes per parameter, and the config differences.");
     if (!parsed) return 0;
@@ -131,18 +132,46 @@ int compare_command(int argc, char** argv) {
     telemetry::Reader reader(vm["store"].as<std::string>());
     auto runs = detectors::postmortem(reader, names);
     auto diffs = detectors::config_differences(reader, names);
+    if (!vm["out"].as<std::string>().empty())
+        write_file_atomic(vm["out"].as<std::string>(), {detectors::postmortem_html(runs, diffs)});
+    if (vm.count("json")) {
+        // NaN (a number that does not exist, like the held-out loss of a run
+        // without evaluations) is null.
+        auto number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
+        nlohmann::json out = nlohmann::json::object();
+        for (const auto& r : runs) {
+            nlohmann::json alerts = r.alerts;
+            out[r.name] = {{"precision", r.precision},
+                           {"status", r.status},
+                           {"steps", r.steps},
+                           {"final_loss", number(r.final_loss)},
+                           {"best_loss", number(r.best_loss)},
+                           {"final_heldout", number(r.final_heldout)},
+                           {"loss_variance", number(r.loss_variance)},
+                           {"grad_trend", number(r.grad_trend)},
+                           {"spike_episodes", r.spike_episodes},
+                           {"alerts", alerts},
+                           {"tokens_per_s", number(r.tokens_per_s)},
+                           {"state_bytes_per_param", number(r.state_bytes_per_param)}};
+        }
+        fmt::print("{}\n", out.dump());
+        return 0;
+    }
     auto num = [](double v, const char* spec) { return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : std::string("-"); };
     size_t w = 4;
     for (const auto& r : runs) w = std::max(w, r.name.size());
-    fmt::print("{:<{}}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>6}  {:>7}  {:>6}  {:>9}\n", "RUN", w, "STEPS", "FINAL",
-               "BEST", "HELDOUT", "LOSS VAR", "GRAD TREND", "SPIKES", "1-STEP", "ALERTS", "TOK/S");
+    fmt::print("{:<{}}  {:>9}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>6}  {:>7}  {:>6}  {:>9}  {:>7}\n", "RUN", w,
+               "PRECISION", "STEPS", "FINAL", "BEST", "HELDOUT", "LOSS VAR", "GRAD TREND", "SPIKES", "1-STEP", "ALERTS",
+               "TOK/S", "B/PARAM");
     for (const auto& r : runs) {
         long alerts = 0;
         for (auto& [k, n] : r.alerts) alerts += n;
-        fmt::print("{:<{}}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>6}  {:>7}  {:>6}  {:>9}\n", r.name, w, r.steps,
+        fmt::print("{:<{}}  {:>9}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>6}  {:>7}  {:>6}  {:>9}  {:>7}\n", r.name, w,
+                   r.precision, r.steps,
                    num(r.final_loss, "{:.4f}"), num(r.best_loss, "{:.4f}"), num(r.final_heldout, "{:.4f}"),
                    num(r.loss_variance, "{:.5f}"), num(r.grad_trend, "{:.2f}x"), r.spike_episodes,
-                   num(100 * r.one_step_spike_share, "{:.0f}%"), alerts, num(r.tokens_per_s, "{:.0f}"));
+                   num(100 * r.one_step_spike_share, "{:.0f}%"), alerts, num(r.tokens_per_s, "{:.0f}"),
+                   num(r.state_bytes_per_param, "{:.0f}"));
     }
     if (!diffs.empty()) {
         fmt::print("\nconfig differences:\n");
@@ -152,10 +181,7 @@ int compare_command(int argc, char** argv) {
             fmt::print("\n");
         }
     }
-    if (!vm["out"].as<std::string>().empty()) {
-        write_file_atomic(vm["out"].as<std::string>(), {detectors::postmortem_html(runs, diffs)});
-        fmt::print("\nreport: {}\n", vm["out"].as<std::string>());
-    }
+    if (!vm["out"].as<std::string>().empty()) fmt::print("\nreport: {}\n", vm["out"].as<std::string>());
     return 0;
 }
 

@@ -5,6 +5,7 @@
 #include "trainer/training_run.h"
 
 #include <boost/program_options.hpp>
+#include <fmt/format.h>
 
 #include <iostream>
 #include <vector>
@@ -36,6 +37,8 @@ int train_command(int argc, char** argv) {
          "append a start record, one record per step and the held-out evaluations to this file")
         ("inject", po::value<std::vector<std::string>>()->multitoken()->composing(),
          "faults to inject, e.g. mask_leak@100 grad_spike@50:100 nan@70 lr_spike@60:10:5 (added to run.inject)")
+        ("precision", po::value<std::string>()->default_value(""),
+         "fp32, bf16, bf16_sr or mixed; overrides precision.mode")
         ("print-config", "print the effective config as JSON and exit");
     auto parsed = parse_options(argc, argv, opts, "usage: hlat train [options]",
                                 "\nconfig fields and defaults:\n" + config_to_json(TrainConfig{}).dump(2) + "\n");
@@ -53,6 +56,16 @@ int train_command(int argc, char** argv) {
     if (vm["threads"].as<int>() > 0) config.run.threads = vm["threads"].as<int>();
     if (vm.count("inject"))
         for (const std::string& spec : vm["inject"].as<std::vector<std::string>>()) config.run.inject.push_back(spec);
+    if (!vm["precision"].as<std::string>().empty()) {
+        // Through the config parser, so the value is checked where every field is.
+        nlohmann::json j = config_to_json(config);
+        j["precision"]["mode"] = vm["precision"].as<std::string>();
+        try {
+            config = config_from_json(j);
+        } catch (const ConfigError& e) {
+            throw std::runtime_error(fmt::format("--precision: {}", e.what()));
+        }
+    }
     validate_config(config);
 
     RunOptions options;

@@ -129,8 +129,11 @@ std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vect
             std::nth_element(tps.begin(), tps.begin() + tps.size() / 2, tps.end());
             p.tokens_per_s = tps[tps.size() / 2];
         }
-        // fp32 training keeps 4 bytes each of weight, gradient and the two Adam moments.
-        if (p.precision == "fp32") p.state_bytes_per_param = 16;
+        // What each format needs per parameter: fp32 keeps 4 bytes each of
+        // weight, gradient and the two Adam moments; pure bf16 2 of each;
+        // mixed an fp32 master weight, its bf16 copy, an fp32 gradient and fp32 moments.
+        static const std::map<std::string, double> bytes = {{"fp32", 16}, {"bf16", 8}, {"bf16_sr", 8}, {"mixed", 18}};
+        if (bytes.count(p.precision)) p.state_bytes_per_param = bytes.at(p.precision);
         for (const auto& b : reader.downsample(run->id, "loss", 0, kAll, 300)) p.loss_curve.push_back({(double)b.last_step, b.last});
         for (const auto& b : reader.downsample(run->id, "grad_norm", 0, kAll, 300)) p.grad_curve.push_back({(double)b.last_step, b.max});
         out.push_back(std::move(p));

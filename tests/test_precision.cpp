@@ -1,0 +1,236 @@
+// The precision modes below the whole model: bf16 matmuls against fp32 ones
+// and the two matmul engines against each other, what the bf16 optimizer does
+// with updates smaller than half a bf16 step, rank-keyed rounding, and the
+// precision section of the config.
+#include "test_util.h"
+#include "trainer/config.h"
+#include "trainer/kernels.h"
+#include "trainer/kernels_bf16.h"
+#include "trainer/optimizer.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+
+namespace hlat {
+namespace {
+
+std::vector<float> random_vector(long n, unsigned seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng);
+    return v;
+}
+
+std::vector<bf16> narrow(const std::vector<float>& x) {
+    std::vector<bf16> out(x.size());
+    bf16_narrow(out.data(), x.data(), (long)x.size());
+    return out;
+}
+
+std::vector<float> rounded(std::vector<float> x) {
+    bf16_round_inplace(x.data(), (long)x.size());
+    return x;
+}
+
+// Restores the process's engine whatever a test set.
+struct EngineScope {
+    Bf16MatmulEngine saved = bf16_matmul_engine();
+    ~EngineScope() { set_bf16_matmul_engine(saved); }
+};
+
+std::vector<Bf16MatmulEngine> engines_here() {
+    if (__builtin_cpu_supports("avx512bf16")) return {Bf16MatmulEngine::OneDnn, Bf16MatmulEngine::Emulated};
+    return {Bf16MatmulEngine::Emulated};
+}
+
+// Odd sizes on purpose: no engine may rely on multiples of its vector width.
+constexpr int N = 67, IC = 130, OC = 45;
+
+TEST(Bf16Matmul, EngineFollowsTheCpu) {
+    const char* forced = std::getenv("HLAT_BF16_MATMUL");
+    bool emulated = (forced && std::strcmp(forced, "emulated") == 0) || !__builtin_cpu_supports("avx512bf16");
+    EXPECT_EQ(bf16_matmul_engine(), emulated ? Bf16MatmulEngine::Emulated : Bf16MatmulEngine::OneDnn)
+        << bf16_matmul_engine_name();
+}
+
+TEST(Bf16Matmul, ForwardAndBackwardAgreeWithFp32WithinBf16Tolerance) {
+    EngineScope scope;
+    auto inp = random_vector((long)N * IC, 1), w = random_vector((long)OC * IC, 2, 0.05f);
+    auto dout = random_vector((long)N * OC, 3);
+    auto w16 = narrow(w);
+    // fp32 on the bf16-rounded operands: the same products, summed in another order.
+    auto inp_r = rounded(inp), w_r = rounded(w), dout_r = rounded(dout);
+    std::vector<float> out_r((long)N * OC), dinp_r((long)N * IC), dw_r((long)OC * IC, 0.0f);
+    matmul_forward(out_r.data(), inp_r.data(), w_r.data(), N, IC, OC);
+    matmul_backward(dinp_r.data(), dw_r.data(), dout_r.data(), inp_r.data(), w_r.data(), N, IC, OC);
+    // fp32 on the unrounded operands: what bf16 costs.
+    std::vector<float> out32((long)N * OC), dinp32((long)N * IC), dw32((long)OC * IC, 0.0f);
+    matmul_forward(out32.data(), inp.data(), w.data(), N, IC, OC);
+    matmul_backward(dinp32.data(), dw32.data(), dout.data(), inp.data(), w.data(), N, IC, OC);
+
+    for (Bf16MatmulEngine engine : engines_here()) {
+        set_bf16_matmul_engine(engine);
+        SCOPED_TRACE(bf16_matmul_engine_name());
+        std::vector<float> out((long)N * OC), dinp((long)N * IC), dw((long)OC * IC, 1.0f);
+        matmul_forward_bf16(out.data(), inp.data(), w16.data(), N, IC, OC);
+        matmul_backward_bf16(dinp.data(), dw.data(), dout.data(), inp.data(), w16.data(), N, IC, OC);
+        for (float& x : dw) x -= 1.0f;  // dweight accumulates onto what was there
+        // Outputs and input gradients are rounded to bf16 (half an ulp: 2^-9
+        // relative); the weight gradient is kept in fp32.
+        double e_out = test::relative_error(out, out_r), e_dinp = test::relative_error(dinp, dinp_r);
+        double e_dw = test::relative_error(dw, dw_r);
+        std::printf("vs fp32 on rounded inputs: out %.2e dinp %.2e dweight %.2e\n", e_out, e_dinp, e_dw);
+        EXPECT_LT(e_out, 1.0 / 256);
+        EXPECT_LT(e_dinp, 1.0 / 256);
+        EXPECT_LT(e_dw, 1e-5);
+        for (long i = 0; i < (long)out.size(); i++)
+            ASSERT_EQ(out[i], bf16_to_float(float_to_bf16_rne(out[i]))) << "output " << i << " is not a bf16 value";
+        double c_out = test::relative_error(out, out32), c_dw = test::relative_error(dw, dw32);
+        std::printf("vs fp32 on exact inputs: out %.2e dweight %.2e\n", c_out, c_dw);
+        EXPECT_LT(c_out, 2e-2);
+        EXPECT_LT(c_dw, 2e-2);
+        EXPECT_GT(c_out, 1e-4) << "no sign of bf16 rounding";
+    }
+}
+
+TEST(Bf16Matmul, GemmHonoursTransposesAndAccumulation) {
+    EngineScope scope;
+    const int M = 33, K = 70, Ncols = 21;
+    auto a = rounded(random_vector((long)M * K, 4)), b = rounded(random_vector((long)K * Ncols, 5));
+    // Reference in double over the same bf16 values: C = A B.
+    std::vector<double> ref((long)M * Ncols, 0.0);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < Ncols; j++)
+            for (int k = 0; k < K; k++) ref[(long)i * Ncols + j] += (double)a[(long)i * K + k] * b[(long)k * Ncols + j];
+    // The same operands stored transposed.
+    std::vector<float> at((long)K * M), bt((long)Ncols * K);
+    for (int i = 0; i < M; i++)
+        for (int k = 0; k < K; k++) at[(long)k * M + i] = a[(long)i * K + k];
+    for (int k = 0; k < K; k++)
+        for (int j = 0; j < Ncols; j++) bt[(long)j * K + k] = b[(long)k * Ncols + j];
+    auto a16 = narrow(a), b16 = narrow(b), at16 = narrow(at), bt16 = narrow(bt);
+    for (Bf16MatmulEngine engine : engines_here()) {
+        set_bf16_matmul_engine(engine);
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int acc = 0; acc < 2; acc++) {
+                    SCOPED_TRACE(fmt::format("{} ta {} tb {} accumulate {}", bf16_matmul_engine_name(), ta, tb, acc));
+                    std::vector<float> c((long)M * Ncols, 2.0f);
+                    gemm_bf16(c.data(), ta ? at16.data() : a16.data(), tb ? bt16.data() : b16.data(), M, Ncols, K,
+                              ta, tb, acc);
+                    double worst = 0.0;
+                    for (long i = 0; i < (long)c.size(); i++)
+                        worst = std::max(worst, std::fabs(c[i] - (acc ? 2.0 : 0.0) - ref[i]));
+                    EXPECT_LT(worst, 1e-4);
+                }
+    }
+}
+
+// A one-tensor "model" for optimizer tests: every weight 1.0, every gradient g.
+struct FlatModel {
+    Model model;
+    explicit FlatModel(const PrecisionConfig& p) : model(tiny_config(), 1, 4, false, p) {
+        std::fill(model.params(), model.params() + model.num_parameters(), 1.0f);
+        std::fill(model.grads(), model.grads() + model.num_parameters(), 0.5f);
+    }
+    static ModelConfig tiny_config() {
+        ModelConfig m;
+        m.vocab_size = 64, m.dim = 32, m.n_layers = 2, m.n_heads = 2, m.n_kv_heads = 2, m.hidden_dim = 64,
+        m.max_seq_len = 4;
+        return m;
+    }
+    double mean_param() const {
+        double s = 0.0;
+        for (long i = 0; i < model.num_parameters(); i++) s += model.params()[i];
+        return s / model.num_parameters();
+    }
+};
+
+// The paper's point about pure bf16, in one test: an update below half a bf16
+// step (at 1.0 a step is 2^-7) is lost to round-to-nearest every time, while
+// stochastic rounding keeps it in expectation.
+TEST(Bf16Optimizer, SmallUpdatesStallUnderNearestRoundingAndSurviveStochasticRounding) {
+    OptimizerConfig oc;
+    oc.weight_decay = 0.0;
+    const double lr = 1e-3;  // Adam's first steps move each weight by ~lr: a quarter of 2^-9
+    const int steps = 10;
+    std::map<PrecisionMode, double> mean;
+    for (PrecisionMode mode : {PrecisionMode::Fp32, PrecisionMode::Bf16, PrecisionMode::Bf16Sr}) {
+        PrecisionConfig p;
+        p.mode = mode;
+        FlatModel f(p);
+        AdamW opt(oc, f.model.num_parameters(), p, 42);
+        for (int s = 0; s < steps; s++) opt.step(f.model, lr);
+        mean[mode] = f.mean_param();
+        std::printf("%-8s mean weight after %d steps: %.6f\n", precision_mode_name(mode), steps, mean[mode]);
+    }
+    EXPECT_NEAR(mean[PrecisionMode::Fp32], 1.0 - steps * lr, 1e-4);
+    EXPECT_EQ(mean[PrecisionMode::Bf16], 1.0) << "round-to-nearest should lose every update";
+    // Each weight is a sum of 10 independent roundings one ulp (2^-8 below 1)
+    // apart: the mean over n weights has a standard error below
+    // sqrt(10) * 2^-8 / 2 / sqrt(n); allow 5 of them.
+    PrecisionConfig p;
+    long n = FlatModel(p).model.num_parameters();
+    double bound = 5 * std::sqrt(10.0) * std::ldexp(1.0, -8) / 2 / std::sqrt((double)n);
+    EXPECT_NEAR(mean[PrecisionMode::Bf16Sr], mean[PrecisionMode::Fp32], bound);
+}
+
+TEST(Bf16Optimizer, StateStaysBf16AndStochasticRoundingIsDeterministic) {
+    PrecisionConfig p;
+    p.mode = PrecisionMode::Bf16Sr;
+    p.sr_moments = true;
+    OptimizerConfig oc;
+    auto run = [&](int rank, bool key_rank) {
+        PrecisionConfig q = p;
+        q.sr_key_rank = key_rank;
+        FlatModel f(q);
+        auto g = random_vector(f.model.num_parameters(), 9, 0.1f);
+        std::copy(g.begin(), g.end(), f.model.grads());
+        AdamW opt(oc, f.model.num_parameters(), q, 42, rank);
+        for (int s = 0; s < 3; s++) opt.step(f.model, 3e-3);
+        std::vector<float> out(f.model.params(), f.model.params() + f.model.num_parameters());
+        for (const std::vector<float>* state : {&out, &opt.first_moment(), &opt.second_moment()})
+            for (float x : *state) EXPECT_EQ(x, bf16_to_float(float_to_bf16_rne(x))) << "not a bf16 value";
+        return out;
+    };
+    EXPECT_EQ(run(0, false), run(0, false)) << "same key, same rounding";
+    EXPECT_EQ(run(0, false), run(1, false)) << "without rank keying, replicas round identically";
+    auto r0 = run(0, true), r1 = run(1, true);
+    long differ = 0;
+    for (size_t i = 0; i < r0.size(); i++) differ += r0[i] != r1[i];
+    std::printf("rank-keyed: %ld of %zu weights differ between rank 0 and rank 1\n", differ, r0.size());
+    EXPECT_GT(differ, (long)r0.size() / 100) << "rank-keyed rounding should make replicas drift apart";
+}
+
+TEST(PrecisionConfig, ParsesValidatesAndRoundTrips) {
+    nlohmann::json j = {{"precision", {{"mode", "bf16_sr"}, {"softmax", "bf16"}, {"sr_moments", true}}}};
+    TrainConfig c = config_from_json(j);
+    EXPECT_EQ(c.precision.mode, PrecisionMode::Bf16Sr);
+    EXPECT_TRUE(c.precision.softmax_bf16);
+    EXPECT_FALSE(c.precision.grad_accum_bf16);
+    EXPECT_TRUE(c.precision.sr_moments);
+    TrainConfig back = config_from_json(config_to_json(c));
+    EXPECT_EQ(config_to_json(back), config_to_json(c));
+
+    auto error_of = [](const nlohmann::json& bad) {
+        try {
+            config_from_json(bad);
+        } catch (const ConfigError& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    EXPECT_NE(error_of({{"precision", {{"mode", "fp16"}}}}).find("precision.mode"), std::string::npos);
+    EXPECT_NE(error_of({{"precision", {{"softmax", "fp8"}}}}).find("precision.softmax"), std::string::npos);
+    EXPECT_NE(error_of({{"precision", {{"rounding", "sr"}}}}).find("precision.rounding"), std::string::npos);
+    EXPECT_NE(error_of({{"precision", {{"grad_accum", "bf16"}}}}).find("bf16 precision.mode"), std::string::npos);
+    EXPECT_NE(error_of({{"precision", {{"mode", "bf16"}, {"sr_moments", true}}}}).find("bf16_sr"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hlat
