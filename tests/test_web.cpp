@@ -72,6 +72,18 @@ TEST_F(WebApi, RunsAndTheirParts) {
     EXPECT_EQ(api.handle(get("/api/v1/runs/long/events")).status, 200);
 }
 
+TEST_F(WebApi, ThePostMortemReportIsServedAsHtml) {
+    auto r = api.handle(get("/api/v1/report", {{"runs", "long"}}));
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.content_type.rfind("text/html", 0), 0u);
+    EXPECT_NE(r.body.find("<svg"), std::string::npos) << "the curves are inline SVG";
+    EXPECT_NE(r.body.find("long"), std::string::npos);
+    EXPECT_EQ(r.body.find("<link"), std::string::npos) << "the report must not fetch anything";
+    EXPECT_EQ(r.body.find("src="), std::string::npos) << "the report must not fetch anything";
+    EXPECT_EQ(api.handle(get("/api/v1/report")).status, 400);
+    EXPECT_EQ(api.handle(get("/api/v1/report", {{"runs", "long,nope"}})).status, 404);
+}
+
 TEST_F(WebApi, DownsamplingKeepsAOneStepSpikeInAMillionPoints) {
     auto r = api.handle(get("/api/v1/runs/long/series", {{"key", "loss"}, {"points", "2000"}}));
     ASSERT_EQ(r.status, 200) << r.body;

@@ -14,8 +14,10 @@ long matmul_parameters(const ModelConfig& m);
 // (the PaLM appendix B formula, N as above).
 double flops_per_token(const ModelConfig& m, int T);
 
-// Best sgemm rate of a few square products, with the current thread count,
-// in GFLOP/s. Takes well under a second.
-double measure_sgemm_peak_gflops();
+// Best rate of a few square matmuls, with the current thread count, in
+// GFLOP/s: sgemm, or with bf16_matmuls the bf16 matmul engine the bf16
+// precision modes run on (so their MFU is against their own peak). Takes well
+// under a second.
+double measure_peak_gflops(bool bf16_matmuls = false);
 
 }  // namespace hlat

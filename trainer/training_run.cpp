@@ -3,6 +3,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/dataset.h"
 #include "trainer/flops.h"
+#include "trainer/kernels_bf16.h"
 #include "detectors/detector.h"
 #include "detectors/webhook.h"
 #include "trainer/leak_probe.h"
@@ -199,7 +200,8 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
 
     double peak = config.run.peak_gflops;
     bool measured = peak <= 0;
-    if (measured) peak = measure_sgemm_peak_gflops();
+    const bool bf16_matmuls = config.precision.bf16_compute();
+    if (measured) peak = measure_peak_gflops(bf16_matmuls);
     Trainer trainer(config, *data.source, peak);
     Model& model = trainer.model();
     if (resume_state) {
@@ -215,6 +217,11 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
     }
 
     spdlog::info("threads: {} (OpenMP and OpenBLAS)", config.run.threads);
+    spdlog::info("precision: {}{}", precision_mode_name(config.precision.mode),
+                 bf16_matmuls ? fmt::format(" | bf16 matmuls: {} | softmax {} | grad accumulation {}",
+                                            bf16_matmul_engine_name(), config.precision.softmax_bf16 ? "bf16" : "fp32",
+                                            config.precision.grad_accum_bf16 ? "bf16" : "fp32")
+                              : "");
     spdlog::info("model: {} parameters, d {} | {} layers | {}/{} heads | hidden {} | vocab {}", model.num_parameters(),
                  m.dim, m.n_layers, m.n_heads, m.n_kv_heads, m.hidden_dim, m.vocab_size);
     spdlog::info("batch {} x {} x {} accum = {} tokens/step", B, T, config.run.grad_accum,
@@ -228,7 +235,7 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
                      : "");
     spdlog::info("FLOPs/token: {:.3e} = 6N + 12*L*d*T with N = {} (no input embedding) | peak {:.1f} GFLOP/s ({})",
                  flops_per_token(m, T), matmul_parameters(m), peak,
-                 measured ? "measured by sgemm probe" : "from config");
+                 measured ? (bf16_matmuls ? "measured by bf16 matmul probe" : "measured by sgemm probe") : "from config");
 
     RunTelemetry store(config, options.resume, trainer.next_step());
     if (store.enabled()) spdlog::info("store: {} (run \"{}\")", config.run.store, run_name(config));

@@ -1,5 +1,6 @@
 #include "web/api.h"
 
+#include "detectors/postmortem.h"
 #include "telemetry/ingest.h"
 #include "telemetry/reader.h"
 #include "telemetry/writer.h"
@@ -97,6 +98,7 @@ Response Api::handle(const Request& r) {
             for (const RunSummary& s : reader.runs()) runs.push_back(run_json(s));
             return reply(200, {{"runs", runs}});
         }
+        if (r.path == "/api/v1/report") return report(r);
         if (r.path.rfind(prefix + "/", 0) == 0) {
             std::string rest = r.path.substr(prefix.size() + 1);
             size_t slash = rest.rfind('/');
@@ -113,6 +115,29 @@ Response Api::handle(const Request& r) {
     } catch (const std::exception& e) {
         return error(500, e.what());
     }
+}
+
+// The post-mortem of `hlat compare --out`, the same HTML, for the runs named.
+Response Api::report(const Request& r) {
+    if (r.method != "GET") return error(405, "use GET");
+    auto runs = r.query.find("runs");
+    std::vector<std::string> names;
+    if (runs != r.query.end()) {
+        size_t start = 0;
+        while (start <= runs->second.size()) {
+            size_t comma = runs->second.find(',', start);
+            if (comma == std::string::npos) comma = runs->second.size();
+            if (comma > start) names.push_back(runs->second.substr(start, comma - start));
+            start = comma + 1;
+        }
+    }
+    if (names.empty()) throw BadRequest("parameter runs (comma-separated run names) is required");
+    Reader reader(store_);
+    for (const std::string& n : names)
+        if (!reader.find_run(n)) return error(404, fmt::format("no run named \"{}\"", n));
+    auto postmortems = detectors::postmortem(reader, names);
+    return {200, "text/html; charset=utf-8",
+            detectors::postmortem_html(postmortems, detectors::config_differences(reader, names))};
 }
 
 Response Api::handle_run(const Request& r, const std::string& name, const std::string& what) {

@@ -7,6 +7,7 @@
 //   GET  /api/v1/runs/{run}/alerts | events | checkpoints | evals
 //   POST /api/v1/runs/{run}/halt                   token; asks the trainer to halt
 //   POST /api/v1/runs/{run}/ingest                 token; JSON lines as `hlat ingest` reads them
+//   GET  /api/v1/report?runs=A,B                   the post-mortem of `hlat compare`, as HTML
 // State changes need the server's token in the X-HLAT-Token header (or
 // Authorization: Bearer TOKEN). Every parameter is validated; errors are JSON
 // {"error": "..."} with 400, 401, 404 or 500.
@@ -47,6 +48,7 @@ class Api {
 
   private:
     Response handle_run(const Request& r, const std::string& run, const std::string& what);
+    Response report(const Request& r);
     telemetry::Writer& writer();
     std::string store_, token_;
     std::unique_ptr<telemetry::Writer> writer_;

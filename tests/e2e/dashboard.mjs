@@ -72,7 +72,10 @@ try {
   await page.goto(url);
   await page.getByRole("link", { name: "finished-run" }).waitFor({ timeout: 10000 });
   check(true, "the runs list shows the run");
-  check(await page.getByRole("link", { name: "live-run" }).isVisible(), "and the running one");
+  // The trainer registers its run a moment after it starts; the list refreshes every 5 s.
+  const liveListed = await page.getByRole("link", { name: "live-run" }).waitFor({ timeout: 15000 })
+    .then(() => true, () => false);
+  check(liveListed, "and the running one");
 
   await page.getByRole("link", { name: "finished-run" }).click();
   await page.waitForSelector('.chart[data-panel="loss"] canvas', { timeout: 10000 });
@@ -90,6 +93,12 @@ try {
   const diff = await page.locator("#diff tbody").innerText();
   check(diff.includes("schedule.total_steps") && diff.includes("10000000"), "compare lists the config differences");
   await page.screenshot({ path: path.join(work, "compare.png"), fullPage: true });
+  const [report] = await Promise.all([page.waitForEvent("popup"), page.click("#report")]);
+  await report.waitForLoadState();
+  check((await report.locator("svg").count()) > 0 && (await report.content()).includes("live-run"),
+        "compare links to the post-mortem report of the same runs");
+  await report.screenshot({ path: path.join(work, "report.png"), fullPage: true });
+  await report.close();
 
   await page.goto(`${url}static/run.html?run=live-run`);
   await page.waitForSelector('.chart[data-panel="loss"] canvas', { timeout: 15000 });

@@ -78,6 +78,7 @@ async function start() {
   const { runs } = await json("/api/v1/runs");
   const chosen = names.map((n) => runs.find((r) => r.name === n) ?? (() => { throw new Error(`no run "${n}"`); })());
   showDiff(chosen);
+  $("#report").href = `/api/v1/report?runs=${names.map(encodeURIComponent).join(",")}`;
   const keys = (await Promise.all(names.map((n) => json(run(n, "/keys"))))).map((k) => new Set(k.keys));
   const common = [...keys[0]].filter((k) => keys.every((s) => s.has(k))).sort();
   $("#key").replaceChildren(...common.map((k) => Object.assign(document.createElement("option"), { value: k, textContent: k })));
