@@ -148,6 +148,8 @@ int compare_command(int argc, char** argv) {
                            {"best_loss", number(r.best_loss)},
                            {"final_heldout", number(r.final_heldout)},
                            {"loss_variance", number(r.loss_variance)},
+                           {"loss_gap_vs_first", number(r.loss_gap)},
+                           {"loss_gap_std", number(r.loss_gap_std)},
                            {"grad_trend", number(r.grad_trend)},
                            {"spike_episodes", r.spike_episodes},
                            {"alerts", alerts},
@@ -160,16 +162,17 @@ int compare_command(int argc, char** argv) {
     auto num = [](double v, const char* spec) { return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : std::string("-"); };
     size_t w = 4;
     for (const auto& r : runs) w = std::max(w, r.name.size());
-    fmt::print("{:<{}}  {:>9}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>6}  {:>7}  {:>6}  {:>9}  {:>7}\n", "RUN", w,
-               "PRECISION", "STEPS", "FINAL", "BEST", "HELDOUT", "LOSS VAR", "GRAD TREND", "SPIKES", "1-STEP", "ALERTS",
-               "TOK/S", "B/PARAM");
+    fmt::print("{:<{}}  {:>9}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>6}  {:>7}  {:>6}  {:>9}  {:>7}\n",
+               "RUN", w, "PRECISION", "STEPS", "FINAL", "BEST", "HELDOUT", "LOSS VAR", "GAP", "GAP STD", "GRAD TREND",
+               "SPIKES", "1-STEP", "ALERTS", "TOK/S", "B/PARAM");
     for (const auto& r : runs) {
         long alerts = 0;
         for (auto& [k, n] : r.alerts) alerts += n;
-        fmt::print("{:<{}}  {:>9}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>6}  {:>7}  {:>6}  {:>9}  {:>7}\n", r.name, w,
-                   r.precision, r.steps,
+        fmt::print("{:<{}}  {:>9}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>6}  {:>7}  {:>6}  {:>9}  {:>7}\n",
+                   r.name, w, r.precision, r.steps,
                    num(r.final_loss, "{:.4f}"), num(r.best_loss, "{:.4f}"), num(r.final_heldout, "{:.4f}"),
-                   num(r.loss_variance, "{:.5f}"), num(r.grad_trend, "{:.2f}x"), r.spike_episodes,
+                   num(r.loss_variance, "{:.5f}"), num(r.loss_gap, "{:+.4f}"), num(r.loss_gap_std, "{:.4f}"),
+                   num(r.grad_trend, "{:.2f}x"), r.spike_episodes,
                    num(100 * r.one_step_spike_share, "{:.0f}%"), alerts, num(r.tokens_per_s, "{:.0f}"),
                    num(r.state_bytes_per_param, "{:.0f}"));
     }

@@ -22,6 +22,21 @@ std::vector<double> values(telemetry::Reader& r, int64_t run, const char* key) {
     return out;
 }
 
+// Exponential moving average of (step, value) points, thinned to at most
+// `max_points`: a curve that shows the trend under batch-to-batch noise.
+std::vector<std::pair<double, double>> smoothed(const std::vector<std::pair<double, double>>& points, double beta,
+                                                size_t max_points) {
+    std::vector<std::pair<double, double>> out;
+    size_t every = std::max<size_t>(1, (points.size() + max_points - 1) / max_points);
+    double ema = NAN;
+    for (size_t i = 0; i < points.size(); i++) {
+        double v = points[i].second;
+        if (std::isfinite(v)) ema = std::isfinite(ema) ? beta * ema + (1 - beta) * v : v;
+        if (i % every == every - 1 || i + 1 == points.size()) out.push_back({points[i].first, ema});
+    }
+    return out;
+}
+
 double mean(std::vector<double>::const_iterator a, std::vector<double>::const_iterator b) {
     double s = 0.0;
     long n = 0;
@@ -92,6 +107,7 @@ std::string svg_chart(const std::string& title, const std::vector<RunPostmortem>
 
 std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vector<std::string>& names, int window) {
     std::vector<RunPostmortem> out;
+    std::map<int64_t, double> first_loss;  // step -> loss of the first run
     for (const std::string& name : names) {
         auto run = reader.find_run(name);
         if (!run) throw std::runtime_error(fmt::format("the store has no run \"{}\"", name));
@@ -99,7 +115,13 @@ std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vect
         p.name = name;
         p.status = run->status;
         p.precision = run->precision.empty() ? "fp32" : run->precision;
-        std::vector<double> loss = values(reader, run->id, "loss"), grad = values(reader, run->id, "grad_norm");
+        std::vector<std::pair<double, double>> loss_points;
+        std::vector<double> loss;
+        for (const auto& pt : reader.series(run->id, "loss", 0, kAll)) {
+            loss_points.push_back({(double)pt.step, pt.value});
+            loss.push_back(pt.value);
+        }
+        std::vector<double> grad = values(reader, run->id, "grad_norm");
         std::vector<double> heldout = values(reader, run->id, "heldout_loss"), tps = values(reader, run->id, "tokens_per_s");
         p.steps = (int64_t)loss.size();
         if (!loss.empty()) {
@@ -134,7 +156,26 @@ std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vect
         // mixed an fp32 master weight, its bf16 copy, an fp32 gradient and fp32 moments.
         static const std::map<std::string, double> bytes = {{"fp32", 16}, {"bf16", 8}, {"bf16_sr", 8}, {"mixed", 18}};
         if (bytes.count(p.precision)) p.state_bytes_per_param = bytes.at(p.precision);
-        for (const auto& b : reader.downsample(run->id, "loss", 0, kAll, 300)) p.loss_curve.push_back({(double)b.last_step, b.last});
+        p.loss_curve = smoothed(loss_points, 0.9, 300);
+        if (out.empty()) {
+            for (auto [step, v] : loss_points) first_loss[(int64_t)step] = v;
+        } else {
+            std::vector<std::pair<double, double>> gap;
+            for (auto [step, v] : loss_points) {
+                auto it = first_loss.find((int64_t)step);
+                if (it != first_loss.end() && std::isfinite(v) && std::isfinite(it->second))
+                    gap.push_back({step, v - it->second});
+            }
+            if (!gap.empty()) {
+                size_t w = std::min<size_t>(window, gap.size());
+                double sum = 0.0, sq = 0.0;
+                for (size_t i = gap.size() - w; i < gap.size(); i++) sum += gap[i].second;
+                p.loss_gap = sum / w;
+                for (size_t i = gap.size() - w; i < gap.size(); i++) sq += (gap[i].second - p.loss_gap) * (gap[i].second - p.loss_gap);
+                p.loss_gap_std = std::sqrt(sq / w);
+                p.gap_curve = smoothed(gap, 0.9, 300);
+            }
+        }
         for (const auto& b : reader.downsample(run->id, "grad_norm", 0, kAll, 300)) p.grad_curve.push_back({(double)b.last_step, b.max});
         out.push_back(std::move(p));
     }
@@ -173,7 +214,8 @@ th,td{padding:4px 10px;border-bottom:1px solid #e3e5e8;text-align:left}td:first-
 .swatch{display:inline-block;width:10px;height:10px;margin-right:6px}svg{background:#fff;border:1px solid #e3e5e8;margin:6px}
 code{font-size:12px}</style></head><body><h1>hlat post-mortem</h1>)";
     h += "<h2>Runs</h2><table><tr><th>run</th><th>precision</th><th>status</th><th>steps</th><th>final loss</th><th>best loss</th>"
-         "<th>final held-out</th><th>best held-out</th><th>loss variance</th><th>grad-norm trend</th><th>spike episodes</th>"
+         "<th>final held-out</th><th>best held-out</th><th>loss variance</th><th>loss gap vs first</th><th>gap std</th>"
+         "<th>grad-norm trend</th><th>spike episodes</th>"
          "<th>one-step spikes</th><th>alerts</th><th>tokens/s</th><th>state bytes/param</th></tr>";
     for (size_t i = 0; i < runs.size(); i++) {
         const RunPostmortem& r = runs[i];
@@ -181,16 +223,24 @@ code{font-size:12px}</style></head><body><h1>hlat post-mortem</h1>)";
         for (auto& [k, n] : r.alerts) alerts += n;
         h += fmt::format(R"(<tr><td><span class="swatch" style="background:{}"></span>{}</td><td>{}</td><td>{}</td><td class="n">{}</td>)"
                          R"(<td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td>)"
+                         R"(<td class="n">{}</td><td class="n">{}</td>)"
                          R"(<td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td></tr>)",
                          kColors[i % 6], escape(r.name), escape(r.precision), escape(r.status), r.steps, num(r.final_loss),
                          num(r.best_loss), num(r.final_heldout), num(r.best_heldout), num(r.loss_variance, "{:.5f}"),
+                         num(r.loss_gap, "{:+.4f}"), num(r.loss_gap_std, "{:.4f}"),
                          num(r.grad_trend, "{:.2f}x"), r.spike_episodes, num(100 * r.one_step_spike_share, "{:.0f}%"), alerts,
                          num(r.tokens_per_s, "{:.0f}"), num(r.state_bytes_per_param, "{:.0f}"));
     }
-    h += "</table><p>Final loss: mean of the last 50 steps; best: lowest 50-step mean; loss variance over the last 50 steps; "
-         "grad-norm trend: mean of the last quarter over the second quarter; spike episodes by the paper's rule (running "
-         "mean of 20 + 0.1).</p>";
-    h += svg_chart("training loss", runs, &RunPostmortem::loss_curve, false);
+    h += fmt::format("</table><p>Final loss: mean of the last 50 steps; best: lowest 50-step mean; loss variance over the "
+                     "last 50 steps; loss gap: the run's loss minus {}'s at the same steps, mean and standard deviation "
+                     "over the last 50 (with one seed and data order the batch-to-batch swings cancel, leaving what the "
+                     "setting did); grad-norm trend: mean of the last quarter over the second quarter; spike episodes by "
+                     "the paper's rule (running mean of 20 + 0.1).</p>",
+                     runs.empty() ? "the first run" : escape(runs[0].name));
+    h += svg_chart("training loss (EMA 0.9)", runs, &RunPostmortem::loss_curve, false);
+    if (runs.size() > 1)
+        h += svg_chart(fmt::format("loss minus {}'s at the same step (EMA 0.9)", runs[0].name), runs,
+                       &RunPostmortem::gap_curve, false);
     h += svg_chart("grad norm (bucket maxima, log scale)", runs, &RunPostmortem::grad_curve, true);
     h += "<h2>Config differences</h2>";
     if (differences.empty()) {

@@ -27,7 +27,14 @@ struct RunPostmortem {
     std::map<std::string, long> alerts;  // by kind
     double tokens_per_s = NAN;        // median
     double state_bytes_per_param = NAN;  // weights, gradients, optimizer state
-    std::vector<std::pair<double, double>> loss_curve, grad_curve;  // (step, value), downsampled
+    // Against the first run named, at the same steps: with the same seed and
+    // data order the batch-to-batch swings cancel, and what is left is what
+    // the setting itself did. NaN for the first run.
+    double loss_gap = NAN;            // mean of (loss - first run's loss) over the last `window` common steps
+    double loss_gap_std = NAN;        // standard deviation of that difference: the noise the setting adds
+    // (step, value), at most ~300 points: the loss EMA-smoothed (0.9), the grad
+    // norm as bucket maxima, the smoothed loss gap.
+    std::vector<std::pair<double, double>> loss_curve, grad_curve, gap_curve;
 };
 
 // Summaries of the named runs; throws naming a run the store does not have.

@@ -255,6 +255,17 @@ TEST_F(FaultRun, ComparePutsRunsSideBySide) {
     EXPECT_NE(html.find("<svg"), std::string::npos);
     EXPECT_NE(html.find("grad_spike × 1"), std::string::npos) << "alerts by kind";
     EXPECT_EQ(html.find("http"), html.find("http://www.w3.org/2000/svg")) << "no network needed: the only URL is the SVG namespace";
+    // The loss gap is against the first run at the same steps: zero for a run
+    // against itself, a number for another.
+    auto js = test::run_command(fmt::format("{} compare --store {} --runs base,hot,base --json", HLAT_BINARY, dir.file("s.db")));
+    ASSERT_EQ(js.exit_code, 0) << js.output;
+    nlohmann::json j = nlohmann::json::parse(js.output);
+    EXPECT_TRUE(j["hot"]["loss_gap_vs_first"].is_number()) << j.dump();
+    EXPECT_EQ(j["base"]["precision"], "fp32");
+    EXPECT_EQ(j["base"]["state_bytes_per_param"], 16);
+    EXPECT_EQ(j["base"]["loss_gap_vs_first"], 0.0) << "the last entry named base is compared with itself";
+    EXPECT_EQ(j["base"]["loss_gap_std"], 0.0);
+    EXPECT_NE(html.find("loss minus base"), std::string::npos) << "the gap chart";
     auto missing = test::run_command(fmt::format("{} compare --store {} --runs base,nope", HLAT_BINARY, dir.file("s.db")));
     EXPECT_EQ(missing.exit_code, 1);
     EXPECT_NE(missing.output.find("no run \"nope\""), std::string::npos) << missing.output;
