@@ -6,7 +6,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake pkg-config git
-  libopenblas-openmp-dev libdnnl-dev
+  libdnnl-dev
   libfmt-dev libspdlog-dev nlohmann-json3-dev libboost-dev libboost-program-options-dev
   libsqlite3-dev sqlite3 libcivetweb-dev
   openmpi-bin libopenmpi-dev

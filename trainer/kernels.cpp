@@ -1,13 +1,13 @@
-// Kernels of the LLaMA block. Matmuls go to OpenBLAS; everything else is a plain
-// loop over rows, parallel across rows with OpenMP, vectorized by the compiler.
-// OpenBLAS is the OpenMP build: called inside a parallel region it runs on the
-// calling thread only, so the per-head attention gemms never oversubscribe.
+// Kernels of the LLaMA block. Matmuls go to sgemm (trainer/sgemm.h); everything
+// else is a plain loop over rows, parallel across rows with OpenMP, vectorized
+// by the compiler. sgemm called inside a parallel region runs on the calling
+// thread only, so the per-head attention gemms never oversubscribe.
 #include "trainer/kernels.h"
 
 #include "trainer/bf16.h"
+#include "trainer/sgemm.h"
 #include "trainer/vector_math.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <cmath>
@@ -16,16 +16,13 @@
 namespace hlat {
 
 void matmul_forward(float* out, const float* inp, const float* weight, int N, int IC, int OC) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, weight, IC,
-                0.0f, out, OC);
+    sgemm(false, true, N, OC, IC, 1.0f, inp, IC, weight, IC, 0.0f, out, OC);
 }
 
 void matmul_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                      const float* weight, int N, int IC, int OC) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, weight, IC,
-                0.0f, dinp, IC);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f,
-                dweight, IC);
+    sgemm(false, false, N, IC, OC, 1.0f, dout, OC, weight, IC, 0.0f, dinp, IC);
+    sgemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
 }
 
 void embedding_forward(float* out, const int32_t* tokens, const float* embed, int N, int C) {
@@ -144,8 +141,8 @@ static void attention_probs(float* P, const float* q, const float* k, int T, int
                             int lookahead, bool probs_bf16) {
     for (int r0 = 0; r0 < T; r0 += kAttBlock) {
         int r1 = r0 + kAttBlock < T ? r0 + kAttBlock : T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, visible_keys(r1, T, lookahead), HD, scale,
-                    q + (long)r0 * QKV, QKV, k, QKV, 0.0f, P + (long)r0 * T, T);
+        sgemm(false, true, r1 - r0, visible_keys(r1, T, lookahead), HD, scale, q + (long)r0 * QKV, QKV, k, QKV, 0.0f,
+              P + (long)r0 * T, T);
     }
     for (int i = 0; i < T; i++) {
         float* row = P + (long)i * T;
@@ -173,8 +170,8 @@ static void causal_matmul(float* Y, int ldy, const float* P, const float* X, int
                           int lookahead) {
     for (int r0 = 0; r0 < T; r0 += kAttBlock) {
         int r1 = r0 + kAttBlock < T ? r0 + kAttBlock : T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, HD, visible_keys(r1, T, lookahead), 1.0f,
-                    P + (long)r0 * T, T, X, ldx, beta, Y + (long)r0 * ldy, ldy);
+        sgemm(false, false, r1 - r0, HD, visible_keys(r1, T, lookahead), 1.0f, P + (long)r0 * T, T, X, ldx, beta,
+              Y + (long)r0 * ldy, ldy);
     }
 }
 
@@ -185,8 +182,8 @@ static void causal_matmul_transposed(float* Y, int ldy, const float* P, const fl
     for (int c0 = 0; c0 < T; c0 += kAttBlock) {
         int c1 = c0 + kAttBlock < T ? c0 + kAttBlock : T;
         int first_row = c0 - lookahead > 0 ? c0 - lookahead : 0;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, HD, T - first_row, 1.0f,
-                    P + (long)first_row * T + c0, T, X + (long)first_row * ldx, ldx, 1.0f, Y + (long)c0 * ldy, ldy);
+        sgemm(true, false, c1 - c0, HD, T - first_row, 1.0f, P + (long)first_row * T + c0, T,
+              X + (long)first_row * ldx, ldx, 1.0f, Y + (long)c0 * ldy, ldy);
     }
 }
 
@@ -248,8 +245,8 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                 // dP = dO V^T on the visible keys only.
                 for (int r0 = 0; r0 < T; r0 += kAttBlock) {
                     int r1 = r0 + kAttBlock < T ? r0 + kAttBlock : T;
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, visible_keys(r1, T, lookahead), HD,
-                                1.0f, dO + (long)r0 * CA, CA, v, QKV, 0.0f, dP + (long)r0 * T, T);
+                    sgemm(false, true, r1 - r0, visible_keys(r1, T, lookahead), HD, 1.0f, dO + (long)r0 * CA, CA, v,
+                          QKV, 0.0f, dP + (long)r0 * T, T);
                 }
                 causal_matmul_transposed(dv, QKV, P, dO, CA, T, HD, lookahead);  // dV += P^T dO
                 // dS = P * (dP - rowsum(P * dP)), written over dP; zero past the visible keys.

@@ -1,6 +1,7 @@
 #include "trainer/kernels_bf16.h"
 
-#include <cblas.h>
+#include "trainer/sgemm.h"
+
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cstdlib>
@@ -120,8 +121,8 @@ void gemm_bf16(float* C, const bf16* A, const bf16* B, int M, int N, int K, bool
     if ((long)s.wb.size() < nb) s.wb.resize(nb);
     widen(s.wa.data(), A, na);
     widen(s.wb.data(), B, nb);
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K,
-                1.0f, s.wa.data(), trans_a ? M : K, s.wb.data(), trans_b ? K : N, accumulate ? 1.0f : 0.0f, C, N);
+    sgemm(trans_a, trans_b, M, N, K, 1.0f, s.wa.data(), trans_a ? M : K, s.wb.data(), trans_b ? K : N,
+          accumulate ? 1.0f : 0.0f, C, N);
 }
 
 void matmul_forward_bf16(float* out, const float* inp, const bf16* weight, int N, int IC, int OC) {

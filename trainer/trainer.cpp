@@ -3,7 +3,6 @@
 #include "trainer/flops.h"
 #include "trainer/kernels_bf16.h"
 
-#include <cblas.h>
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -19,8 +18,7 @@ static double seconds_since(Clock::time_point t0) {
 }
 
 void set_thread_count(int threads) {
-    omp_set_num_threads(threads);
-    openblas_set_num_threads(threads);
+    omp_set_num_threads(threads);  // oneDNN's matmuls run on OpenMP's pool too
 }
 
 Trainer::Trainer(const TrainConfig& config, BatchSource& data, double peak_gflops)

@@ -61,7 +61,7 @@ class Trainer {
     bool weights_rounded_ = false;
 };
 
-// Sets the OpenMP and OpenBLAS thread count for the whole process.
+// Sets the thread count (OpenMP's, which oneDNN shares) for the whole process.
 void set_thread_count(int threads);
 
 }  // namespace hlat

@@ -216,7 +216,7 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
         model.init_weights(config.run.seed);
     }
 
-    spdlog::info("threads: {} (OpenMP and OpenBLAS)", config.run.threads);
+    spdlog::info("threads: {} (OpenMP, shared by oneDNN)", config.run.threads);
     spdlog::info("precision: {}{}", precision_mode_name(config.precision.mode),
                  bf16_matmuls ? fmt::format(" | bf16 matmuls: {} | softmax {} | grad accumulation {}",
                                             bf16_matmul_engine_name(), config.precision.softmax_bf16 ? "bf16" : "fp32",

@@ -1,0 +1,16 @@
+// The one fp32 GEMM every kernel calls: C (M, N) = alpha op(A) op(B) + beta C,
+// row-major, op(X) = X or X^T.
+//
+// It is oneDNN's sgemm, which picks its kernels by runtime CPU detection.
+// OpenBLAS 0.3.21 (Debian 12) does not know recent Xeons (family 6, model
+// 207) and falls back to its SSE3 "Prescott" kernels there: 36-51 GFLOP/s on
+// 2 cores against oneDNN's 250-310 on the same machine. Called inside an
+// OpenMP parallel region it runs on the calling thread only.
+#pragma once
+
+namespace hlat {
+
+void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+           int ldb, float beta, float* C, int ldc);
+
+}  // namespace hlat
