@@ -7,6 +7,7 @@
 #include "trainer/kernels.h"
 #include "trainer/kernels_bf16.h"
 #include "trainer/optimizer.h"
+#include "trainer/trainer.h"
 
 #include <fmt/format.h>
 
@@ -205,6 +206,64 @@ TEST(Bf16Optimizer, StateStaysBf16AndStochasticRoundingIsDeterministic) {
     for (size_t i = 0; i < r0.size(); i++) differ += r0[i] != r1[i];
     std::printf("rank-keyed: %ld of %zu weights differ between rank 0 and rank 1\n", differ, r0.size());
     EXPECT_GT(differ, (long)r0.size() / 100) << "rank-keyed rounding should make replicas drift apart";
+}
+
+bool all_bf16_values(const float* x, long n) {
+    for (long i = 0; i < n; i++)
+        if (x[i] != bf16_to_float(float_to_bf16_rne(x[i]))) return false;
+    return true;
+}
+
+// Random tokens: the knobs' tests look at where values are rounded, not at learning.
+class RandomBatches : public BatchSource {
+  public:
+    void next_batch(int32_t* inputs, int32_t* targets, int B, int T) override {
+        for (long i = 0; i < (long)B * T; i++) inputs[i] = rng_() % 64, targets[i] = rng_() % 64;
+    }
+
+  private:
+    std::mt19937 rng_{3};
+};
+
+TrainConfig knob_config(bool softmax_bf16, bool grad_accum_bf16) {
+    TrainConfig c;
+    c.model = FlatModel::tiny_config();
+    c.model.max_seq_len = 16;
+    c.run.batch_size = 2, c.run.seq_len = 16, c.run.grad_accum = 2;
+    c.optimizer.grad_clip = 0.0;  // clipping would rescale the gradients after the accumulation under test
+    c.precision.mode = PrecisionMode::Mixed;
+    c.precision.softmax_bf16 = softmax_bf16;
+    c.precision.grad_accum_bf16 = grad_accum_bf16;
+    return c;
+}
+
+TEST(PrecisionKnobs, Bf16SoftmaxRoundsTheProbabilitiesBackwardUses) {
+    for (bool knob : {false, true}) {
+        TrainConfig c = knob_config(knob, false);
+        Model model(c.model, c.run.batch_size, c.run.seq_len, false, c.precision);
+        model.init_weights(1);
+        RandomBatches data;
+        std::vector<int32_t> x(32), y(32);
+        data.next_batch(x.data(), y.data(), 2, 16);
+        model.forward(x.data(), y.data());
+        const ActivationTensors& a = model.activations();
+        long att = (long)c.model.n_layers * 2 * c.model.n_heads * 16 * 16, probs = 32L * c.model.vocab_size;
+        EXPECT_EQ(all_bf16_values(a.att, att), knob) << "attention probabilities, softmax bf16 = " << knob;
+        EXPECT_EQ(all_bf16_values(a.logits, probs), knob) << "cross-entropy probabilities, softmax bf16 = " << knob;
+    }
+}
+
+TEST(PrecisionKnobs, Bf16GradientAccumulationKeepsABf16Sum) {
+    for (bool knob : {false, true}) {
+        TrainConfig c = knob_config(false, knob);
+        RandomBatches data;
+        Trainer trainer(c, data, 0.0);
+        trainer.model().init_weights(1);
+        trainer.step();
+        // mixed keeps fp32 gradients: only the bf16 accumulation makes them bf16 values.
+        EXPECT_EQ(all_bf16_values(trainer.model().grads(), trainer.model().num_parameters()), knob)
+            << "grad_accum bf16 = " << knob;
+    }
 }
 
 TEST(PrecisionConfig, ParsesValidatesAndRoundTrips) {

@@ -56,44 +56,18 @@ AdamW::AdamW(const OptimizerConfig& config, long num_parameters, const Precision
       m_(num_parameters, 0.0f),
       v_(num_parameters, 0.0f) {}
 
-void AdamW::step(Model& model, double lr) {
-    if (precision_.bf16_state()) return step_bf16(model, lr);
-    t_++;
-    const float b1 = (float)config_.beta1, b2 = (float)config_.beta2, eps = (float)config_.eps;
-    const float bc1 = (float)(1.0 - std::pow(config_.beta1, (double)t_));
-    const float bc2 = (float)(1.0 - std::pow(config_.beta2, (double)t_));
-    float* params = model.params();
-    const float* grads = model.grads();
-    for (const TensorKind& k : model.tensor_kinds()) {
-        bool decay = config_.decay_norms_and_embeddings || !k.norm_or_embedding;
-        const float wd = decay ? (float)config_.weight_decay : 0.0f;
-        const float lr_f = (float)lr;
-        float* p = params + k.offset;
-        const float* g = grads + k.offset;
-        float* m = m_.data() + k.offset;
-        float* v = v_.data() + k.offset;
-        const long n = k.numel();
-#pragma omp parallel for
-        for (long i = 0; i < n; i++) {
-            m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-            v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-            float m_hat = m[i] / bc1;
-            float v_hat = v[i] / bc2;
-            p[i] -= lr_f * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
-        }
-    }
-}
-
-// Narrows x to a bf16 value, stochastically when `random` is set.
+// Narrows x to a bf16 value, stochastically when `stochastic` is set.
 static inline float to_bf16_value(float x, bool stochastic, uint32_t random) {
     return bf16_to_float(stochastic ? float_to_bf16_stochastic(x, random) : float_to_bf16_rne(x));
 }
 
-void AdamW::step_bf16(Model& model, double lr) {
+void AdamW::step(Model& model, double lr) {
     t_++;
     const float b1 = (float)config_.beta1, b2 = (float)config_.beta2, eps = (float)config_.eps;
     const float bc1 = (float)(1.0 - std::pow(config_.beta1, (double)t_));
     const float bc2 = (float)(1.0 - std::pow(config_.beta2, (double)t_));
+    const float lr_f = (float)lr;
+    const bool bf16_state = precision_.bf16_state();
     const bool sr_params = precision_.mode == PrecisionMode::Bf16Sr;
     const bool sr_moments = sr_params && precision_.sr_moments;
     float* params = model.params();
@@ -103,15 +77,26 @@ void AdamW::step_bf16(Model& model, double lr) {
         const TensorKind& k = kinds[ki];
         bool decay = config_.decay_norms_and_embeddings || !k.norm_or_embedding;
         const float wd = decay ? (float)config_.weight_decay : 0.0f;
-        const float lr_f = (float)lr;
         float* p = params + k.offset;
         const float* g = grads + k.offset;
         float* m = m_.data() + k.offset;
         float* v = v_.data() + k.offset;
         const long n = k.numel();
-        // Three streams of bits per tensor (weights, first and second moment);
-        // elements are numbered within the tensor, so the bits do not depend
-        // on how the flat buffer is laid out or split.
+        if (!bf16_state) {
+#pragma omp parallel for
+            for (long i = 0; i < n; i++) {
+                m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+                v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+                float m_hat = m[i] / bc1;
+                float v_hat = v[i] / bc2;
+                p[i] -= lr_f * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
+            }
+            continue;
+        }
+        // The same update computed in fp32 from bf16 values and written back
+        // as bf16. Three streams of rounding bits per tensor (weights, first
+        // and second moment); elements are numbered within the tensor, so the
+        // bits do not depend on how the flat buffer is laid out or split.
         const uint64_t key_p = rounding_key(rounding_seed_, t_, 3 * ki);
         const uint64_t key_m = rounding_key(rounding_seed_, t_, 3 * ki + 1);
         const uint64_t key_v = rounding_key(rounding_seed_, t_, 3 * ki + 2);

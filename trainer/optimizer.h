@@ -39,8 +39,6 @@ class AdamW {
     void set_steps_taken(long t) { t_ = t; }
 
   private:
-    void step_bf16(Model& model, double lr);
-
     OptimizerConfig config_;
     PrecisionConfig precision_;
     unsigned long long rounding_seed_;
