@@ -3,7 +3,6 @@
 #include "trainer/kernels_bf16.h"
 #include "trainer/sgemm.h"
 
-
 #include <chrono>
 #include <vector>
 
@@ -21,8 +20,9 @@ double flops_per_token(const ModelConfig& m, int T) {
 
 double measure_peak_gflops(bool bf16_matmuls) {
     const int n = 2048;  // large enough that the rate is the kernels', not the call overhead's
-    std::vector<float> a((long)n * n, 0.5f), b((long)n * n, 0.25f), c((long)n * n, 0.0f);
-    std::vector<bf16> a16((long)n * n, float_to_bf16_rne(0.5f)), b16((long)n * n, float_to_bf16_rne(0.25f));
+    const long nn = (long)n * n;
+    std::vector<float> a(bf16_matmuls ? 0 : nn, 0.5f), b(bf16_matmuls ? 0 : nn, 0.25f), c(nn, 0.0f);
+    std::vector<bf16> a16(bf16_matmuls ? nn : 0, float_to_bf16_rne(0.5f)), b16(bf16_matmuls ? nn : 0, float_to_bf16_rne(0.25f));
     double best = 0.0;
     for (int rep = 0; rep < 6; rep++) {
         auto t0 = std::chrono::steady_clock::now();

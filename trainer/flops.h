@@ -16,7 +16,7 @@ double flops_per_token(const ModelConfig& m, int T);
 
 // Best rate of a few square matmuls, with the current thread count, in
 // GFLOP/s: sgemm, or with bf16_matmuls the bf16 matmul engine the bf16
-// precision modes run on (so their MFU is against their own peak). Takes well
+// precision modes run on (so their MFU is against their own peak). Takes
 // about half a second.
 double measure_peak_gflops(bool bf16_matmuls = false);
 

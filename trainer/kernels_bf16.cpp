@@ -8,6 +8,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -16,7 +18,11 @@ namespace {
 
 Bf16MatmulEngine detect_engine() {
     const char* forced = std::getenv("HLAT_BF16_MATMUL");
-    if (forced && std::strcmp(forced, "emulated") == 0) return Bf16MatmulEngine::Emulated;
+    if (forced && *forced) {
+        if (std::strcmp(forced, "emulated") == 0) return Bf16MatmulEngine::Emulated;
+        throw std::runtime_error(std::string("HLAT_BF16_MATMUL is \"") + forced +
+                                 "\"; the only value it takes is \"emulated\" (unset: the CPU decides)");
+    }
     return __builtin_cpu_supports("avx512bf16") ? Bf16MatmulEngine::OneDnn : Bf16MatmulEngine::Emulated;
 }
 

@@ -17,7 +17,8 @@ namespace hlat {
 enum class Bf16MatmulEngine { OneDnn, Emulated };
 
 // The engine in use: OneDnn when the CPU has avx512_bf16, unless the
-// environment variable HLAT_BF16_MATMUL=emulated asks for the fallback.
+// environment variable HLAT_BF16_MATMUL=emulated asks for the fallback; any
+// other value of it throws, naming it.
 Bf16MatmulEngine bf16_matmul_engine();
 void set_bf16_matmul_engine(Bf16MatmulEngine engine);  // tests and benchmarks
 std::string bf16_matmul_engine_name();

@@ -86,7 +86,6 @@ class Model {
     void set_mask_lookahead(int lookahead) { lookahead_ = lookahead; }
 
     const ModelConfig& config() const { return config_; }
-    const PrecisionConfig& precision() const { return precision_; }
     int batch_size() const { return B_; }
     int seq_len() const { return T_; }
     long num_parameters() const { return (long)params_.size(); }

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <sstream>
 
 namespace hlat::web {
 
@@ -122,15 +123,9 @@ Response Api::report(const Request& r) {
     if (r.method != "GET") return error(405, "use GET");
     auto runs = r.query.find("runs");
     std::vector<std::string> names;
-    if (runs != r.query.end()) {
-        size_t start = 0;
-        while (start <= runs->second.size()) {
-            size_t comma = runs->second.find(',', start);
-            if (comma == std::string::npos) comma = runs->second.size();
-            if (comma > start) names.push_back(runs->second.substr(start, comma - start));
-            start = comma + 1;
-        }
-    }
+    std::stringstream list(runs == r.query.end() ? std::string() : runs->second);
+    for (std::string n; std::getline(list, n, ',');)
+        if (!n.empty()) names.push_back(n);
     if (names.empty()) throw BadRequest("parameter runs (comma-separated run names) is required");
     Reader reader(store_);
     for (const std::string& n : names)
