@@ -14,5 +14,7 @@ int detect_command(int argc, char** argv);
 int spikes_command(int argc, char** argv);
 int serve_command(int argc, char** argv);
 int compare_command(int argc, char** argv);
+int eval_command(int argc, char** argv);
+int make_tasks_command(int argc, char** argv);
 
 }  // namespace hlat::cli

@@ -26,12 +26,14 @@ const Command kCommands[] = {
     {"detect", "replay a stored run through the detectors", hlat::cli::detect_command},
     {"serve", "JSON API and page over a telemetry store", hlat::cli::serve_command},
     {"compare", "post-mortem of runs side by side, with an HTML report", hlat::cli::compare_command},
+    {"eval", "score a checkpoint on task files, or each checkpoint of a run as it lands", hlat::cli::eval_command},
+    {"make-tasks", "build the frozen evaluation task files from the held-out split", hlat::cli::make_tasks_command},
     {"spikes", "gradient spike episodes of a stored run (the paper's Figure 2)", hlat::cli::spikes_command},
 };
 
 void print_usage() {
     fmt::print("usage: hlat <command> [options]\n\ncommands:\n");
-    for (const Command& c : kCommands) fmt::print("  {:<10} {}\n", c.name, c.summary);
+    for (const Command& c : kCommands) fmt::print("  {:<11} {}\n", c.name, c.summary);
     fmt::print("\n`hlat <command> --help` lists a command's options with their defaults.\n");
 }
 

@@ -236,11 +236,12 @@ std::vector<CheckpointRecord> Reader::checkpoints(int64_t run) {
 
 std::vector<EvalRecord> Reader::evals(int64_t run) {
     std::vector<EvalRecord> out;
-    Statement s = db_.prepare("SELECT step, task, metric, value, wall_time FROM evals WHERE run_id = ?1 "
+    Statement s = db_.prepare("SELECT step, task, metric, value, wall_time, tokens FROM evals WHERE run_id = ?1 "
                               "ORDER BY step, task, metric");
     s.bind(1, run);
     while (s.step())
-        out.push_back({s.column_int(0), s.column_text(1), s.column_text(2), s.column_double_or_nan(3), s.column_double(4)});
+        out.push_back({s.column_int(0), s.column_text(1), s.column_text(2), s.column_double_or_nan(3), s.column_double(4),
+                       s.column_int(5)});
     return out;
 }
 

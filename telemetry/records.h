@@ -53,6 +53,7 @@ struct EvalRecord {
     std::string metric;
     double value;
     double wall_time;
+    int64_t tokens = 0;  // tokens seen by the model at that step
 };
 
 // A run as the runs table holds it.

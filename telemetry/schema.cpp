@@ -105,6 +105,10 @@ const std::vector<const char*> kMigrations = {
     );
     CREATE INDEX halt_requests_pending ON halt_requests(run_id, handled_at);
     )sql",
+    // 2 -> 3: evaluations are plotted against tokens seen (issue 8).
+    R"sql(
+    ALTER TABLE evals ADD COLUMN tokens INTEGER NOT NULL DEFAULT 0;
+    )sql",
 };
 
 }  // namespace

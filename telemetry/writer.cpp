@@ -41,8 +41,8 @@ class Writer::Connection {
                                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")),
           insert_checkpoint(db.prepare("INSERT OR REPLACE INTO checkpoints(run_id, step, path, wall_time) "
                                        "VALUES (?1, ?2, ?3, ?4)")),
-          insert_eval(db.prepare("INSERT OR REPLACE INTO evals(run_id, step, task, metric, value, wall_time) "
-                                 "VALUES (?1, ?2, ?3, ?4, ?5, ?6)")),
+          insert_eval(db.prepare("INSERT OR REPLACE INTO evals(run_id, step, task, metric, value, wall_time, tokens) "
+                                 "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")),
           update_status(db.prepare("UPDATE runs SET status = ?2, ended_at = ?3 WHERE id = ?1")),
           find_key(db.prepare("SELECT id FROM metric_keys WHERE name = ?1")),
           insert_key(db.prepare("INSERT INTO metric_keys(name) VALUES (?1)")) {}
@@ -193,7 +193,7 @@ void Writer::run() {
                             c.insert_checkpoint.bind(1, item.run).bind(2, p.step).bind(3, p.path).bind(4, p.wall_time).run();
                         } else if constexpr (std::is_same_v<T, EvalRecord>) {
                             c.insert_eval.bind(1, item.run).bind(2, p.step).bind(3, p.task).bind(4, p.metric)
-                                .bind(5, p.value).bind(6, p.wall_time).run();
+                                .bind(5, p.value).bind(6, p.wall_time).bind(7, p.tokens).run();
                         } else if constexpr (std::is_same_v<T, Status>) {
                             c.update_status.bind(1, item.run).bind(2, p.status).bind(3, p.ended_at).run();
                         } else if constexpr (std::is_same_v<T, HaltRequest>) {

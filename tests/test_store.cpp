@@ -255,7 +255,7 @@ TEST(Store, BadStoresAreRefusedWithAReason) {
     sqlite3_exec(raw, "PRAGMA user_version = 99", nullptr, nullptr, nullptr);
     sqlite3_close(raw);
     e = store_error([&] { Reader r(dir.file("new.db")); });
-    EXPECT_NE(e.find("schema version 99, newer than this hlat understands (2)"), std::string::npos) << e;
+    EXPECT_NE(e.find("schema version 99, newer than this hlat understands (3)"), std::string::npos) << e;
     e = store_error([&] { Writer w(dir.file("new.db")); });
     EXPECT_NE(e.find("schema version 99"), std::string::npos) << e;
 }

@@ -76,11 +76,11 @@ void RunTelemetry::step(const StepStats& s) {
     if (t - last_heartbeat_ >= kHeartbeatSeconds) event("heartbeat", s.step);
 }
 
-void RunTelemetry::heldout_loss(int64_t step, double loss) {
+void RunTelemetry::heldout_loss(int64_t step, double loss, int64_t tokens_seen) {
     if (!writer_) return;
     double t = now_seconds();
     writer_->metric(run_, "heldout_loss", step, loss, t);
-    writer_->eval(run_, {step, "heldout", "loss", loss, t});
+    writer_->eval(run_, {step, "heldout", "loss", loss, t, tokens_seen});
 }
 
 void RunTelemetry::alert(const telemetry::Alert& alert) {

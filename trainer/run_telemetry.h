@@ -26,7 +26,7 @@ class RunTelemetry {
 
     bool enabled() const { return writer_ != nullptr; }
     void step(const StepStats& s);
-    void heldout_loss(int64_t step, double loss);
+    void heldout_loss(int64_t step, double loss, int64_t tokens_seen);
     // Waits until every step so far is committed. Called before a checkpoint is
     // written, so the store never lags behind the newest checkpoint: a run
     // resumed after a SIGKILL then finds no gap in its series.

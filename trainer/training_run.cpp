@@ -278,7 +278,7 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
         double loss = heldout_loss(model, data.eval_batches, B, T);
         spdlog::info("step {:>6} | held-out loss {:.4f} (unigram entropy {:.3f})", trainer.next_step(), loss,
                      data.heldout_unigram_entropy);
-        store.heldout_loss(trainer.next_step() - 1, loss);
+        store.heldout_loss(trainer.next_step() - 1, loss, trainer.tokens_seen());
         if (metrics.is_open())
             metrics << nlohmann::json{{"event", "eval"}, {"step", trainer.next_step() - 1}, {"heldout_loss", loss}}.dump()
                     << "\n"
