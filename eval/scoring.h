@@ -58,6 +58,7 @@ class Scorer {
     ContinuationScore score_rolling(const std::vector<int32_t>& tokens, int context_len);
 
     int max_len() const { return decoder_.capacity(); }
+    int prefix_token() const { return prefix_token_; }
     long tokens_run() const { return tokens_run_; }  // through the decoder so far
 
   private:

@@ -52,6 +52,13 @@ static size_t argmax(const std::vector<double>& v) {
     return best;
 }
 
+Picks pick_choices(const std::vector<double>& loglik, const std::vector<std::string>& choices) {
+    std::vector<double> per_char;
+    for (size_t c = 0; c < choices.size(); c++)
+        per_char.push_back(loglik[c] / (double)std::max(1L, utf8_length(choices[c])));
+    return {argmax(loglik), argmax(per_char)};
+}
+
 static void multiple_choice(TaskResult& r, const TaskFile& task, long n, Scorer& scorer, const Tokenizer& tokenizer,
                             const TaskOptions& options) {
     std::vector<double> acc, acc_norm, gold_logprob, inverse_choices;
@@ -67,18 +74,16 @@ static void multiple_choice(TaskResult& r, const TaskFile& task, long n, Scorer&
             continuations.push_back(std::move(pair.continuation));
         }
         std::vector<ContinuationScore> scores = scorer.score(context, continuations);
-        std::vector<double> ll, ll_per_char;
-        for (size_t c = 0; c < scores.size(); c++) {
-            ll.push_back(scores[c].loglik);
-            ll_per_char.push_back(scores[c].loglik / (double)std::max(1L, utf8_length(item.choices[c])));
-        }
-        acc.push_back(argmax(ll) == (size_t)item.gold);
-        acc_norm.push_back(argmax(ll_per_char) == (size_t)item.gold);
+        std::vector<double> ll;
+        for (const ContinuationScore& s : scores) ll.push_back(s.loglik);
+        const Picks picks = pick_choices(ll, item.choices);
+        acc.push_back(picks.acc == (size_t)item.gold);
+        acc_norm.push_back(picks.acc_norm == (size_t)item.gold);
         gold_logprob.push_back(scores[item.gold].loglik / scores[item.gold].tokens);
         inverse_choices.push_back(1.0 / (double)item.choices.size());
         if (options.on_sample)
-            options.on_sample({{"item", i}, {"context_tokens", context}, {"continuations", continuations},
-                               {"loglik", ll}, {"gold", item.gold}});
+            options.on_sample({{"item", i}, {"prefix_token", scorer.prefix_token()}, {"context_tokens", context},
+                               {"continuations", continuations}, {"loglik", ll}, {"gold", item.gold}});
     }
     r.metrics = {mean_metric("acc", acc), mean_metric("acc_norm", acc_norm),
                  mean_metric("gold_logprob", gold_logprob)};
@@ -95,7 +100,7 @@ static void cloze(TaskResult& r, const TaskFile& task, long n, Scorer& scorer, c
         acc.push_back(s.greedy);
         ll.push_back(s.loglik);
         if (options.on_sample)
-            options.on_sample({{"item", i}, {"context_tokens", pair.context},
+            options.on_sample({{"item", i}, {"prefix_token", scorer.prefix_token()}, {"context_tokens", pair.context},
                                {"continuations", {pair.continuation}}, {"loglik", {s.loglik}},
                                {"greedy", s.greedy}});
     }
@@ -116,7 +121,9 @@ static void perplexity(TaskResult& r, const TaskFile& task, long n, Scorer& scor
         nll.push_back(-s.loglik);
         bytes.push_back((double)item.text.size());
         words += (double)harness_word_count(item.text);
-        if (options.on_sample) options.on_sample({{"item", i}, {"tokens", tokens}, {"loglik", s.loglik}});
+        if (options.on_sample)
+            options.on_sample({{"item", i}, {"prefix_token", scorer.prefix_token()}, {"tokens", tokens},
+                               {"rolling_context", context_len}, {"loglik", s.loglik}});
     }
     const double total_nll = std::accumulate(nll.begin(), nll.end(), 0.0);
     const double total_bytes = std::accumulate(bytes.begin(), bytes.end(), 0.0);

@@ -51,6 +51,14 @@ struct TaskOptions {
 
 TaskResult evaluate_task(const TaskFile& task, Scorer& scorer, const Tokenizer& tokenizer, const TaskOptions& options);
 
+// The choices a multiple-choice item's scores pick: acc by the largest summed
+// log-likelihood, acc_norm by the largest log-likelihood per character of the
+// choice (ties go to the first, as numpy's argmax).
+struct Picks {
+    size_t acc, acc_norm;
+};
+Picks pick_choices(const std::vector<double>& loglik, const std::vector<std::string>& choices);
+
 // Mean and its standard error (sample standard deviation / sqrt(n)), as the
 // harness's mean_stderr.
 Metric mean_metric(const std::string& name, const std::vector<double>& values);

@@ -212,7 +212,8 @@ Response Api::handle_run(const Request& r, const std::string& name, const std::s
     if (what == "evals") {
         json out = json::array();
         for (const EvalRecord& e : reader.evals(run->id))
-            out.push_back({{"step", e.step}, {"task", e.task}, {"metric", e.metric}, {"value", number(e.value)}});
+            out.push_back({{"step", e.step}, {"tokens", e.tokens}, {"task", e.task}, {"metric", e.metric},
+                           {"value", number(e.value)}, {"time", e.wall_time}});
         return reply(200, {{"evals", out}});
     }
     return error(404, "no such endpoint: " + r.path);
