@@ -5,6 +5,7 @@ JOBS := $(shell nproc)
 HLAT := $(BUILD)/cli/hlat
 CORPUS := data/corpus/python-docs.jsonl
 TOKENIZER := data/tokenizer/python-docs.model
+TASKS := data/tasks/next_sentence_mc4.jsonl
 
 .PHONY: setup build test demo data bench clean
 
@@ -18,11 +19,13 @@ build: setup
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j 2
 
-# The default corpus (Debian's Python documentation) and its tokenizer.
+# The default corpus (Debian's Python documentation), its tokenizer and the
+# evaluation tasks built from its held-out split (once: they are frozen).
 data: build
 	bash scripts/fetch_corpus.sh data/raw
 	test -s $(CORPUS) || $(HLAT) corpus --info "$$(ls data/raw/python3.*.info.gz | head -1)" --out $(CORPUS)
 	test -s $(TOKENIZER) || $(HLAT) tokenizer --config configs/demo.json
+	test -s $(TASKS) || $(HLAT) make-tasks --config configs/demo.json --out data/tasks
 
 # The main job: train the default model with the store and detectors on and
 # serve the page while it trains (until Ctrl-C); scripts/demo.sh.

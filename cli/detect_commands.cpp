@@ -15,6 +15,7 @@
 #include <limits>
 #include <cmath>
 #include <map>
+#include <set>
 #include <sstream>
 
 namespace hlat::cli {
@@ -141,6 +142,10 @@ int compare_command(int argc, char** argv) {
         nlohmann::json out = nlohmann::json::object();
         for (const auto& r : runs) {
             nlohmann::json alerts = r.alerts;
+            nlohmann::json evals = nlohmann::json::object();  // the last checkpoint's value of each
+            for (const auto& [key, points] : r.evals)
+                evals[key] = {{"step", points.back().step}, {"tokens", points.back().tokens},
+                              {"value", number(points.back().value)}, {"stderr", number(points.back().stderr_)}};
             out[r.name] = {{"precision", r.precision},
                            {"status", r.status},
                            {"steps", r.steps},
@@ -154,7 +159,8 @@ int compare_command(int argc, char** argv) {
                            {"spike_episodes", r.spike_episodes},
                            {"alerts", alerts},
                            {"tokens_per_s", number(r.tokens_per_s)},
-                           {"state_bytes_per_param", number(r.state_bytes_per_param)}};
+                           {"state_bytes_per_param", number(r.state_bytes_per_param)},
+                           {"evals", evals}};
         }
         fmt::print("{}\n", out.dump());
         return 0;
@@ -175,6 +181,23 @@ int compare_command(int argc, char** argv) {
                    num(r.grad_trend, "{:.2f}x"), r.spike_episodes,
                    num(100 * r.one_step_spike_share, "{:.0f}%"), alerts, num(r.tokens_per_s, "{:.0f}"),
                    num(r.state_bytes_per_param, "{:.0f}"));
+    }
+    std::set<std::string> eval_keys;
+    for (const auto& r : runs)
+        for (const auto& [key, _] : r.evals) eval_keys.insert(key);
+    if (!eval_keys.empty()) {
+        fmt::print("\ncheckpoint evaluations (last scored checkpoint, ± standard error):\n");
+        for (const std::string& key : eval_keys) {
+            fmt::print("  {:<32}", key);
+            for (const auto& r : runs) {
+                auto it = r.evals.find(key);
+                const detectors::EvalPoint* p = it == r.evals.end() ? nullptr : &it->second.back();
+                fmt::print(" {:>22}", !p ? std::string("-")
+                                         : num(p->value, "{:.4f}") +
+                                               (std::isfinite(p->stderr_) ? " ± " + num(p->stderr_, "{:.4f}") : ""));
+            }
+            fmt::print("\n");
+        }
     }
     if (!diffs.empty()) {
         fmt::print("\nconfig differences:\n");

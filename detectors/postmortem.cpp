@@ -6,8 +6,10 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <numeric>
+#include <set>
 #include <stdexcept>
 
 namespace hlat::detectors {
@@ -69,14 +71,19 @@ std::string num(double v, const char* spec = "{:.4f}") { return std::isfinite(v)
 
 const char* kColors[] = {"#1f6feb", "#d4770c", "#2da44e", "#8250df", "#cf222e", "#57606a"};
 
+using Curve = std::vector<std::pair<double, double>>;
+
 // One chart: every run's curve as an SVG polyline over shared axes.
 std::string svg_chart(const std::string& title, const std::vector<RunPostmortem>& runs,
-                      std::vector<std::pair<double, double>> RunPostmortem::*curve, bool log_scale) {
+                      const std::function<Curve(const RunPostmortem&)>& curve_of, bool log_scale,
+                      const char* x_label = "step") {
+    std::vector<Curve> curves;
+    for (const auto& r : runs) curves.push_back(curve_of(r));
     const double W = 640, H = 260, L = 56, R = 12, T = 28, B = 30;
     double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
     auto ty = [&](double v) { return log_scale ? std::log10(std::max(v, 1e-12)) : v; };
-    for (const auto& r : runs)
-        for (auto [x, y] : r.*curve)
+    for (const auto& c : curves)
+        for (auto [x, y] : c)
             if (std::isfinite(y)) x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, ty(y)), y1 = std::max(y1, ty(y));
     std::string out = fmt::format(R"(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" role="img"><title>{}</title>)"
                                   R"(<text x="{}" y="18" font-weight="600">{}</text>)",
@@ -92,15 +99,69 @@ std::string svg_chart(const std::string& title, const std::vector<RunPostmortem>
         out += fmt::format(R"(<text x="{}" y="{}" font-size="11" text-anchor="end">{}</text>)", L - 4, y + 4,
                            log_scale ? fmt::format("{:.3g}", std::pow(10, v)) : fmt::format("{:.3g}", v));
     }
-    out += fmt::format(R"(<text x="{}" y="{}" font-size="11">step {:.0f}</text><text x="{}" y="{}" font-size="11" text-anchor="end">{:.0f}</text>)",
-                       L, H - 10, x0, W - R, H - 10, x1);
+    out += fmt::format(R"(<text x="{}" y="{}" font-size="11">{} {:.0f}</text><text x="{}" y="{}" font-size="11" text-anchor="end">{:.0f}</text>)",
+                       L, H - 10, x_label, x0, W - R, H - 10, x1);
     for (size_t i = 0; i < runs.size(); i++) {
         std::string points;
-        for (auto [x, y] : runs[i].*curve)
+        for (auto [x, y] : curves[i])
             if (std::isfinite(y)) points += fmt::format("{:.1f},{:.1f} ", px(x), py(y));
         out += fmt::format(R"(<polyline fill="none" stroke="{}" stroke-width="1.5" points="{}"/>)", kColors[i % 6], points);
     }
     return out + "</svg>";
+}
+
+// Checkpoint evaluations by "task/metric", each metric's "_stderr" row folded
+// into its point; the chance level and the trainer's held-out loss left out.
+void collect_evals(const std::vector<telemetry::EvalRecord>& records, std::map<std::string, std::vector<EvalPoint>>& out) {
+    std::map<std::string, std::map<int64_t, EvalPoint>> by_step;
+    const std::string suffix = "_stderr";
+    for (const auto& e : records) {
+        if (e.task == "heldout" || e.metric == "chance") continue;
+        const bool is_stderr = e.metric.size() > suffix.size() && e.metric.ends_with(suffix);
+        const std::string metric = is_stderr ? e.metric.substr(0, e.metric.size() - suffix.size()) : e.metric;
+        EvalPoint& p = by_step[e.task + "/" + metric][e.step];
+        p.step = e.step;
+        p.tokens = e.tokens;
+        (is_stderr ? p.stderr_ : p.value) = e.value;
+    }
+    for (auto& [key, points] : by_step)
+        for (auto& [step, p] : points) out[key].push_back(p);
+}
+
+// The checkpoint evaluations: each metric's last value per run, then its
+// curve against tokens seen.
+std::string evals_html(const std::vector<RunPostmortem>& runs) {
+    std::set<std::string> keys;
+    for (const auto& r : runs)
+        for (const auto& [k, _] : r.evals) keys.insert(k);
+    if (keys.empty()) return "";
+    std::string h = "<h2>Checkpoint evaluations</h2><table><tr><th>task/metric</th>";
+    for (const auto& r : runs) h += "<th>" + escape(r.name) + "</th>";
+    h += "</tr>";
+    for (const std::string& k : keys) {
+        h += "<tr><td><code>" + escape(k) + "</code></td>";
+        for (const auto& r : runs) {
+            auto it = r.evals.find(k);
+            if (it == r.evals.end() || it->second.empty()) {
+                h += "<td>-</td>";
+                continue;
+            }
+            const EvalPoint& p = it->second.back();
+            h += fmt::format(R"(<td class="n">{}{} <small>at {} tokens</small></td>)", num(p.value),
+                             std::isfinite(p.stderr_) ? " ± " + num(p.stderr_) : "", p.tokens);
+        }
+        h += "</tr>";
+    }
+    h += "</table><p>The last scored checkpoint of each run, ± one standard error.</p>";
+    for (const std::string& k : keys) {
+        h += svg_chart(k + " by tokens seen", runs, [&](const RunPostmortem& r) {
+            Curve c;
+            if (auto it = r.evals.find(k); it != r.evals.end())
+                for (const EvalPoint& p : it->second) c.push_back({(double)p.tokens, p.value});
+            return c;
+        }, false, "tokens");
+    }
+    return h;
 }
 
 }  // namespace
@@ -177,6 +238,7 @@ std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vect
             }
         }
         for (const auto& b : reader.downsample(run->id, "grad_norm", 0, kAll, 300)) p.grad_curve.push_back({(double)b.last_step, b.max});
+        collect_evals(reader.evals(run->id), p.evals);
         out.push_back(std::move(p));
     }
     return out;
@@ -237,11 +299,12 @@ code{font-size:12px}</style></head><body><h1>hlat post-mortem</h1>)";
                      "setting did); grad-norm trend: mean of the last quarter over the second quarter; spike episodes by "
                      "the paper's rule (running mean of 20 + 0.1).</p>",
                      runs.empty() ? "the first run" : escape(runs[0].name));
-    h += svg_chart("training loss (EMA 0.9)", runs, &RunPostmortem::loss_curve, false);
+    h += svg_chart("training loss (EMA 0.9)", runs, [](const RunPostmortem& r) { return r.loss_curve; }, false);
     if (runs.size() > 1)
         h += svg_chart(fmt::format("loss minus {}'s at the same step (EMA 0.9)", runs[0].name), runs,
-                       &RunPostmortem::gap_curve, false);
-    h += svg_chart("grad norm (bucket maxima, log scale)", runs, &RunPostmortem::grad_curve, true);
+                       [](const RunPostmortem& r) { return r.gap_curve; }, false);
+    h += svg_chart("grad norm (bucket maxima, log scale)", runs, [](const RunPostmortem& r) { return r.grad_curve; }, true);
+    h += evals_html(runs);
     h += "<h2>Config differences</h2>";
     if (differences.empty()) {
         h += "<p>The configs are identical.</p>";

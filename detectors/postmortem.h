@@ -1,6 +1,7 @@
 // Post-mortem of stored runs, side by side: the numbers a precision study
 // reads off (final and best losses, loss variance, grad-norm trend, spike
-// episodes, alerts, throughput, bytes of state per parameter), the config
+// episodes, alerts, throughput, bytes of state per parameter, checkpoint
+// evaluations against tokens seen), the config
 // fields in which the runs differ, and a self-contained HTML report with the
 // curves as inline SVG. Used by `hlat compare`.
 #pragma once
@@ -12,6 +13,12 @@
 #include <vector>
 
 namespace hlat::detectors {
+
+// One checkpoint evaluation of a metric (`hlat eval --watch`).
+struct EvalPoint {
+    int64_t step = 0, tokens = 0;
+    double value = NAN, stderr_ = NAN;
+};
 
 struct RunPostmortem {
     std::string name, status, precision;
@@ -35,6 +42,9 @@ struct RunPostmortem {
     // (step, value), at most ~300 points: the loss EMA-smoothed (0.9), the grad
     // norm as bucket maxima, the smoothed loss gap.
     std::vector<std::pair<double, double>> loss_curve, grad_curve, gap_curve;
+    // "task/metric" -> its evaluations in checkpoint order (standard errors
+    // folded in; the trainer's own held-out loss is final_heldout above).
+    std::map<std::string, std::vector<EvalPoint>> evals;
 };
 
 // Summaries of the named runs; throws naming a run the store does not have.

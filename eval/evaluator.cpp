@@ -133,11 +133,17 @@ int watch_run(const std::vector<TaskFile>& tasks, const WatchOptions& watch, con
     std::set<std::string> told;   // incomplete folders already reported
     int scored = 0;
     bool announced = false;
+    const auto started = std::chrono::steady_clock::now();
     while (!stop) {
         auto run = reader.find_run(run_name);
         if (!run) {
             if (!announced) spdlog::info("waiting for run \"{}\" to appear in {}", run_name, watch.store);
             announced = true;
+            const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+            if (watch.exit_when_done && waited > watch.wait_for_run_seconds)
+                throw std::runtime_error(fmt::format("the store {} has no run named \"{}\" after {:.0f} s; --run names "
+                                                     "it when it is not the run folder's name",
+                                                     watch.store, run_name, waited));
         } else {
             if (done.empty())
                 for (const telemetry::EvalRecord& e : reader.evals(run->id))

@@ -35,6 +35,9 @@ struct WatchOptions {
     std::string run_name;    // empty: the run_dir's folder name, as the trainer names runs
     double poll_seconds = 2.0;
     bool exit_when_done = false;  // stop once the run has ended and every checkpoint is scored
+    // With exit_when_done: how long to wait for the run to appear in the
+    // store before giving up (a misspelt --run must not wait forever).
+    double wait_for_run_seconds = 120.0;
 };
 
 // Scores each complete checkpoint of run_dir/checkpoints not yet in the store,

@@ -177,62 +177,57 @@ static Built perplexity_items(const std::vector<Document>& heldout, const NgramI
 
 static Built next_sentence_items(const std::vector<Document>& heldout, const NgramIndex& train, long limit,
                                  std::mt19937_64& rng) {
-    struct Pooled {
-        std::string sentence;
+    // First every paragraph picks its gold: a usable sentence after at least
+    // 20 characters of context. The distractors of an item are the golds of
+    // other documents' items, so they come from the same places in a
+    // paragraph as a gold does: a model that ignores the context finds
+    // nothing to tell them apart by (first sentences, say, are generic, and
+    // drawn as distractors a context-blind model would prefer them).
+    struct Pick {
+        std::string context, gold;
         size_t doc;
     };
-    std::vector<Pooled> pool;  // every usable sentence, by length
-    struct Paragraph {
-        std::string text;
-        std::vector<std::pair<size_t, size_t>> spans;
-        size_t doc;
-    };
-    std::vector<Paragraph> paragraphs;
+    std::vector<Pick> picks;
     for (size_t d = 0; d < heldout.size(); d++) {
         for (const std::string& p : prose_paragraphs(heldout[d].text)) {
             std::vector<std::pair<size_t, size_t>> spans = sentence_spans(p);
-            for (auto [begin, end] : spans) {
-                std::string x = p.substr(begin, end - begin);
-                if (good_sentence(x)) pool.push_back({x, d});
-            }
-            if (spans.size() >= 2) paragraphs.push_back({p, spans, d});
+            std::vector<size_t> golds;
+            for (size_t k = 1; k < spans.size(); k++)
+                if (spans[k - 1].second >= 20 && good_sentence(p.substr(spans[k].first, spans[k].second - spans[k].first)))
+                    golds.push_back(k);
+            if (golds.empty()) continue;
+            const size_t k = golds[rng() % golds.size()];
+            picks.push_back({p.substr(0, spans[k - 1].second), p.substr(spans[k].first, spans[k].second - spans[k].first), d});
         }
     }
-    std::sort(pool.begin(), pool.end(), [](const Pooled& a, const Pooled& b) {
-        return a.sentence.size() != b.sentence.size() ? a.sentence.size() < b.sentence.size() : a.sentence < b.sentence;
+    std::vector<const Pick*> pool;  // by length
+    for (const Pick& p : picks) pool.push_back(&p);
+    std::sort(pool.begin(), pool.end(), [](const Pick* a, const Pick* b) {
+        return a->gold.size() != b->gold.size() ? a->gold.size() < b->gold.size() : a->gold < b->gold;
     });
     std::vector<TaskItem> candidates;
-    for (const Paragraph& p : paragraphs) {
-        // The gold: a usable sentence after at least 20 characters of context.
-        std::vector<size_t> golds;
-        for (size_t k = 1; k < p.spans.size(); k++)
-            if (p.spans[k - 1].second >= 20 &&
-                good_sentence(p.text.substr(p.spans[k].first, p.spans[k].second - p.spans[k].first)))
-                golds.push_back(k);
-        if (golds.empty()) continue;
-        const size_t k = golds[rng() % golds.size()];
-        const std::string context = p.text.substr(0, p.spans[k - 1].second);
-        const std::string gold = p.text.substr(p.spans[k].first, p.spans[k].second - p.spans[k].first);
+    for (const Pick& p : picks) {
+        const std::string& gold = p.gold;
         // Distractors: sentences of other documents within 15% of the gold's
         // length (widened until three distinct ones exist).
         std::vector<std::string> distractors;
         for (double tolerance = 0.15; distractors.size() < 3 && tolerance < 4.0; tolerance *= 2) {
             distractors.clear();
             auto lo = std::lower_bound(pool.begin(), pool.end(), (size_t)(gold.size() * (1 - tolerance)),
-                                       [](const Pooled& a, size_t n) { return a.sentence.size() < n; });
+                                       [](const Pick* a, size_t n) { return a->gold.size() < n; });
             auto hi = std::upper_bound(pool.begin(), pool.end(), (size_t)(gold.size() * (1 + tolerance)),
-                                       [](size_t n, const Pooled& a) { return n < a.sentence.size(); });
-            std::vector<const Pooled*> near;
+                                       [](size_t n, const Pick* a) { return n < a->gold.size(); });
+            std::vector<const Pick*> near;
             for (auto it = lo; it != hi; ++it)
-                if (it->doc != p.doc && it->sentence != gold) near.push_back(&*it);
+                if ((*it)->doc != p.doc && (*it)->gold != gold) near.push_back(*it);
             for (size_t tries = 0; distractors.size() < 3 && tries < 64 && !near.empty(); tries++) {
-                const std::string& s = near[rng() % near.size()]->sentence;
+                const std::string& s = near[rng() % near.size()]->gold;
                 if (std::find(distractors.begin(), distractors.end(), s) == distractors.end()) distractors.push_back(s);
             }
         }
         if (distractors.size() < 3) continue;
         TaskItem item;
-        item.context = context;
+        item.context = p.context;
         item.gold = (int)(rng() % 4);
         for (int c = 0, d = 0; c < 4; c++) item.choices.push_back(c == item.gold ? gold : distractors[d++]);
         candidates.push_back(std::move(item));
@@ -341,7 +336,7 @@ std::vector<std::string> make_tasks(const Dataset& dataset, const DataConfig& da
         std::mt19937_64 rng(options.seed ^ (0x9e3779b97f4a7c15ull * (i + 1)));
         Built b = s.build(*dataset.heldout, train, options.items, rng);
         if (b.items.empty()) throw std::runtime_error(fmt::format("no items for {}: the held-out split is too small", s.name));
-        nlohmann::json header{{"hlat_task", s.name},
+        nlohmann::ordered_json header{{"hlat_task", s.name},
                               {"kind", task_kind_name(s.kind)},
                               {"format", 1},
                               {"description", s.description},

@@ -473,6 +473,23 @@ TEST_F(EvalRun, AnIncompleteCheckpointIsNotReadUntilItsManifestLands) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("scored 1 checkpoints"), std::string::npos) << r.output;
     EXPECT_EQ(steps_in_store(), (std::map<int64_t, int64_t>{{3, 4 * 4 * 32}, {7, 8 * 4 * 32}}));
+
+    // hlat compare reads them back: the last checkpoint's value with its error.
+    r = test::run_command(fmt::format("{} compare --store {} --runs run --json", HLAT_BINARY, store()));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto j = nlohmann::json::parse(r.output.substr(r.output.rfind("\n{") + 1));
+    const auto& acc = j["run"]["evals"]["mc/acc_norm"];
+    EXPECT_EQ(acc["tokens"], 8 * 4 * 32) << j.dump();
+    EXPECT_TRUE(acc["stderr"].is_number()) << j.dump();
+    EXPECT_TRUE(j["run"]["evals"]["ppl/bits_per_byte"]["value"].is_number()) << j.dump();
+    EXPECT_FALSE(j["run"]["evals"].contains("mc/chance")) << j.dump();
+    r = test::run_command(fmt::format("{} compare --store {} --runs run --out {}", HLAT_BINARY, store(),
+                                      small_->dir.file("report.html")));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("checkpoint evaluations"), std::string::npos) << r.output;
+    std::ifstream report(small_->dir.file("report.html"));
+    std::string html((std::istreambuf_iterator<char>(report)), {});
+    EXPECT_NE(html.find("ppl/bits_per_byte by tokens seen"), std::string::npos);
 }
 
 TEST_F(EvalRun, BadTaskFilesAndOptionsFailWithTheReason) {

@@ -39,7 +39,7 @@ TEST(Store, ValuesRoundTripExactlyWithNanAndInf) {
         w.event(id, {"start", 0, 1.0, ""});
         w.alert(id, {"grad_spike", "warning", 3, "grad norm 5.0 over mean 1.0", R"({"norm": 5.0})", 4.0});
         w.checkpoint(id, {4, "/tmp/ckpt", 5.0});
-        w.eval(id, {4, "heldout", "loss", 3.25, 5.0});
+        w.eval(id, {4, "heldout", "loss", 3.25, 5.0, 4096});
     }  // the destructor drains and commits
     Reader r(db);
     auto s = r.series(id, "loss", 0, 100);
@@ -54,6 +54,7 @@ TEST(Store, ValuesRoundTripExactlyWithNanAndInf) {
     EXPECT_EQ(r.alerts(id)[0].message, "grad norm 5.0 over mean 1.0");
     EXPECT_EQ(r.checkpoints(id)[0].path, "/tmp/ckpt");
     EXPECT_EQ(r.evals(id)[0].value, 3.25);
+    EXPECT_EQ(r.evals(id)[0].tokens, 4096);
     auto runs = r.runs();
     ASSERT_EQ(runs.size(), 1u);
     EXPECT_EQ(runs[0].run.name, "a");
@@ -188,16 +189,27 @@ TEST(Store, HaltRequestsArePendingUntilHandled) {
     EXPECT_FALSE(r.pending_halt(id).has_value());
 }
 
-TEST(Store, Version1StoresAreMigrated) {
+TEST(Store, Version1StoresAreMigratedKeepingTheirData) {
     test::ScratchDir dir("store_migrate");
     {
         Writer w(dir.file("s.db"));
     }
     sqlite3* raw;
     sqlite3_open(dir.file("s.db").c_str(), &raw);
-    sqlite3_exec(raw, "DROP TABLE halt_requests; PRAGMA user_version = 1", nullptr, nullptr, nullptr);
+    // What a version 1 store looked like: no halt requests, evals without tokens.
+    ASSERT_EQ(sqlite3_exec(raw,
+                           "DROP TABLE halt_requests; ALTER TABLE evals DROP COLUMN tokens; "
+                           "INSERT INTO runs(id, name, status, started_at) VALUES (7, 'old', 'finished', 0); "
+                           "INSERT INTO evals(run_id, step, task, metric, value, wall_time) "
+                           "VALUES (7, 99, 'heldout', 'loss', 2.5, 0); PRAGMA user_version = 1",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
     sqlite3_close(raw);
     EXPECT_FALSE(Reader(dir.file("s.db")).pending_halt(1).has_value()) << "a reader migrates an older store";
+    auto old = Reader(dir.file("s.db")).evals(7);
+    ASSERT_EQ(old.size(), 1u) << "evaluations survive the migration";
+    EXPECT_EQ(old[0].value, 2.5);
+    EXPECT_EQ(old[0].tokens, 0) << "tokens seen were not recorded before version 3";
     Writer w(dir.file("s.db"));
     int64_t id = w.open_run(run_named("m"), false);
     w.request_halt(id, "test");

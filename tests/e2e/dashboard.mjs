@@ -1,7 +1,7 @@
 // End-to-end: Debian's chromium, driven headless by playwright-core, against
 // `hlat serve` on a store with real runs. Checks the runs list, the loss chart,
-// an injected alert's marker, a live point, and the halt button with and
-// without the token; saves a screenshot of the dashboard.
+// an injected alert's marker, checkpoint evaluations against tokens, a live
+// point, and the halt button with and without the token; saves screenshots.
 // usage: node dashboard.mjs HLAT_BINARY WORK_DIR
 import { spawn, spawnSync } from "node:child_process";
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
@@ -47,6 +47,36 @@ const train = (name, cfg, extra = []) => ["train", "--config", path.join(work, c
 const done = spawnSync(hlat, train("finished-run", "short.json", ["--inject", "grad_spike@60:300"]), { encoding: "utf8" });
 check(done.status === 0, "a short run with an injected gradient spike trains");
 
+// A run on text with a tokenizer, its checkpoints scored by `hlat eval --watch`.
+const words = "the model gradient norm spike loss step layer token attention mask rank checkpoint python".split(" ");
+const docs = [];
+for (let d = 0; d < 300; d++) {
+  const n = 20 + Math.floor(rand() * 60);
+  docs.push(JSON.stringify({ id: `doc-${d}`, text: Array.from({ length: n }, () => words[Math.floor(rand() * words.length)]).join(" ") + "." }));
+}
+writeFileSync(path.join(work, "corpus.jsonl"), docs.join("\n") + "\n");
+writeFileSync(path.join(work, "text.json"), JSON.stringify({
+  ...config(40),
+  model: { ...config(40).model, vocab_size: 320 },  // byte fallback needs 256 + the rest
+  data: { corpus: [path.join(work, "corpus.jsonl")], tokenizer: path.join(work, "tok.model") },
+  run: { ...config(40).run, checkpoint_every: 10, keep_checkpoints: 0 },
+}));
+writeFileSync(path.join(work, "mc.jsonl"), [
+  { context: "the model gradient", choices: ["norm spike.", "python", "loss step layer"], gold: 0 },
+  { context: "attention mask", choices: ["rank", "token checkpoint."], gold: 1 },
+].map((x) => JSON.stringify(x)).join("\n") + "\n");
+writeFileSync(path.join(work, "ppl.jsonl"), JSON.stringify({ text: JSON.parse(docs[0]).text }) + "\n");
+const tok = spawnSync(hlat, ["tokenizer", "--config", path.join(work, "text.json"), "--threads", "1"], { encoding: "utf8" });
+check(tok.status === 0, `a tokenizer for the text run trains ${tok.status ? tok.stderr : ""}`);
+const textRun = spawnSync(hlat, ["train", "--config", path.join(work, "text.json"), "--out-dir", path.join(work, "evaluated-run"),
+  "--store", store, "--name", "evaluated-run"], { encoding: "utf8" });
+check(textRun.status === 0, `a text run with checkpoints every 10 steps trains ${textRun.status ? textRun.stderr : ""}`);
+const watched = spawnSync(hlat, ["eval", "--watch", path.join(work, "evaluated-run"), "--store", store, "--tasks",
+  `${path.join(work, "mc.jsonl")},${path.join(work, "ppl.jsonl")}`, "--poll", "0.2", "--exit-when-done"],
+  { encoding: "utf8", timeout: 120000 });
+check(watched.status === 0 && watched.stdout.includes("scored 4 checkpoints"),
+      `hlat eval --watch scores its 4 checkpoints ${watched.status ? watched.stdout + watched.stderr : ""}`);
+
 const server = spawn(hlat, ["serve", "--store", store, "--port", "0", "--token", token]);
 const url = await new Promise((resolve, reject) => {
   let out = "";
@@ -87,6 +117,14 @@ try {
   const episodes = await page.evaluate(() => window.hlatDashboard.episodes.length);
   check(episodes >= 1, `spike episodes are marked on the grad norm chart (${episodes})`);
   await page.screenshot({ path: path.join(work, "dashboard.png"), fullPage: true });
+
+  await page.goto(`${url}static/run.html?run=evaluated-run`);
+  await page.waitForSelector('.chart[data-panel="mc: accuracy"] canvas', { timeout: 10000 });
+  const evalTokens = await page.evaluate(() => [...new Set(window.hlatDashboard.evals.filter((e) => e.task === "mc").map((e) => e.tokens))]);
+  check(evalTokens.join(",") === "640,1280,1920,2560", `eval curves have a point per checkpoint, by tokens seen (${evalTokens})`);
+  check(await page.locator('.chart[data-panel="held-out bits per byte (checkpoints)"] canvas').count() === 1,
+        "held-out bits per byte is drawn next to the loss");
+  await page.screenshot({ path: path.join(work, "evals.png"), fullPage: true });
 
   await page.goto(`${url}static/compare.html?runs=finished-run,live-run`);
   await page.waitForSelector("#chart canvas", { timeout: 10000 });

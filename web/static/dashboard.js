@@ -1,6 +1,8 @@
 // A run's dashboard: one uPlot chart per panel, fed by the JSON API
 // (downsampled to the chart's pixel width; full resolution when zoomed) and
 // kept live by the run's event stream. Alerts are red markers on every chart.
+// Checkpoint evaluations (`hlat eval --watch`) follow the loss, against tokens
+// seen, with a band of one standard error.
 const params = new URLSearchParams(location.search);
 const runName = params.get("run");
 const api = (path) => `/api/v1/runs/${encodeURIComponent(runName)}${path}`;
@@ -28,6 +30,7 @@ const state = (window.hlatDashboard = {
   charts: [],
   tokensPerStep: null,
   times: {},         // step -> wall time, from the loss series
+  evals: [],         // {step, tokens, task, metric, value} from /evals
 });
 
 function ema(values, alpha) {
@@ -163,6 +166,65 @@ function alertAt(u, left) {
   return null;
 }
 
+// Eval panels: bits per byte of every perplexity task, then each task's
+// accuracies (with its chance level dashed), then the gold answers' mean
+// log-probability. The trainer's own held-out loss is on the loss panel.
+function evalPanels() {
+  const byTask = new Map();
+  for (const e of state.evals) {
+    if (e.task === "heldout") continue;
+    if (!byTask.has(e.task)) byTask.set(e.task, new Map());
+    const metrics = byTask.get(e.task);
+    if (!metrics.has(e.metric)) metrics.set(e.metric, new Map());
+    metrics.get(e.metric).set(e.tokens, e.value);
+  }
+  const panels = [];
+  const add = (title, lines) => { if (lines.length) panels.push({ title, lines }); };
+  const line = (task, metric, label, dashed = false) =>
+    byTask.get(task)?.has(metric) ? [{ task, metric, label, dashed }] : [];
+  add("held-out bits per byte (checkpoints)", [...byTask.keys()].flatMap((t) => line(t, "bits_per_byte", t)));
+  for (const task of byTask.keys()) {
+    add(`${task}: accuracy`, [...line(task, "acc", "acc"), ...line(task, "acc_norm", "acc_norm"),
+                               ...line(task, "chance", "chance", true)]);
+  }
+  add("gold answer log-prob per token", [...byTask.keys()].flatMap((t) => line(t, "gold_logprob", t)));
+  return panels.map(({ title, lines }) => {
+    const tokens = [...new Set(lines.flatMap((l) => [...byTask.get(l.task).get(l.metric).keys()]))].sort((a, b) => a - b);
+    const data = [tokens];
+    const series = [{ label: "tokens" }];
+    const bands = [];
+    lines.forEach((l, i) => {
+      const values = byTask.get(l.task).get(l.metric);
+      const errors = byTask.get(l.task).get(`${l.metric}_stderr`);
+      const color = COLORS[i % COLORS.length];
+      data.push(tokens.map((t) => values.get(t) ?? null));
+      series.push({ label: l.label, stroke: l.dashed ? "#999" : color, width: l.dashed ? 1 : 2, dash: l.dashed ? [4, 4] : undefined,
+                    spanGaps: true, points: { show: !l.dashed } });
+      if (errors) {
+        const at = data.length;
+        data.push(tokens.map((t) => (values.has(t) && errors.has(t) ? values.get(t) + errors.get(t) : null)),
+                  tokens.map((t) => (values.has(t) && errors.has(t) ? values.get(t) - errors.get(t) : null)));
+        // Band edges: unlabelled, so style.css keeps them out of the legend.
+        series.push({ label: "", stroke: "transparent", spanGaps: true, points: { show: false } },
+                    { label: "", stroke: "transparent", spanGaps: true, points: { show: false } });
+        bands.push({ series: [at, at + 1], fill: color + "22" });
+      }
+    });
+    return { title, data, series, bands };
+  });
+}
+
+function drawEvalPanel(container, width, { title, data, series, bands }) {
+  const box = document.createElement("div");
+  box.className = "chart eval";
+  box.dataset.panel = title;
+  container.append(box);
+  state.charts.push(new uPlot({
+    title, width, height: 220, series, bands,
+    axes: [{ values: (u, vals) => vals.map(tick) }, { size: 60, values: (u, vals) => vals.map(tick) }],
+  }, data, box));
+}
+
 function draw() {
   const container = $("#charts");
   container.replaceChildren();
@@ -202,6 +264,7 @@ function draw() {
     }, data, box);
     box.append(tip);
     state.charts.push(chart);
+    if (panel.title === "loss") for (const p of evalPanels()) drawEvalPanel(container, width, p);
   }
 }
 
@@ -247,6 +310,13 @@ async function loadUptime() {
   bar.append(label);
 }
 
+async function loadEvals() {
+  const { evals } = await fetchJson(api("/evals"));
+  const changed = evals.length !== state.evals.length;
+  state.evals = evals;
+  return changed;
+}
+
 async function loadAlerts() {
   const { alerts } = await fetchJson(api("/alerts"));
   state.alerts = alerts;
@@ -280,6 +350,7 @@ async function refresh() {
     if (loss) loss.steps.forEach((s, i) => { if (loss.times[i] !== null) state.times[s] = loss.times[i]; });
     await loadAlerts();
     await loadUptime();
+    await loadEvals();
     draw();
     $("#message").textContent = "";
   } catch (e) {
@@ -307,6 +378,9 @@ function listen() {
     scheduleDraw();
   });
   source.addEventListener("alert", () => loadAlerts().then(scheduleDraw));
+  // Evaluations come from another process (`hlat eval --watch`), often after
+  // training has ended: looked for every 10 s.
+  setInterval(() => loadEvals().then((changed) => changed && scheduleDraw()).catch(() => {}), 10000);
   source.addEventListener("status", (e) => {
     const { status } = JSON.parse(e.data);
     $("#run-status").textContent = status;
