@@ -63,7 +63,7 @@ int eval_command(int argc, char** argv) {
         argc, argv, opts,
         "usage: hlat eval --checkpoint DIR [options]\n       hlat eval --watch RUN_DIR [options]\n\n"
         "Scores checkpoints on task files the way lm-evaluation-harness scores them (README: Evaluation).",
-        "A checkpoint is read only once its manifest is written and every file matches it.");
+        "\nA checkpoint is read only once its manifest is written and every file matches it.\n");
     if (!parsed) return 0;
     const po::variables_map& vm = *parsed;
     const std::string checkpoint = vm["checkpoint"].as<std::string>(), watch = vm["watch"].as<std::string>();

@@ -61,7 +61,7 @@ Picks pick_choices(const std::vector<double>& loglik, const std::vector<std::str
 
 static void multiple_choice(TaskResult& r, const TaskFile& task, long n, Scorer& scorer, const Tokenizer& tokenizer,
                             const TaskOptions& options) {
-    std::vector<double> acc, acc_norm, gold_logprob, inverse_choices;
+    std::vector<double> acc, acc_norm, acc_mi, gold_logprob, inverse_choices;
     for (long i = 0; i < n; i++) {
         const TaskItem& item = task.items[i];
         std::vector<int32_t> context;
@@ -79,13 +79,22 @@ static void multiple_choice(TaskResult& r, const TaskFile& task, long n, Scorer&
         const Picks picks = pick_choices(ll, item.choices);
         acc.push_back(picks.acc == (size_t)item.gold);
         acc_norm.push_back(picks.acc_norm == (size_t)item.gold);
+        // acc_mutual_info: how much likelier the context made each choice
+        // than it is with no context at all (the harness's unconditional
+        // request, context ""). A model's prior for a sentence cancels out.
+        std::vector<double> gain;
+        for (size_t c = 0; c < item.choices.size(); c++) {
+            EncodedPair alone = encode_pair(tokenizer, "", " " + item.choices[c]);
+            gain.push_back(ll[c] - scorer.score(alone.context, {alone.continuation})[0].loglik);
+        }
+        acc_mi.push_back(argmax(gain) == (size_t)item.gold);
         gold_logprob.push_back(scores[item.gold].loglik / scores[item.gold].tokens);
         inverse_choices.push_back(1.0 / (double)item.choices.size());
         if (options.on_sample)
             options.on_sample({{"item", i}, {"prefix_token", scorer.prefix_token()}, {"context_tokens", context},
                                {"continuations", continuations}, {"loglik", ll}, {"gold", item.gold}});
     }
-    r.metrics = {mean_metric("acc", acc), mean_metric("acc_norm", acc_norm),
+    r.metrics = {mean_metric("acc", acc), mean_metric("acc_norm", acc_norm), mean_metric("acc_mutual_info", acc_mi),
                  mean_metric("gold_logprob", gold_logprob)};
     r.chance = mean_metric("chance", inverse_choices).value;
 }

@@ -1,9 +1,11 @@
 // Scoring a task file on a model, with the metrics lm-evaluation-harness
 // reports for its kind:
 //   multiple_choice  acc (argmax of summed log-likelihood), acc_norm (argmax of
-//                    log-likelihood per character of the choice), and
-//                    gold_logprob (mean log p per token of the gold choice);
-//                    each choice is scored as " " + choice after the context.
+//                    log-likelihood per character of the choice),
+//                    acc_mutual_info (argmax of log-likelihood minus that of
+//                    the choice with no context) and gold_logprob (mean log p
+//                    per token of the gold choice); each choice is scored as
+//                    " " + choice after the context.
 //   cloze            acc (every token of " " + target is the greedy choice) and
 //                    perplexity = exp(-mean log-likelihood of the target).
 //   perplexity       bits_per_byte, byte_perplexity, word_perplexity over

@@ -185,7 +185,7 @@ function evalPanels() {
   add("held-out bits per byte (checkpoints)", [...byTask.keys()].flatMap((t) => line(t, "bits_per_byte", t)));
   for (const task of byTask.keys()) {
     add(`${task}: accuracy`, [...line(task, "acc", "acc"), ...line(task, "acc_norm", "acc_norm"),
-                               ...line(task, "chance", "chance", true)]);
+                               ...line(task, "acc_mutual_info", "acc_mutual_info"), ...line(task, "chance", "chance", true)]);
   }
   add("gold answer log-prob per token", [...byTask.keys()].flatMap((t) => line(t, "gold_logprob", t)));
   return panels.map(({ title, lines }) => {
