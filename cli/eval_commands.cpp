@@ -68,6 +68,8 @@ int eval_command(int argc, char** argv) {
     const po::variables_map& vm = *parsed;
     const std::string checkpoint = vm["checkpoint"].as<std::string>(), watch = vm["watch"].as<std::string>();
     if (checkpoint.empty() == watch.empty()) throw std::runtime_error("give exactly one of --checkpoint and --watch");
+    if (!watch.empty() && (vm["json"].as<bool>() || !vm["log-samples"].as<std::string>().empty()))
+        throw std::runtime_error("--json and --log-samples go with --checkpoint; --watch writes to the store");
     if (vm["threads"].as<int>() < 1) throw std::runtime_error("--threads must be >= 1");
     if (vm["limit"].as<long>() < 0) throw std::runtime_error("--limit must be >= 0");
     if (vm["rolling-context"].as<int>() < 0) throw std::runtime_error("--rolling-context must be >= 0");

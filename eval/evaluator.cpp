@@ -29,9 +29,11 @@ CheckpointEval evaluate_checkpoint(const std::string& dir, const std::vector<Tas
                                              "and text tasks need the tokenizer it was made with",
                                              dir));
     Tokenizer tokenizer(tokenizer_path);
-    if (tokenizer.vocab_size() != config.model.vocab_size)
-        throw std::runtime_error(fmt::format("checkpoint {}: tokenizer has {} tokens, the model {}", dir,
-                                             tokenizer.vocab_size(), config.model.vocab_size));
+    // A model may have more embedding rows than its tokenizer has pieces
+    // (vocab padded to a round number), never fewer.
+    if (tokenizer.vocab_size() > config.model.vocab_size)
+        throw std::runtime_error(fmt::format("checkpoint {}: its tokenizer has {} pieces, more than the model's {}",
+                                             dir, tokenizer.vocab_size(), config.model.vocab_size));
     Model model(config.model, 1, config.model.max_seq_len, false);
     load_weights(model, (fs::path(dir) / "model.safetensors").string());
     Scorer scorer(model, tokenizer.eos_id());

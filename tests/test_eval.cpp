@@ -501,6 +501,9 @@ TEST_F(EvalRun, BadTaskFilesAndOptionsFailWithTheReason) {
     r = test::run_command(fmt::format("{} eval --tasks {}", HLAT_BINARY, tasks()));
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_NE(r.output.find("exactly one of --checkpoint and --watch"), std::string::npos) << r.output;
+    r = test::run_command(fmt::format("{} eval --checkpoint {} --tasks {}", HLAT_BINARY, small_->dir.file("nowhere"), tasks()));
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.output.find("has no readable manifest"), std::string::npos) << r.output;
 }
 
 }  // namespace
