@@ -204,9 +204,9 @@ function evalPanels() {
         const at = data.length;
         data.push(tokens.map((t) => (values.has(t) && errors.has(t) ? values.get(t) + errors.get(t) : null)),
                   tokens.map((t) => (values.has(t) && errors.has(t) ? values.get(t) - errors.get(t) : null)));
-        // Band edges: unlabelled, so style.css keeps them out of the legend.
-        series.push({ label: "", stroke: "transparent", spanGaps: true, points: { show: false } },
-                    { label: "", stroke: "transparent", spanGaps: true, points: { show: false } });
+        // Band edges: style.css keeps their class out of the legend.
+        const edge = (label) => ({ label, class: "band-edge", stroke: "transparent", spanGaps: true, points: { show: false } });
+        series.push(edge(`${l.label} + stderr`), edge(`${l.label} − stderr`));
         bands.push({ series: [at, at + 1], fill: color + "22" });
       }
     });
