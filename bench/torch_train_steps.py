@@ -16,29 +16,12 @@ best setting, this script then re-runs itself with OPENBLAS_CORETYPE=SkylakeX
 when the CPU has AVX-512 and OpenBLAS named no better core, and says so.
 """
 import contextlib
-import ctypes
 import json
 import os
 import sys
 import time
 
-
-def ensure_fast_openblas():
-    if "OPENBLAS_CORETYPE" in os.environ:
-        return
-    try:
-        lib = ctypes.CDLL("libopenblas.so.0")
-        lib.openblas_get_corename.restype = ctypes.c_char_p
-        core = lib.openblas_get_corename().decode()
-    except OSError:
-        return
-    with open("/proc/cpuinfo") as f:
-        avx512 = " avx512f " in f.read()
-    if core.lower() == "prescott" and avx512:
-        print("torch_train_steps: OpenBLAS chose its Prescott kernels on an AVX-512 CPU; "
-              "running with OPENBLAS_CORETYPE=SkylakeX", file=sys.stderr)
-        os.execve(sys.executable, [sys.executable] + sys.argv, dict(os.environ, OPENBLAS_CORETYPE="SkylakeX"))
-
+from fast_openblas import ensure_fast_openblas
 
 ensure_fast_openblas()
 

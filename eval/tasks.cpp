@@ -82,17 +82,21 @@ static void multiple_choice(TaskResult& r, const TaskFile& task, long n, Scorer&
         // acc_mutual_info: how much likelier the context made each choice
         // than it is with no context at all (the harness's unconditional
         // request, context ""). A model's prior for a sentence cancels out.
-        std::vector<double> gain;
+        std::vector<double> gain, unconditional;
+        std::vector<std::vector<int32_t>> alone_tokens;
         for (size_t c = 0; c < item.choices.size(); c++) {
             EncodedPair alone = encode_pair(tokenizer, "", " " + item.choices[c]);
-            gain.push_back(ll[c] - scorer.score(alone.context, {alone.continuation})[0].loglik);
+            unconditional.push_back(scorer.score(alone.context, {alone.continuation})[0].loglik);
+            gain.push_back(ll[c] - unconditional.back());
+            alone_tokens.push_back(std::move(alone.continuation));
         }
         acc_mi.push_back(argmax(gain) == (size_t)item.gold);
         gold_logprob.push_back(scores[item.gold].loglik / scores[item.gold].tokens);
         inverse_choices.push_back(1.0 / (double)item.choices.size());
         if (options.on_sample)
             options.on_sample({{"item", i}, {"prefix_token", scorer.prefix_token()}, {"context_tokens", context},
-                               {"continuations", continuations}, {"loglik", ll}, {"gold", item.gold}});
+                               {"continuations", continuations}, {"loglik", ll}, {"gold", item.gold},
+                               {"unconditional", alone_tokens}, {"unconditional_loglik", unconditional}});
     }
     r.metrics = {mean_metric("acc", acc), mean_metric("acc_norm", acc_norm), mean_metric("acc_mutual_info", acc_mi),
                  mean_metric("gold_logprob", gold_logprob)};

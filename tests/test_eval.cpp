@@ -433,7 +433,7 @@ TEST_F(EvalRun, AgreesWithThePyTorchReferenceOnLogLikelihoods) {
                                       checkpoint(8), samples));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     auto j = nlohmann::json::parse(r.output.substr(r.output.rfind('{')));
-    EXPECT_EQ(j["compared"], 2 + 3 + 1 + 2);  // choices, cloze targets, documents
+    EXPECT_EQ(j["compared"], 2 * (3 + 2) + 1 + 2);  // choices (with and without context), cloze targets, documents
     EXPECT_LT(j["max_abs_diff"].get<double>(), 1e-4) << r.output;
 }
 

@@ -16,13 +16,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_ref import Llama, read_safetensors  # noqa: E402
 
 
-def load(checkpoint):
+def load(checkpoint, dtype=torch.float64):
     state = json.load(open(os.path.join(checkpoint, "state.json")))
     cfg = {"vocab_size": 8192, "dim": 256, "n_layers": 4, "n_heads": 4, "n_kv_heads": 4, "hidden_dim": 704,
            "max_seq_len": 256, "norm_eps": 1e-5, "rope_theta": 10000.0, "init_std": 0.02,
            "init_scaling": "per_layer"}
     cfg.update(state["config"]["model"])
-    model = Llama(cfg).double()
+    model = Llama(cfg).to(dtype)
     weights, _ = read_safetensors(os.path.join(checkpoint, "model.safetensors"))
     model.load_numpy(weights)
     model.eval()
@@ -31,7 +31,7 @@ def load(checkpoint):
 
 def logprobs_of(model, inputs, targets):
     """Sum of log p(targets[i] | inputs[:i+1]) over the last len(targets) positions."""
-    with torch.no_grad():
+    with torch.inference_mode():
         logits, _ = model(torch.tensor([inputs], dtype=torch.long))
     lp = F.log_softmax(logits[0, -len(targets):], dim=-1)
     return lp[torch.arange(len(targets)), torch.tensor(targets)].sum().item()
@@ -44,6 +44,11 @@ def continuation_logliks(model, T, s):
     context = [s["prefix_token"]] + s["context_tokens"]
     context = context[max(0, len(context) - (T - longest + 1)):]
     return [logprobs_of(model, (context + c)[:-1], c) for c in s["continuations"]]
+
+
+def unconditional_logliks(model, T, s):
+    """Each choice after the prefix token alone (the harness's context "")."""
+    return [logprobs_of(model, ([s["prefix_token"]] + c)[:-1], c) for c in s["unconditional"]]
 
 
 def rolling_loglik(model, T, s):
@@ -70,6 +75,9 @@ def main(checkpoint, samples):
             ours, ref = [s["loglik"]], [rolling_loglik(model, T, s)]
         else:
             ours, ref = s["loglik"], continuation_logliks(model, T, s)
+        if "unconditional" in s:  # acc_mutual_info: each choice after the prefix token alone
+            ours = ours + s["unconditional_loglik"]
+            ref = ref + unconditional_logliks(model, T, s)
         for a, b in zip(ours, ref):
             worst = max(worst, abs(a - b))
             count += 1
