@@ -35,6 +35,7 @@ demo: data
 bench: data
 	bench/train_vs_pytorch
 	bench/loader_vs_trainer
+	bench/eval_vs_pytorch
 
 clean:
 	rm -rf $(BUILD)
