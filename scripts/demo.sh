@@ -22,6 +22,13 @@ for _ in $(seq 1 600); do  # the trainer creates the store before its first step
   sleep 0.1
 done
 [[ -s "$STORE" ]] || { wait $trainer; exit 1; }
+# The watcher starts once this trainer has registered the run as running, so a
+# resumed demo is not taken for the previous one, which had ended.
+for _ in $(seq 1 600); do
+  "$HLAT" runs --store "$STORE" 2>/dev/null | awk '$1 == "demo" && $2 == "running" { found = 1 } END { exit !found }' && break
+  kill -0 $trainer 2>/dev/null || break
+  sleep 0.2
+done
 nice -n 10 "$HLAT" eval --watch runs/demo --store "$STORE" --threads 1 --exit-when-done >runs/demo-eval.log 2>&1 &
 evaluator=$!
 echo "scoring checkpoints in the background: runs/demo-eval.log"
