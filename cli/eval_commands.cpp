@@ -98,27 +98,12 @@ int eval_command(int argc, char** argv) {
 
     std::ofstream samples;
     const std::string samples_path = vm["log-samples"].as<std::string>();
-    std::string current_task;
     if (!samples_path.empty()) {
         samples.open(samples_path);
         if (!samples) throw std::runtime_error(fmt::format("cannot write {}", samples_path));
-        options.on_sample = [&](const nlohmann::json& j) {
-            nlohmann::json line = j;
-            line["task"] = current_task;
-            samples << line.dump() << "\n";
-        };
+        options.on_sample = [&](const nlohmann::json& j) { samples << j.dump() << "\n"; };
     }
-    eval::CheckpointEval result;
-    result.dir = checkpoint;
-    // One task at a time, so each sample line can name its task.
-    for (const eval::TaskFile& task : tasks) {
-        current_task = task.name;
-        eval::CheckpointEval one = eval::evaluate_checkpoint(checkpoint, {task}, options);
-        result.step = one.step;
-        result.tokens_seen = one.tokens_seen;
-        result.results.push_back(one.results[0]);
-        result.warnings.insert(result.warnings.end(), one.warnings.begin(), one.warnings.end());
-    }
+    eval::CheckpointEval result = eval::evaluate_checkpoint(checkpoint, tasks, options);
     for (const std::string& w : result.warnings) spdlog::warn("{}", w);
     if (vm["json"].as<bool>())
         fmt::print("{}\n", eval::results_to_json(result).dump(2));

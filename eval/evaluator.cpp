@@ -10,7 +10,6 @@
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
-#include <regex>
 #include <set>
 #include <thread>
 
@@ -94,21 +93,6 @@ nlohmann::json results_to_json(const CheckpointEval& eval) {
             {"warnings", eval.warnings}};
 }
 
-// Checkpoint folders as save_checkpoint names them; anything else (a
-// temporary folder being written, an old one being replaced) is not one yet.
-static std::vector<std::pair<int, fs::path>> checkpoint_folders(const fs::path& root) {
-    static const std::regex name("step_([0-9]{8})");
-    std::vector<std::pair<int, fs::path>> out;
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(root, ec)) {
-        std::smatch m;
-        const std::string base = entry.path().filename().string();
-        if (entry.is_directory() && std::regex_match(base, m, name)) out.emplace_back(std::stoi(m[1]), entry.path());
-    }
-    std::sort(out.begin(), out.end());
-    return out;
-}
-
 static void write_results(telemetry::Writer& writer, int64_t run, const CheckpointEval& eval) {
     const double t = telemetry::now_seconds();
     // The store counts steps from 0: the checkpoint after n steps is step n - 1,
@@ -152,8 +136,9 @@ int watch_run(const std::vector<TaskFile>& tasks, const WatchOptions& watch, con
                     if (e.task == tasks.back().name) done.insert((int)e.step + 1);
             const bool ended = run->status != "running";
             bool pending = false;
-            for (const auto& [step, dir] : checkpoint_folders(root)) {
+            for (const fs::path& dir : checkpoint_dirs(root)) {
                 if (stop) break;
+                const int step = std::stoi(dir.filename().string().substr(5));  // step_NNNNNNNN
                 if (done.count(step)) continue;
                 try {
                     CheckpointEval eval = evaluate_checkpoint(dir.string(), tasks, options);

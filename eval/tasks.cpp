@@ -6,12 +6,6 @@
 
 namespace hlat::eval {
 
-const Metric* TaskResult::find(const std::string& name) const {
-    for (const Metric& m : metrics)
-        if (m.name == name) return &m;
-    return nullptr;
-}
-
 Metric mean_metric(const std::string& name, const std::vector<double>& values) {
     Metric m{name};
     const double n = (double)values.size();
@@ -82,19 +76,17 @@ static void multiple_choice(TaskResult& r, const TaskFile& task, long n, Scorer&
         // acc_mutual_info: how much likelier the context made each choice
         // than it is with no context at all (the harness's unconditional
         // request, context ""). A model's prior for a sentence cancels out.
-        std::vector<double> gain, unconditional;
         std::vector<std::vector<int32_t>> alone_tokens;
-        for (size_t c = 0; c < item.choices.size(); c++) {
-            EncodedPair alone = encode_pair(tokenizer, "", " " + item.choices[c]);
-            unconditional.push_back(scorer.score(alone.context, {alone.continuation})[0].loglik);
-            gain.push_back(ll[c] - unconditional.back());
-            alone_tokens.push_back(std::move(alone.continuation));
-        }
+        for (const std::string& choice : item.choices)
+            alone_tokens.push_back(encode_pair(tokenizer, "", " " + choice).continuation);
+        std::vector<double> gain, unconditional;
+        for (const ContinuationScore& s : scorer.score({}, alone_tokens)) unconditional.push_back(s.loglik);
+        for (size_t c = 0; c < ll.size(); c++) gain.push_back(ll[c] - unconditional[c]);
         acc_mi.push_back(argmax(gain) == (size_t)item.gold);
         gold_logprob.push_back(scores[item.gold].loglik / scores[item.gold].tokens);
         inverse_choices.push_back(1.0 / (double)item.choices.size());
         if (options.on_sample)
-            options.on_sample({{"item", i}, {"prefix_token", scorer.prefix_token()}, {"context_tokens", context},
+            options.on_sample({{"task", task.name}, {"item", i}, {"prefix_token", scorer.prefix_token()}, {"context_tokens", context},
                                {"continuations", continuations}, {"loglik", ll}, {"gold", item.gold},
                                {"unconditional", alone_tokens}, {"unconditional_loglik", unconditional}});
     }
@@ -113,7 +105,7 @@ static void cloze(TaskResult& r, const TaskFile& task, long n, Scorer& scorer, c
         acc.push_back(s.greedy);
         ll.push_back(s.loglik);
         if (options.on_sample)
-            options.on_sample({{"item", i}, {"prefix_token", scorer.prefix_token()}, {"context_tokens", pair.context},
+            options.on_sample({{"task", task.name}, {"item", i}, {"prefix_token", scorer.prefix_token()}, {"context_tokens", pair.context},
                                {"continuations", {pair.continuation}}, {"loglik", {s.loglik}},
                                {"greedy", s.greedy}});
     }
@@ -135,7 +127,7 @@ static void perplexity(TaskResult& r, const TaskFile& task, long n, Scorer& scor
         bytes.push_back((double)item.text.size());
         words += (double)harness_word_count(item.text);
         if (options.on_sample)
-            options.on_sample({{"item", i}, {"prefix_token", scorer.prefix_token()}, {"tokens", tokens},
+            options.on_sample({{"task", task.name}, {"item", i}, {"prefix_token", scorer.prefix_token()}, {"tokens", tokens},
                                {"rolling_context", context_len}, {"loglik", s.loglik}});
     }
     const double total_nll = std::accumulate(nll.begin(), nll.end(), 0.0);

@@ -40,13 +40,12 @@ struct TaskResult {
     std::vector<Metric> metrics;
     long tokens_run = 0;  // through the model, context computed once per item
     double seconds = 0.0;
-    const Metric* find(const std::string& name) const;
 };
 
 struct TaskOptions {
     int rolling_context = 0;  // perplexity windows' context_len; 0: half the model's length
     long limit = 0;           // score only the first `limit` items; 0: all
-    // Called with each scored item: its index, the token ids and the
+    // Called with each scored item: its task and index, the token ids and the
     // log-likelihoods (the --log-samples file, and the PyTorch comparison).
     std::function<void(const nlohmann::json&)> on_sample;
 };

@@ -28,7 +28,8 @@ void fsync_dir(const fs::path& dir) {
     }
 }
 
-// Complete checkpoint folders (step_NNNNNNNN), oldest first.
+}  // namespace
+
 std::vector<fs::path> checkpoint_dirs(const fs::path& root) {
     std::vector<fs::path> out;
     if (!fs::is_directory(root)) return out;
@@ -41,8 +42,6 @@ std::vector<fs::path> checkpoint_dirs(const fs::path& root) {
     std::sort(out.begin(), out.end());
     return out;
 }
-
-}  // namespace
 
 std::string save_checkpoint(const std::string& run_dir, const Model& model, AdamW& optimizer,
                             const CheckpointState& state, const std::string& tokenizer_path, int keep) {

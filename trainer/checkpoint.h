@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,6 +34,11 @@ struct CheckpointState {
 // Returns the folder written.
 std::string save_checkpoint(const std::string& run_dir, const Model& model, AdamW& optimizer,
                             const CheckpointState& state, const std::string& tokenizer_path, int keep);
+
+// The checkpoint folders under `root` (RUN_DIR/checkpoints), oldest first: only
+// names step_NNNNNNNN, never a folder still being written (*.tmp-PID) or one
+// being replaced (*.old-PID). Whether one is complete, verify_checkpoint says.
+std::vector<std::filesystem::path> checkpoint_dirs(const std::filesystem::path& root);
 
 // Checks that every file of the manifest is present with its sha256; throws
 // naming the first problem.
