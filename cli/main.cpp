@@ -1,6 +1,7 @@
 // hlat: one binary, one subcommand per job. Errors are reported here, once, as
 // one line on stderr, with a non-zero exit code.
 #include "cli/commands.h"
+#include "trainer/parallel.h"
 
 #include <fmt/format.h>
 
@@ -50,6 +51,8 @@ int main(int argc, char** argv) {
             return c.run(argc - 1, argv + 1);
         } catch (const std::exception& e) {
             fmt::print(stderr, "hlat {}: error: {}\n", c.name, e.what());
+            // The other ranks of a distributed job would wait for this one forever.
+            hlat::Parallel::abort_job(1);
             return 1;
         }
     }

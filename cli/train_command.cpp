@@ -39,6 +39,10 @@ int train_command(int argc, char** argv) {
          "faults to inject, e.g. mask_leak@100 grad_spike@50:100 nan@70 lr_spike@60:10:5 (added to run.inject)")
         ("precision", po::value<std::string>()->default_value(""),
          "fp32, bf16, bf16_sr or mixed; overrides precision.mode")
+        ("dp", po::value<int>()->default_value(0),
+         "data-parallel replicas; overrides parallel.dp (run under mpirun -np dp*tp)")
+        ("tp", po::value<int>()->default_value(0), "tensor-parallel ranks per replica; overrides parallel.tp")
+        ("zero1", "shard the optimizer state across the data-parallel replicas (parallel.zero1)")
         ("print-config", "print the effective config as JSON and exit");
     auto parsed = parse_options(argc, argv, opts, "usage: hlat train [options]",
                                 "\nconfig fields and defaults:\n" + config_to_json(TrainConfig{}).dump(2) + "\n");
@@ -66,6 +70,11 @@ int train_command(int argc, char** argv) {
             throw std::runtime_error(fmt::format("--precision: {}", e.what()));
         }
     }
+    for (const char* key : {"dp", "tp"})
+        if (vm[key].as<int>() < 0) throw std::runtime_error(fmt::format("--{} must be >= 1", key));
+    if (vm["dp"].as<int>() > 0) config.parallel.dp = vm["dp"].as<int>();
+    if (vm["tp"].as<int>() > 0) config.parallel.tp = vm["tp"].as<int>();
+    if (vm.count("zero1")) config.parallel.zero1 = true;
     validate_config(config);
 
     RunOptions options;

@@ -85,12 +85,13 @@ DetectorsConfig detectors_from_json(const json& j) {
     if (j.is_null()) return c;
     if (!j.is_object()) throw DetectorConfigError("config field \"detectors\" must be an object");
     static const std::set<std::string> known = {"grad_spike", "nonfinite",  "leak_probe", "loss_floor",
-                                                "loss_jump",  "divergence", "webhook"};
+                                                "loss_jump",  "divergence", "tp_drift",   "replica_mismatch",
+                                                "webhook"};
     for (auto it = j.begin(); it != j.end(); ++it)
         if (!known.count(it.key()))
             throw DetectorConfigError(fmt::format(
                 "unknown detector \"detectors.{}\"; known: grad_spike, nonfinite, leak_probe, loss_floor, loss_jump, "
-                "divergence, webhook",
+                "divergence, tp_drift, replica_mismatch, webhook",
                 it.key()));
 
     Fields g(j, "grad_spike");
@@ -124,6 +125,14 @@ DetectorsConfig detectors_from_json(const json& j) {
     d.number("grad_growth", c.divergence.grad_growth, true);
     d.number("min_loss_drop", c.divergence.min_loss_drop, false);
     d.done();
+    Fields td(j, "tp_drift");
+    td.policy(c.tp_drift.policy);
+    td.number("threshold", c.tp_drift.threshold, true);
+    td.integer("growth_checks", c.tp_drift.growth_checks, 2);
+    td.done();
+    Fields rm(j, "replica_mismatch");
+    rm.policy(c.replica_mismatch.policy);
+    rm.done();
     if (j.contains("webhook")) {
         const json& w = j.at("webhook");
         if (!w.is_string() || (!w.get<std::string>().empty() && w.get<std::string>().rfind("http://", 0) != 0))
@@ -157,6 +166,11 @@ json detectors_to_json(const DetectorsConfig& c) {
           {"window", c.divergence.window},
           {"grad_growth", c.divergence.grad_growth},
           {"min_loss_drop", c.divergence.min_loss_drop}}},
+        {"tp_drift",
+         {{"policy", policy_name(c.tp_drift.policy)},
+          {"threshold", c.tp_drift.threshold},
+          {"growth_checks", c.tp_drift.growth_checks}}},
+        {"replica_mismatch", {{"policy", policy_name(c.replica_mismatch.policy)}}},
         {"webhook", c.webhook},
     };
 }

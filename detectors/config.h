@@ -7,6 +7,8 @@
 //   "loss_floor": {"policy", "floor", "heldout_gap"}
 //   "loss_jump":  {"policy", "window", "margin"}
 //   "divergence": {"policy", "window", "grad_growth", "min_loss_drop"}
+//   "tp_drift":   {"policy", "threshold", "growth_checks"}
+//   "replica_mismatch": {"policy"}
 //   "webhook":    "http://host:port/path" or ""
 #pragma once
 
@@ -57,6 +59,16 @@ struct DivergenceConfig {
     double min_loss_drop = 0.0;  // while the loss trend fell by no more than this
 };
 
+struct TpDriftConfig {
+    Policy policy = Policy::Warn;
+    double threshold = 1e-2;  // max |w - w_tp0| of a norm weight
+    int growth_checks = 5;    // or growing at this many consecutive checks
+};
+
+struct ReplicaMismatchConfig {
+    Policy policy = Policy::Halt;  // replicas that disagree train a different model on each rank
+};
+
 struct DetectorsConfig {
     GradSpikeConfig grad_spike;
     NonFiniteConfig nonfinite;
@@ -64,6 +76,8 @@ struct DetectorsConfig {
     LossFloorConfig loss_floor;
     LossJumpConfig loss_jump;
     DivergenceConfig divergence;
+    TpDriftConfig tp_drift;
+    ReplicaMismatchConfig replica_mismatch;
     std::string webhook;
 };
 

@@ -19,6 +19,12 @@
 // - divergence: over `window` (200) steps the grad norm trend (EMA) grew by
 //   grad_growth (3x) while the loss trend fell by no more than min_loss_drop.
 //   Evidence: both trends at both ends.
+// - tp_drift: the replicated norm weights differ across tensor-parallel ranks
+//   by more than `threshold` (1e-2), or the drift grew at each of the last
+//   `growth_checks` (5) checks. Evidence: drift, previous values.
+// - replica_mismatch: a data-parallel replica's parameter (or gradient) hash
+//   differs from replica 0's: the all-reduce is broken. Evidence: the ranks,
+//   the first tensor.
 // The causality probe (leak_probe) needs the model, so it lives in the
 // trainer; its alerts go to the same store.
 #pragma once
@@ -28,6 +34,7 @@
 
 #include <cmath>
 #include <deque>
+#include <string>
 #include <map>
 #include <memory>
 #include <vector>
@@ -45,6 +52,10 @@ struct StepRecord {
     double param_norm = NAN;
     double lr = NAN;
     double heldout_loss = NAN;  // when a held-out evaluation followed this step
+    // Distributed runs, on the steps they were checked:
+    double tp_drift = NAN;          // max |w - w_tp0| over the replicated (norm) weights
+    double replica_mismatch = NAN;  // data-parallel ranks whose hash differs from their replica 0
+    std::string replica_detail;     // which ranks and the first tensor, when known
 };
 
 // An alert and what its policy says to do.

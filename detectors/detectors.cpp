@@ -219,6 +219,60 @@ class Divergence : public Detector {
     bool alerted_ = false;
 };
 
+class TpDrift : public Detector {
+  public:
+    explicit TpDrift(const TpDriftConfig& c) : c_(c) {}
+    void observe(const StepRecord& r, std::vector<Alert>& out) override {
+        if (std::isnan(r.tp_drift)) return;
+        growing_ = !recent_.empty() && r.tp_drift > recent_.back() ? growing_ + 1 : 0;
+        recent_.push_back(r.tp_drift);
+        if ((int)recent_.size() > c_.growth_checks + 1) recent_.pop_front();
+        bool above = r.tp_drift > c_.threshold;
+        bool steady_growth = growing_ >= c_.growth_checks;
+        if ((above || steady_growth) && !alerted_) {
+            alerted_ = true;
+            std::string why = above ? fmt::format("above the threshold {:.3g}", c_.threshold)
+                                    : fmt::format("growing at each of the last {} checks", c_.growth_checks);
+            out.push_back(make_alert(
+                "tp_drift", "warning", r.step,
+                fmt::format("replicated norm weights drifted apart across tensor-parallel ranks: max |w - w_tp0| = "
+                            "{:.3g}, {} (stochastic rounding keyed by rank? re-sync with parallel.resync_every)",
+                            r.tp_drift, why),
+                {{"tp_drift", r.tp_drift}, {"threshold", c_.threshold}, {"growing_checks", growing_}}));
+        }
+        if (!above && !steady_growth) alerted_ = false;
+    }
+
+  private:
+    TpDriftConfig c_;
+    std::deque<double> recent_;
+    int growing_ = 0;
+    bool alerted_ = false;
+};
+
+class ReplicaMismatch : public Detector {
+  public:
+    void observe(const StepRecord& r, std::vector<Alert>& out) override {
+        if (std::isnan(r.replica_mismatch)) return;
+        bool bad = r.replica_mismatch > 0;
+        if (bad && !alerted_) {
+            alerted_ = true;
+            std::string detail = r.replica_detail.empty()
+                                     ? fmt::format("data-parallel replicas disagree: {:.0f} rank(s) differ from their "
+                                                   "replica 0",
+                                                   r.replica_mismatch)
+                                     : r.replica_detail;
+            out.push_back(make_alert("replica_mismatch", "critical", r.step,
+                                     detail + " (a gradient all-reduce bug: the replicas now train different models)",
+                                     {{"mismatched_ranks", r.replica_mismatch}}));
+        }
+        if (!bad) alerted_ = false;
+    }
+
+  private:
+    bool alerted_ = false;
+};
+
 }  // namespace
 
 DetectorSuite::DetectorSuite(const DetectorsConfig& c) {
@@ -230,6 +284,8 @@ DetectorSuite::DetectorSuite(const DetectorsConfig& c) {
     add(std::make_unique<LossFloor>(c.loss_floor), c.loss_floor.policy);
     add(std::make_unique<LossJump>(c.loss_jump), c.loss_jump.policy);
     add(std::make_unique<Divergence>(c.divergence), c.divergence.policy);
+    add(std::make_unique<TpDrift>(c.tp_drift), c.tp_drift.policy);
+    add(std::make_unique<ReplicaMismatch>(), c.replica_mismatch.policy);
 }
 
 DetectorSuite::~DetectorSuite() = default;

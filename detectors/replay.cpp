@@ -35,6 +35,12 @@ std::vector<StepRecord> stored_records(telemetry::Reader& reader, int64_t run) {
     fill("param_norm", &StepRecord::param_norm);
     fill("lr", &StepRecord::lr);
     fill("heldout_loss", &StepRecord::heldout_loss);
+    fill("tp_drift", &StepRecord::tp_drift);
+    fill("replica_mismatch", &StepRecord::replica_mismatch);
+    // The online detector names the ranks and the tensor; the trainer kept that in an event.
+    for (const telemetry::Event& e : reader.events(run))
+        if (e.kind == "replica_mismatch")
+            if (auto it = by_step.find(e.step); it != by_step.end()) it->second.replica_detail = e.detail;
     std::vector<StepRecord> out;
     for (auto& [step, r] : by_step) out.push_back(r);
     return out;

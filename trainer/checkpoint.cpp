@@ -64,8 +64,13 @@ std::string save_checkpoint(const std::string& run_dir, const Model& model, Adam
                         {"config", state.config},
                         {"corpus_fingerprint", state.corpus_fingerprint},
                         {"tokenizer_fingerprint", state.tokenizer_fingerprint},
-                        {"world_size", state.world_size}};
+                        {"world_size", state.world_size},
+                        {"tp_size", state.tp_size}};
     if (state.loader) j["loader"] = state.loader->to_json();
+    if (!state.loaders.empty()) {
+        j["loaders"] = nlohmann::json::array();
+        for (const LoaderState& l : state.loaders) j["loaders"].push_back(l.to_json());
+    }
     write_file_atomic((tmp / "state.json").string(), {j.dump(2)});
     std::vector<std::string> files = {"model.safetensors", "optimizer.safetensors", "state.json"};
     if (!tokenizer_path.empty()) {
@@ -143,6 +148,9 @@ CheckpointState read_checkpoint_state(const std::string& dir) {
         s.tokenizer_fingerprint = j.at("tokenizer_fingerprint").get<std::string>();
         s.world_size = j.at("world_size").get<int>();
         if (j.contains("loader")) s.loader = LoaderState::from_json(j.at("loader"));
+        if (j.contains("loaders"))
+            for (const nlohmann::json& l : j.at("loaders")) s.loaders.push_back(LoaderState::from_json(l));
+        s.tp_size = j.value("tp_size", 1);
         return s;
     } catch (const std::exception& e) {
         throw std::runtime_error(fmt::format("checkpoint {}: malformed state.json: {}", dir, e.what()));

@@ -3,7 +3,10 @@
 // partial checkpoint under a real name. Each holds
 //   model.safetensors      weights (names as in weights.h)
 //   optimizer.safetensors  AdamW moments exp_avg, exp_avg_sq (flat) and its step count
-//   state.json             step, tokens seen, loader state, config, fingerprints, world size
+//   state.json             step, tokens seen, loader states (one per data-parallel rank), config,
+//                          fingerprints, data- and tensor-parallel sizes
+// A distributed run writes the whole model here too (gathered from its shards
+// by rank 0), so a checkpoint loads at any parallel layout.
 //   tokenizer.model        when the run uses one, so the folder stands alone
 //   manifest.json          sha256 of every file above, written last
 #pragma once
@@ -25,9 +28,11 @@ struct CheckpointState {
     int step = 0;              // optimizer steps taken
     long tokens_seen = 0;
     nlohmann::json config;     // the full training config
-    std::optional<LoaderState> loader;
+    std::optional<LoaderState> loader;  // of data-parallel rank 0
+    std::vector<LoaderState> loaders;   // of every data-parallel rank, in rank order
     std::string corpus_fingerprint, tokenizer_fingerprint;
-    int world_size = 1;
+    int world_size = 1;                 // data-parallel replicas
+    int tp_size = 1;
 };
 
 // Writes a checkpoint and deletes all but the newest `keep` (0 keeps all).

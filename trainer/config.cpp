@@ -135,11 +135,11 @@ const char* precision_mode_name(PrecisionMode m) {
 
 TrainConfig config_from_json(const json& j) {
     if (!j.is_object()) throw ConfigError("config must be a JSON object");
-    static const std::set<std::string> sections = {"model", "optimizer", "schedule", "data", "run", "precision", "detectors"};
+    static const std::set<std::string> sections = {"model", "optimizer", "schedule", "data", "run", "precision", "parallel", "detectors"};
     for (auto it = j.begin(); it != j.end(); ++it) {
         if (!sections.count(it.key()))
             throw ConfigError(fmt::format(
-                "unknown config section \"{}\"; expected model, optimizer, schedule, data, run, precision or detectors", it.key()));
+                "unknown config section \"{}\"; expected model, optimizer, schedule, data, run, precision, parallel or detectors", it.key()));
     }
     TrainConfig c;
     constexpr long kMaxInt = std::numeric_limits<int>::max();
@@ -226,6 +226,15 @@ TrainConfig config_from_json(const json& j) {
     p.boolean("sr_key_rank", c.precision.sr_key_rank);
     p.reject_unknown();
 
+    Section par(j, "parallel");
+    par.integer("dp", c.parallel.dp, 1, 4096);
+    par.integer("tp", c.parallel.tp, 1, 64);
+    par.boolean("zero1", c.parallel.zero1);
+    par.integer("check_every", c.parallel.check_every, 0, kMaxInt);
+    par.boolean("hash_grads", c.parallel.hash_grads);
+    par.integer("resync_every", c.parallel.resync_every, 0, kMaxInt);
+    par.reject_unknown();
+
     try {
         c.detectors = detectors::detectors_from_json(j.contains("detectors") ? j.at("detectors") : json());
     } catch (const detectors::DetectorConfigError& e) {
@@ -265,6 +274,20 @@ void validate_config(const TrainConfig& c) {
         throw ConfigError("precision.softmax, grad_accum and reduce can be \"bf16\" only with a bf16 precision.mode");
     if ((p.sr_moments || p.sr_key_rank) && p.mode != PrecisionMode::Bf16Sr)
         throw ConfigError("precision.sr_moments and sr_key_rank need precision.mode \"bf16_sr\"");
+    const ParallelConfig& par = c.parallel;
+    auto divisible = [&](const char* what, int n) {
+        if (n % par.tp != 0)
+            throw ConfigError(fmt::format("parallel.tp = {} must divide {} = {}", par.tp, what, n));
+    };
+    divisible("model.n_heads", m.n_heads);
+    divisible("model.n_kv_heads", m.n_kv_heads);
+    divisible("model.hidden_dim", m.hidden_dim);
+    divisible("model.vocab_size", m.vocab_size);
+    Faults faults = parse_faults(c.run.inject);
+    if (faults.allreduce_bug != AllreduceBug::None && (par.dp < 2 || par.zero1))
+        throw ConfigError("the allreduce_bug fault needs plain data parallelism: parallel.dp >= 2 without zero1");
+    if (par.hash_grads && par.zero1)
+        throw ConfigError("parallel.hash_grads needs whole reduced gradients on every replica: not with zero1");
 }
 
 TrainConfig load_config(const std::string& path) {
@@ -343,6 +366,13 @@ json config_to_json(const TrainConfig& c) {
           {"reduce", c.precision.reduce_bf16 ? "bf16" : "fp32"},
           {"sr_moments", c.precision.sr_moments},
           {"sr_key_rank", c.precision.sr_key_rank}}},
+        {"parallel",
+         {{"dp", c.parallel.dp},
+          {"tp", c.parallel.tp},
+          {"zero1", c.parallel.zero1},
+          {"check_every", c.parallel.check_every},
+          {"hash_grads", c.parallel.hash_grads},
+          {"resync_every", c.parallel.resync_every}}},
         {"detectors", detectors::detectors_to_json(c.detectors)},
     };
 }

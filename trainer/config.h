@@ -108,6 +108,16 @@ struct PrecisionConfig {
 
 const char* precision_mode_name(PrecisionMode m);
 
+// Distributed training (issue 9): the job is `mpirun -np dp*tp hlat train`.
+struct ParallelConfig {
+    int dp = 1;                 // data-parallel replicas
+    int tp = 1;                 // tensor-parallel ranks per replica (Megatron layout)
+    bool zero1 = false;         // shard the optimizer state across the dp replicas
+    int check_every = 10;       // steps between replica hashes and TP drift measurements; 0: never
+    bool hash_grads = false;    // hash the reduced gradients too (they must agree across replicas)
+    int resync_every = 0;       // copy replicated weights from TP rank 0 every this many steps; 0: never
+};
+
 struct TrainConfig {
     ModelConfig model;
     OptimizerConfig optimizer;
@@ -115,6 +125,7 @@ struct TrainConfig {
     DataConfig data;
     RunConfig run;
     PrecisionConfig precision;
+    ParallelConfig parallel;
     detectors::DetectorsConfig detectors;
 };
 

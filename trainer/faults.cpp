@@ -13,7 +13,7 @@ Faults parse_faults(const std::vector<std::string>& specs) {
     for (const std::string& spec : specs) {
         auto bad = [&](const std::string& why) {
             return ConfigError(fmt::format("fault \"{}\": {}; expected NAME@STEP[:ARGS] with NAME one of mask_leak, "
-                                           "grad_spike, nan, lr_spike",
+                                           "grad_spike, nan, lr_spike, allreduce_bug, crash, crash_random, hang",
                                            spec, why));
         };
         size_t at = spec.find('@');
@@ -22,6 +22,22 @@ Faults parse_faults(const std::vector<std::string>& specs) {
         std::vector<std::string> parts;
         std::stringstream rest(spec.substr(at + 1));
         for (std::string p; std::getline(rest, p, ':');) parts.push_back(p);
+        if (name == "allreduce_bug") {
+            // Words, not numbers, after the step: take them out before the numbers are read.
+            if (parts.size() < 2) throw bad("allreduce_bug needs a flavour: sum, skip or stale");
+            std::string flavour = parts[1];
+            if (flavour == "sum" && parts.size() == 2) {
+                f.allreduce_bug = AllreduceBug::Sum;
+            } else if (flavour == "skip" && parts.size() <= 3) {
+                f.allreduce_bug = AllreduceBug::Skip;
+                if (parts.size() == 3) f.allreduce_bug_tensor = parts[2];
+            } else if (flavour == "stale" && parts.size() == 2) {
+                f.allreduce_bug = AllreduceBug::Stale;
+            } else {
+                throw bad("the allreduce_bug flavour is sum, skip[:TENSOR] or stale");
+            }
+            parts.resize(1);
+        }
         std::vector<double> nums;
         for (const std::string& p : parts) {
             try {
@@ -42,6 +58,16 @@ Faults parse_faults(const std::vector<std::string>& specs) {
             if (!(f.grad_spike_factor > 0)) throw bad("the factor must be > 0");
         } else if (name == "nan" && nums.size() == 1) {
             f.nan_at = step;
+        } else if (name == "allreduce_bug") {
+            f.allreduce_bug_from = step;
+        } else if ((name == "crash" || name == "hang") && nums.size() <= 2) {
+            int rank = nums.size() == 2 ? (int)nums[1] : 0;
+            if (rank < 0 || (nums.size() == 2 && nums[1] != rank)) throw bad("the rank must be an integer >= 0");
+            (name == "crash" ? f.crash_at : f.hang_at) = step;
+            (name == "crash" ? f.crash_rank : f.hang_rank) = rank;
+        } else if (name == "crash_random" && nums.size() == 1) {
+            if (step < 1) throw bad("the mean interval must be >= 1 second");
+            f.crash_mean_seconds = step;
         } else if (name == "lr_spike" && nums.size() <= 3) {
             f.lr_spike_from = step;
             if (nums.size() >= 2) f.lr_spike_factor = nums[1];

@@ -11,6 +11,7 @@ namespace hlat {
 
 std::optional<telemetry::Alert> probe_causality(Model& model, int64_t step) {
     const int B = model.batch_size(), T = model.seq_len(), V = model.config().vocab_size;
+    const int VS = model.shard().vocab_size;  // logits per position this rank holds
     const int t = T / 2;
     std::vector<int32_t> tokens((long)B * T), changed;
     uint64_t x = 0x9e3779b97f4a7c15ull;
@@ -22,7 +23,7 @@ std::optional<telemetry::Alert> probe_causality(Model& model, int64_t step) {
     for (int b = 0; b < B; b++)
         for (int i = t + 1; i < T; i++) changed[(long)b * T + i] = (tokens[(long)b * T + i] + 1) % V;
 
-    const long row = (long)T * V;
+    const long row = (long)T * VS;
     std::vector<float> before((long)B * row);
     model.forward(tokens.data(), nullptr);
     std::memcpy(before.data(), model.activations().logits, before.size() * sizeof(float));
@@ -33,8 +34,8 @@ std::optional<telemetry::Alert> probe_causality(Model& model, int64_t step) {
     int first_position = -1;
     for (int b = 0; b < B; b++)
         for (int i = 0; i <= t; i++)
-            for (int v = 0; v < V; v++) {
-                long k = b * row + (long)i * V + v;
+            for (int v = 0; v < VS; v++) {
+                long k = b * row + (long)i * VS + v;
                 double d = std::fabs((double)before[k] - after[k]);
                 if (d > max_diff || std::isnan(d)) {
                     max_diff = std::isnan(d) ? INFINITY : d;

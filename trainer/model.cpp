@@ -2,38 +2,84 @@
 
 #include "trainer/kernels.h"
 #include "trainer/kernels_bf16.h"
+#include "trainer/vocab_parallel.h"
+
+#include <fmt/format.h>
 
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <stdexcept>
 
 namespace hlat {
 
-Model::Model(const ModelConfig& config, int B, int T, bool checkpoint_attention, const PrecisionConfig& precision)
-    : config_(config), precision_(precision), B_(B), T_(T), checkpoint_attention_(checkpoint_attention) {
-    const long V = config.vocab_size, C = config.dim, L = config.n_layers, H = config.hidden_dim;
-    const long QKV = config.qkv_dim(), CA = (long)config.n_heads * config.head_dim();
-    const long NH = config.n_heads, N = (long)B * T;
+ShardShape shard_shape(const ModelConfig& c, int rank, int size) {
+    auto check = [&](const char* what, int n) {
+        if (n % size != 0)
+            throw std::runtime_error(fmt::format("tensor parallelism {} needs {} ({}) divisible by it", size, what, n));
+        return n / size;
+    };
+    ShardShape s;
+    s.rank = rank;
+    s.size = size;
+    s.n_heads = check("model.n_heads", c.n_heads);
+    s.n_kv_heads = check("model.n_kv_heads", c.n_kv_heads);
+    s.hidden_dim = check("model.hidden_dim", c.hidden_dim);
+    s.vocab_size = check("model.vocab_size", c.vocab_size);
+    s.vocab_start = rank * s.vocab_size;
+    return s;
+}
 
-    // The parameter table: every loop over parameters (I/O, norms, optimizer)
-    // walks it instead of naming tensors one by one.
+std::vector<TensorKind> tensor_table(const ModelConfig& config, const ShardShape& shard) {
+    const long V = shard.vocab_size, C = config.dim, H = shard.hidden_dim, HD = config.head_dim();
+    const long QKV = (shard.n_heads + 2L * shard.n_kv_heads) * HD, CA = shard.n_heads * HD;
+    const int L = config.n_layers;
+    // The parameter table: every loop over parameters (I/O, norms, optimizer,
+    // sharding, replica hashes) walks it instead of naming tensors one by one.
+    std::vector<TensorKind> kinds;
     long offset = 0;
     auto add = [&](const char* name, int layers, long rows, long cols, bool norm_or_embedding) {
-        kinds_.push_back({name, layers, rows, cols, offset, norm_or_embedding});
-        offset += kinds_.back().numel();
-        return kinds_.back().offset;
+        kinds.push_back({name, layers, rows, cols, offset, norm_or_embedding, /*replicated=*/cols == 1});
+        offset += kinds.back().numel();
     };
-    long o_embed = add("embed_tokens", 0, V, C, true);
-    long o_attn_norm = add("input_layernorm", L, C, 1, true);
-    long o_qkv = add("qkv_proj", L, QKV, C, false);
-    long o_o = add("o_proj", L, C, CA, false);
-    long o_ffn_norm = add("post_attention_layernorm", L, C, 1, true);
-    long o_gate_up = add("gate_up_proj", L, 2 * H, C, false);
-    long o_down = add("down_proj", L, C, H, false);
-    long o_final = add("norm", 0, C, 1, true);
-    long o_head = add("lm_head", 0, V, C, false);
+    add("embed_tokens", 0, V, C, true);
+    add("input_layernorm", L, C, 1, true);
+    add("qkv_proj", L, QKV, C, false);
+    add("o_proj", L, C, CA, false);
+    add("post_attention_layernorm", L, C, 1, true);
+    add("gate_up_proj", L, 2 * H, C, false);
+    add("down_proj", L, C, H, false);
+    add("norm", 0, C, 1, true);
+    add("lm_head", 0, V, C, false);
+    return kinds;
+}
+
+Model::Model(const ModelConfig& config, int B, int T, bool checkpoint_attention, const PrecisionConfig& precision,
+             TensorParallelGroup* tp)
+    : config_(config),
+      precision_(precision),
+      tp_(tp && tp->size() > 1 ? tp : nullptr),
+      shard_(shard_shape(config, tp_ ? tp_->rank() : 0, tp_ ? tp_->size() : 1)),
+      B_(B),
+      T_(T),
+      checkpoint_attention_(checkpoint_attention) {
+    const long V = shard_.vocab_size, C = config.dim, L = config.n_layers, H = shard_.hidden_dim;
+    const long NH = shard_.n_heads, HD = config.head_dim();
+    const long QKV = (NH + 2 * shard_.n_kv_heads) * HD, CA = NH * HD;
+    const long N = (long)B * T;
+
+    kinds_ = tensor_table(config, shard_);
+    long offset = kinds_.back().offset + kinds_.back().numel();
+    auto at = [&](const char* name) {
+        for (const TensorKind& k : kinds_)
+            if (k.name == name) return k.offset;
+        return 0L;
+    };
+    long o_embed = at("embed_tokens"), o_attn_norm = at("input_layernorm"), o_qkv = at("qkv_proj"),
+         o_o = at("o_proj"), o_ffn_norm = at("post_attention_layernorm"), o_gate_up = at("gate_up_proj"),
+         o_down = at("down_proj"), o_final = at("norm"), o_head = at("lm_head");
     params_.assign(offset, 0.0f);
     grads_.assign(offset, 0.0f);
     if (precision.bf16_compute()) params_bf16_.assign(offset, 0);
@@ -79,7 +125,7 @@ Model::Model(const ModelConfig& config, int B, int T, bool checkpoint_attention,
 
 long Model::activation_bytes_without_checkpointing() const {
     if (!checkpoint_attention_) return activation_bytes();
-    long att = (long)config_.n_layers * B_ * config_.n_heads * T_ * T_;
+    long att = (long)config_.n_layers * B_ * shard_.n_heads * T_ * T_;
     return (activation_floats_ + att) * 4;
 }
 
@@ -133,9 +179,9 @@ void Model::round_if_bf16_state(float* x, long n) {
 
 float Model::forward(const int32_t* inputs, const int32_t* targets) {
     const int B = B_, T = T_, N = B * T;
-    const int C = config_.dim, V = config_.vocab_size, L = config_.n_layers, H = config_.hidden_dim;
-    const int NH = config_.n_heads, NKV = config_.n_kv_heads, HD = config_.head_dim();
-    const int QKV = config_.qkv_dim(), CA = NH * HD;
+    const int C = config_.dim, V = shard_.vocab_size, L = config_.n_layers, H = shard_.hidden_dim;
+    const int NH = shard_.n_heads, NKV = shard_.n_kv_heads, HD = config_.head_dim();
+    const int QKV = (NH + 2 * NKV) * HD, CA = NH * HD;
     const float eps = (float)config_.norm_eps;
     const ParameterTensors& p = p_;
     const ActivationTensors& a = a_;
@@ -146,7 +192,12 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
     }
     const bool probs_bf16 = precision_.softmax_bf16;
     std::copy(inputs, inputs + N, inputs_.begin());
-    embedding_forward(a.residual, inputs, p.embed, N, C);
+    if (tp_) {
+        vocab_parallel_embedding_forward(a.residual, inputs, p.embed, N, C, shard_.vocab_start, V);
+        tp_->allreduce_sum(a.residual, (long)N * C);
+    } else {
+        embedding_forward(a.residual, inputs, p.embed, N, C);
+    }
     for (int l = 0; l < L; l++) {
         const long nc = (long)l * N * C;
         float* res = a.residual + nc;
@@ -167,12 +218,14 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
         if (precision_.bf16_compute()) bf16_round_inplace(qkv, (long)N * QKV);
         attention_forward(att_out, att, attention_scratch(), qkv, B, T, NH, NKV, HD, lookahead_, probs_bf16);
         linear_forward(mid, att_out, p.o_proj + (long)l * C * CA, N, CA, C);
+        if (tp_) tp_->allreduce_sum(mid, (long)N * C);  // row-parallel: sum the partial outputs
         residual_forward(mid, mid, res, (long)N * C);
         round_if_bf16_state(mid, (long)N * C);
         rmsnorm_forward(fn, a.ffn_rstd + (long)l * N, mid, p.ffn_norm + (long)l * C, N, C, eps);
         linear_forward(gu, fn, p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
         swiglu_forward(sw, gu, N, H);
         linear_forward(next, sw, p.down + (long)l * C * H, N, H, C);
+        if (tp_) tp_->allreduce_sum(next, (long)N * C);
         residual_forward(next, next, mid, (long)N * C);
         round_if_bf16_state(next, (long)N * C);
     }
@@ -183,7 +236,11 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
     std::copy(targets, targets + N, targets_.begin());
     // The loss itself always comes from the fp32 log-sum-exp; the bf16 softmax
     // setting rounds the probabilities that backward turns into gradients.
-    crossentropy_forward(a.logits, a.losses, targets, N, V);
+    if (tp_) {
+        vocab_parallel_crossentropy_forward(a.logits, a.losses, targets, N, V, shard_.vocab_start, *tp_);
+    } else {
+        crossentropy_forward(a.logits, a.losses, targets, N, V);
+    }
     if (probs_bf16) bf16_round_inplace(a.logits, (long)N * V);
     double sum = 0.0;
     for (int n = 0; n < N; n++) sum += a.losses[n];
@@ -192,20 +249,28 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
 
 void Model::backward(float loss_scale) {
     const int B = B_, T = T_, N = B * T;
-    const int C = config_.dim, V = config_.vocab_size, L = config_.n_layers, H = config_.hidden_dim;
-    const int NH = config_.n_heads, NKV = config_.n_kv_heads, HD = config_.head_dim();
-    const int QKV = config_.qkv_dim(), CA = NH * HD;
+    const int C = config_.dim, V = shard_.vocab_size, L = config_.n_layers, H = shard_.hidden_dim;
+    const int NH = shard_.n_heads, NKV = shard_.n_kv_heads, HD = config_.head_dim();
+    const int QKV = (NH + 2 * NKV) * HD, CA = NH * HD;
     const ParameterTensors& p = p_;
     const ParameterTensors& g = g_;
     const ActivationTensors& a = a_;
     float* d_res = d_residual_.data();
     float* d_norm = d_norm_.data();
 
-    crossentropy_backward(a.logits, targets_.data(), loss_scale, N, V);
+    if (tp_) {
+        vocab_parallel_crossentropy_backward(a.logits, targets_.data(), loss_scale, N, V, shard_.vocab_start);
+    } else {
+        crossentropy_backward(a.logits, targets_.data(), loss_scale, N, V);
+    }
     linear_backward(d_norm, g.lm_head, a.logits, a.final_norm, p.lm_head, N, C, V);
+    // The input of a column-parallel matmul is replicated: its gradient is the
+    // sum of every rank's part.
+    if (tp_) tp_->allreduce_sum(d_norm, (long)N * C);
     std::fill(d_residual_.begin(), d_residual_.end(), 0.0f);
     rmsnorm_backward_accumulate(d_res, g.final_norm, d_norm, a.residual + (long)L * N * C,
                                 p.final_norm, a.final_rstd, N, C);
+    if (grads_ready_) grads_ready_(L);
 
     for (int l = L - 1; l >= 0; l--) {
         const long nc = (long)l * N * C;
@@ -215,6 +280,7 @@ void Model::backward(float loss_scale) {
         swiglu_backward(d_gate_up_.data(), d_swiglu_.data(), a.gate_up + (long)l * N * 2 * H, N, H);
         linear_backward(d_norm, g.gate_up + (long)l * 2 * H * C, d_gate_up_.data(),
                         a.ffn_norm + nc, p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
+        if (tp_) tp_->allreduce_sum(d_norm, (long)N * C);
         rmsnorm_backward_accumulate(d_res, g.ffn_norm + (long)l * C, d_norm, a.residual_mid + nc,
                                     p.ffn_norm + (long)l * C, a.ffn_rstd + (long)l * N, N, C);
         round_if_bf16_state(d_res, (long)N * C);
@@ -228,11 +294,18 @@ void Model::backward(float loss_scale) {
         rope_backward(d_qkv_.data(), rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
         linear_backward(d_norm, g.qkv + (long)l * QKV * C, d_qkv_.data(), a.attn_norm + nc,
                         p.qkv + (long)l * QKV * C, N, C, QKV);
+        if (tp_) tp_->allreduce_sum(d_norm, (long)N * C);
         rmsnorm_backward_accumulate(d_res, g.attn_norm + (long)l * C, d_norm, a.residual + nc,
                                     p.attn_norm + (long)l * C, a.attn_rstd + (long)l * N, N, C);
         round_if_bf16_state(d_res, (long)N * C);
+        if (grads_ready_) grads_ready_(l);
     }
-    embedding_backward(g.embed, d_res, inputs_.data(), N, C);
+    if (tp_) {
+        vocab_parallel_embedding_backward(g.embed, d_res, inputs_.data(), N, C, shard_.vocab_start, V);
+    } else {
+        embedding_backward(g.embed, d_res, inputs_.data(), N, C);
+    }
+    if (grads_ready_) grads_ready_(-1);
 }
 
 }  // namespace hlat

@@ -3,16 +3,44 @@
 //
 // Letters as in kernels.h: B batch, T sequence, C dim, V vocab, L layers,
 // NH/NKV heads, HD head dim, H hidden dim, QKV = (NH + 2*NKV)*HD, N = B*T.
+// A tensor-parallel shard holds NH, NKV, H and V divided by the group size;
+// the shapes below are then the shard's.
 #pragma once
 
 #include "trainer/bf16.h"
 #include "trainer/config.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 namespace hlat {
+
+// The tensor-parallel group a model shard belongs to, Megatron's layout:
+// qkv_proj (by heads) and gate_up_proj (by hidden units) are split along their
+// outputs (column-parallel); o_proj and down_proj along their inputs
+// (row-parallel: their partial outputs are summed over the group); embed_tokens
+// and lm_head by contiguous vocabulary ranges; the norm weights are replicated.
+class TensorParallelGroup {
+  public:
+    virtual ~TensorParallelGroup() = default;
+    virtual int rank() const = 0;
+    virtual int size() const = 0;
+    virtual void allreduce_sum(float* x, long n) = 0;
+    virtual void allreduce_max(float* x, long n) = 0;
+};
+
+// The part of the model one tensor-parallel rank holds; all of it at size 1.
+struct ShardShape {
+    int rank = 0, size = 1;
+    int n_heads, n_kv_heads;  // NH/size, NKV/size
+    int hidden_dim;           // H/size
+    int vocab_size;           // V/size
+    int vocab_start;          // first token id of this rank's range
+};
+// Throws when NH, NKV, H or V is not divisible by size.
+ShardShape shard_shape(const ModelConfig& config, int rank, int size);
 
 // Pointers into one flat buffer; gradients use the same layout in a second one.
 // A per-layer tensor holds its L layers back to back.
@@ -35,8 +63,12 @@ struct TensorKind {
     long rows, cols;      // shape of one layer's slice; cols = 1 for vectors
     long offset;          // first float in the flat buffer
     bool norm_or_embedding;
+    bool replicated;      // the same on every tensor-parallel rank (the norm weights)
     long numel() const { return (layers ? layers : 1) * rows * cols; }
 };
+
+// The parameter table of a shard (of the whole model at size 1), in buffer order.
+std::vector<TensorKind> tensor_table(const ModelConfig& config, const ShardShape& shard);
 
 struct ActivationTensors {
     float* residual;      // (L+1, B, T, C) stream entering layer l; [L] enters the final norm
@@ -66,8 +98,10 @@ class Model {
     // their outputs are rounded to bf16; pure bf16 modes also round the
     // residual stream and its gradient. Parameters and gradients stay in fp32
     // containers: the trainer keeps them bf16-valued where the mode says so.
+    // With a tensor-parallel group of size > 1 the model is this rank's shard
+    // and forward and backward call the group's all-reduces.
     Model(const ModelConfig& config, int B, int T, bool checkpoint_attention,
-          const PrecisionConfig& precision = {});
+          const PrecisionConfig& precision = {}, TensorParallelGroup* tp = nullptr);
 
     // Normal(0, init_std) matrices, unit norms, output projections scaled as the
     // config says. Deterministic for a seed.
@@ -84,8 +118,15 @@ class Model {
     // The mask_leak fault: each position also attends to the next `lookahead`
     // tokens. 0 (the default) is the correct causal model.
     void set_mask_lookahead(int lookahead) { lookahead_ = lookahead; }
+    // Called during backward as gradients become final: with layer l once
+    // layer l's are (L-1 down to 0), with n_layers for the final norm and
+    // lm_head (first), with -1 for the embedding (last). The data-parallel
+    // reducer starts each bucket's all-reduce from here.
+    void set_grads_ready_hook(std::function<void(int)> hook) { grads_ready_ = std::move(hook); }
 
-    const ModelConfig& config() const { return config_; }
+    const ModelConfig& config() const { return config_; }  // of the whole model
+    const ShardShape& shard() const { return shard_; }
+    bool is_shard() const { return shard_.size > 1; }
     int batch_size() const { return B_; }
     int seq_len() const { return T_; }
     long num_parameters() const { return (long)params_.size(); }
@@ -118,6 +159,9 @@ class Model {
 
     ModelConfig config_;
     PrecisionConfig precision_;
+    TensorParallelGroup* tp_;
+    ShardShape shard_;
+    std::function<void(int)> grads_ready_;
     std::vector<bf16> params_bf16_;  // compute copy of the weights in bf16 modes
     bool weights_changed_ = true;
     int B_, T_;

@@ -2,6 +2,7 @@
 
 #include "trainer/bf16.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace hlat {
@@ -36,25 +37,29 @@ double l2_norm(const float* x, long n) {
 
 double clip_grad_norm(float* grads, long n, double max_norm, bool* clipped) {
     double norm = l2_norm(grads, n);
-    *clipped = false;
-    if (max_norm <= 0.0 || !std::isfinite(norm)) return norm;
-    double factor = max_norm / (norm + 1e-6);
-    if (factor < 1.0) {
-        float f = (float)factor;
-#pragma omp parallel for
-        for (long i = 0; i < n; i++) grads[i] *= f;
-        *clipped = true;
-    }
+    *clipped = clip_to_norm(grads, n, norm, max_norm);
     return norm;
 }
 
+bool clip_to_norm(float* grads, long n, double norm, double max_norm) {
+    if (max_norm <= 0.0 || !std::isfinite(norm)) return false;
+    double factor = max_norm / (norm + 1e-6);
+    if (factor >= 1.0) return false;
+    float f = (float)factor;
+#pragma omp parallel for
+    for (long i = 0; i < n; i++) grads[i] *= f;
+    return true;
+}
+
 AdamW::AdamW(const OptimizerConfig& config, long num_parameters, const PrecisionConfig& precision,
-             unsigned long long seed, int rank)
+             unsigned long long seed, int rank, long shard_begin, long shard_end)
     : config_(config),
       precision_(precision),
       rounding_seed_(precision.sr_key_rank ? seed ^ mix64(0x5eed0000ull + (uint64_t)rank) : seed),
-      m_(num_parameters, 0.0f),
-      v_(num_parameters, 0.0f) {}
+      begin_(shard_begin),
+      end_(shard_end < 0 ? num_parameters : shard_end),
+      m_(end_ - begin_, 0.0f),
+      v_(end_ - begin_, 0.0f) {}
 
 // Narrows x to a bf16 value, stochastically when `stochastic` is set.
 static inline float to_bf16_value(float x, bool stochastic, uint32_t random) {
@@ -77,18 +82,22 @@ void AdamW::step(Model& model, double lr) {
         const TensorKind& k = kinds[ki];
         bool decay = config_.decay_norms_and_embeddings || !k.norm_or_embedding;
         const float wd = decay ? (float)config_.weight_decay : 0.0f;
+        // The part of this tensor inside the shard: elements [lo, hi).
+        const long lo = std::max(0L, begin_ - k.offset), hi = std::min(k.numel(), end_ - k.offset);
+        if (lo >= hi) continue;
         float* p = params + k.offset;
         const float* g = grads + k.offset;
-        float* m = m_.data() + k.offset;
-        float* v = v_.data() + k.offset;
-        const long n = k.numel();
+        // Moments are kept for the shard only: element i of the tensor is
+        // m[i - lo] here.
+        float* m = m_.data() + (k.offset + lo - begin_);
+        float* v = v_.data() + (k.offset + lo - begin_);
         if (!bf16_state) {
 #pragma omp parallel for
-            for (long i = 0; i < n; i++) {
-                m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-                v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-                float m_hat = m[i] / bc1;
-                float v_hat = v[i] / bc2;
+            for (long i = lo; i < hi; i++) {
+                m[i - lo] = b1 * m[i - lo] + (1.0f - b1) * g[i];
+                v[i - lo] = b2 * v[i - lo] + (1.0f - b2) * g[i] * g[i];
+                float m_hat = m[i - lo] / bc1;
+                float v_hat = v[i - lo] / bc2;
                 p[i] -= lr_f * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
             }
             continue;
@@ -101,12 +110,12 @@ void AdamW::step(Model& model, double lr) {
         const uint64_t key_m = rounding_key(rounding_seed_, t_, 3 * ki + 1);
         const uint64_t key_v = rounding_key(rounding_seed_, t_, 3 * ki + 2);
 #pragma omp parallel for
-        for (long i = 0; i < n; i++) {
-            m[i] = to_bf16_value(b1 * m[i] + (1.0f - b1) * g[i], sr_moments, sr_moments ? rounding_bits_at(key_m, i) : 0);
-            v[i] = to_bf16_value(b2 * v[i] + (1.0f - b2) * g[i] * g[i], sr_moments,
+        for (long i = lo; i < hi; i++) {
+            m[i - lo] = to_bf16_value(b1 * m[i - lo] + (1.0f - b1) * g[i], sr_moments, sr_moments ? rounding_bits_at(key_m, i) : 0);
+            v[i - lo] = to_bf16_value(b2 * v[i - lo] + (1.0f - b2) * g[i] * g[i], sr_moments,
                                  sr_moments ? rounding_bits_at(key_v, i) : 0);
-            float m_hat = m[i] / bc1;
-            float v_hat = v[i] / bc2;
+            float m_hat = m[i - lo] / bc1;
+            float v_hat = v[i - lo] / bc2;
             float updated = p[i] - lr_f * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
             p[i] = to_bf16_value(updated, sr_params, sr_params ? rounding_bits_at(key_p, i) : 0);
         }

@@ -21,6 +21,9 @@ double l2_norm(const float* x, long n);
 // clip_grad_norm_ rule: factor max_norm / (norm + 1e-6), only when below 1).
 // Returns the norm before clipping; sets *clipped when it scaled.
 double clip_grad_norm(float* grads, long n, double max_norm, bool* clipped);
+// The scaling step of clip_grad_norm, for a norm computed elsewhere (over
+// shards); returns whether it scaled.
+bool clip_to_norm(float* grads, long n, double norm, double max_norm);
 
 class AdamW {
   public:
@@ -28,12 +31,18 @@ class AdamW {
     // update is computed in fp32 and written back rounded, to nearest even or,
     // in bf16_sr, stochastically with bits keyed by (seed, step, tensor,
     // element), and by rank too when precision.sr_key_rank is set.
+    // ZeRO-1: with a shard [shard_begin, shard_end) of the flat buffer, only
+    // that range is updated and only its moments are kept (end -1: to the end).
     AdamW(const OptimizerConfig& config, long num_parameters, const PrecisionConfig& precision = {},
-          unsigned long long seed = 0, int rank = 0);
-    // One update of model.params() from model.grads() at learning rate lr.
+          unsigned long long seed = 0, int rank = 0, long shard_begin = 0, long shard_end = -1);
+    // One update of model.params() from model.grads() at learning rate lr
+    // (of the shard's range only).
     void step(Model& model, double lr);
     long steps_taken() const { return t_; }
-    // Moment buffers, same layout as the parameters (for checkpoints).
+    long shard_begin() const { return begin_; }
+    long shard_end() const { return end_; }
+    long state_bytes() const { return (long)(m_.size() + v_.size()) * (long)sizeof(float); }
+    // Moment buffers of the shard's range (all parameters without ZeRO), for checkpoints.
     std::vector<float>& first_moment() { return m_; }
     std::vector<float>& second_moment() { return v_; }
     void set_steps_taken(long t) { t_ = t; }
@@ -42,6 +51,7 @@ class AdamW {
     OptimizerConfig config_;
     PrecisionConfig precision_;
     unsigned long long rounding_seed_;
+    long begin_, end_;
     std::vector<float> m_, v_;
     long t_ = 0;
 };

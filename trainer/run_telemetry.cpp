@@ -71,6 +71,10 @@ void RunTelemetry::step(const StepStats& s) {
         {"backward_s", s.step, s.backward_seconds, t},
         {"optimizer_s", s.step, s.optimizer_seconds, t},
     };
+    if (s.comm_seconds > 0) {
+        m.push_back({"comm_s", s.step, s.comm_seconds, t});
+        m.push_back({"comm_exposed_s", s.step, s.comm_exposed_seconds, t});
+    }
     for (const auto& [key, value] : s.tensor_norms) m.push_back({key, s.step, value, t});
     writer_->metrics(run_, std::move(m));
     if (t - last_heartbeat_ >= kHeartbeatSeconds) event("heartbeat", s.step);
@@ -81,6 +85,24 @@ void RunTelemetry::heldout_loss(int64_t step, double loss, int64_t tokens_seen) 
     double t = now_seconds();
     writer_->metric(run_, "heldout_loss", step, loss, t);
     writer_->eval(run_, {step, "heldout", "loss", loss, t, tokens_seen});
+}
+
+void RunTelemetry::metrics(int64_t step, const std::vector<std::pair<std::string, double>>& values) {
+    if (!writer_) return;
+    double t = now_seconds();
+    std::vector<telemetry::MetricPoint> m;
+    for (const auto& [key, value] : values) m.push_back({key, step, value, t});
+    writer_->metrics(run_, std::move(m));
+}
+
+void RunTelemetry::rank_metrics(int64_t step, const std::string& key, const std::vector<double>& per_rank) {
+    if (!writer_) return;
+    double t = now_seconds();
+    for (size_t r = 0; r < per_rank.size(); r++) writer_->rank_metric(run_, {key, step, (int)r, per_rank[r], t});
+}
+
+void RunTelemetry::note(const std::string& kind, int64_t step, const std::string& detail) {
+    if (writer_) event(kind, step, detail);
 }
 
 void RunTelemetry::alert(const telemetry::Alert& alert) {

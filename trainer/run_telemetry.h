@@ -27,6 +27,12 @@ class RunTelemetry {
     bool enabled() const { return writer_ != nullptr; }
     void step(const StepStats& s);
     void heldout_loss(int64_t step, double loss, int64_t tokens_seen);
+    // Further series of a step (TP drift, replica checks), and one value per
+    // rank of a key.
+    void metrics(int64_t step, const std::vector<std::pair<std::string, double>>& values);
+    void rank_metrics(int64_t step, const std::string& key, const std::vector<double>& per_rank);
+    // An event besides the lifecycle ones, e.g. "replica_mismatch" with its detail.
+    void note(const std::string& kind, int64_t step, const std::string& detail);
     // Waits until every step so far is committed. Called before a checkpoint is
     // written, so the store never lags behind the newest checkpoint: a run
     // resumed after a SIGKILL then finds no gap in its series.

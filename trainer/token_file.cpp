@@ -9,8 +9,9 @@
 
 namespace hlat {
 
-TokenFile::TokenFile(const std::string& path, const std::string& dtype, int vocab_size,
-                     long min_tokens) {
+TokenFile::TokenFile(const std::string& path, const std::string& dtype, int vocab_size, long min_tokens, int rank,
+                     int world)
+    : rank_(rank), world_(world) {
     int width = dtype == "uint16" ? 2 : dtype == "uint32" ? 4 : 0;
     if (!width) throw std::runtime_error(fmt::format("token dtype {} is not uint16 or uint32", dtype));
     long bytes = file_size(path);
@@ -42,13 +43,14 @@ TokenFile::TokenFile(const std::string& path, const std::string& dtype, int voca
 }
 
 void TokenFile::next_batch(int32_t* inputs, int32_t* targets, int B, int T) {
+    const long windows = (size() - 1) / T;  // whole windows of T+1 tokens in one pass
     for (int b = 0; b < B; b++) {
-        if (position_ + T + 1 > size()) position_ = 0;
-        const int32_t* window = tokens_.data() + position_;
+        long k = next_window_ + (long)rank_ * B + b;
+        const int32_t* window = tokens_.data() + (k % windows) * T;
         std::memcpy(inputs + (long)b * T, window, sizeof(int32_t) * T);
         std::memcpy(targets + (long)b * T, window + 1, sizeof(int32_t) * T);
-        position_ += T;
     }
+    next_window_ += (long)world_ * B;
 }
 
 }  // namespace hlat

@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 
 namespace hlat {
@@ -21,26 +22,71 @@ void set_thread_count(int threads) {
     omp_set_num_threads(threads);  // oneDNN's matmuls run on OpenMP's pool too
 }
 
-Trainer::Trainer(const TrainConfig& config, BatchSource& data, double peak_gflops)
-    : config_(config), data_(data), peak_gflops_(peak_gflops), faults_(parse_faults(config.run.inject)) {
+Trainer::Trainer(const TrainConfig& config, BatchSource& data, double peak_gflops, Parallel* parallel)
+    : config_(config),
+      data_(data),
+      peak_gflops_(peak_gflops),
+      parallel_(parallel && parallel->distributed() ? parallel : nullptr),
+      faults_(parse_faults(config.run.inject)) {
     model_ = std::make_unique<Model>(config.model, config.run.batch_size, config.run.seq_len,
-                                     config.run.activation_checkpointing, config.precision);
+                                     config.run.activation_checkpointing, config.precision, parallel_);
+    long begin = 0, end = -1;
+    int rank = 0;
+    if (parallel_) {
+        reducer_ = std::make_unique<GradReducer>(*parallel_, *model_, config.parallel.zero1,
+                                                 config.precision.reduce_bf16, faults_);
+        begin = reducer_->shard_begin();
+        end = reducer_->shard_end();
+        rank = parallel_->world_rank();
+    }
     optimizer_ = std::make_unique<AdamW>(config.optimizer, model_->num_parameters(), config.precision,
-                                         config.run.seed);
+                                         config.run.seed, rank, begin, end);
     long n = (long)config.run.batch_size * config.run.seq_len;
     inputs_.resize(n);
     targets_.resize(n);
 }
 
-// Norms of every tensor slice (per layer) and of every tensor kind (all layers).
-static void append_tensor_norms(std::vector<std::pair<std::string, double>>& out, const Model& model,
-                                const float* base, const char* prefix) {
+Trainer::~Trainer() = default;
+
+// Sum of squares of buffer[begin, end) as the whole job sees it: each shard's
+// part summed over the tensor-parallel group, replicated tensors counted once
+// (from TP rank 0), and with ZeRO-1 each replica's range summed over the
+// data-parallel group.
+static double job_sum_squares(Parallel& parallel, const Model& model, const float* buffer, long begin, long end,
+                              bool over_data) {
+    double local = 0.0;
     for (const TensorKind& k : model.tensor_kinds()) {
-        out.push_back({fmt::format("{}/kind/{}", prefix, k.name), l2_norm(base + k.offset, k.numel())});
+        if (k.replicated && parallel.tp_rank() != 0) continue;
+        long lo = std::max(begin, k.offset), hi = std::min(end, k.offset + k.numel());
+        if (lo < hi) {
+            double n = l2_norm(buffer + lo, hi - lo);
+            local += n * n;
+        }
+    }
+    double sum = parallel.sum(local, Group::Tensor);
+    return over_data ? parallel.sum(sum, Group::Data) : sum;
+}
+
+// Norms of every tensor kind (all layers) and every slice (per layer). In a
+// tensor-parallel job each shard's squares are summed over the group, the
+// replicated tensors' taken once.
+static void append_tensor_norms(std::vector<std::pair<std::string, double>>& out, const Model& model,
+                                const float* base, const char* prefix, Parallel* parallel) {
+    std::vector<std::string> names;
+    std::vector<double> squares;
+    auto add = [&](std::string name, const TensorKind& k, const float* x, long n) {
+        double norm = l2_norm(x, n);
+        names.push_back(std::move(name));
+        squares.push_back(k.replicated && parallel && parallel->tp_rank() != 0 ? 0.0 : norm * norm);
+    };
+    for (const TensorKind& k : model.tensor_kinds()) {
+        add(fmt::format("{}/kind/{}", prefix, k.name), k, base + k.offset, k.numel());
         long slice = k.rows * k.cols;
         for (int l = 0; l < k.layers; l++)
-            out.push_back({fmt::format("{}/layers.{}.{}", prefix, l, k.name), l2_norm(base + k.offset + l * slice, slice)});
+            add(fmt::format("{}/layers.{}.{}", prefix, l, k.name), k, base + k.offset + l * slice, slice);
     }
+    if (parallel) parallel->allreduce(squares.data(), (long)squares.size(), MPI_DOUBLE, MPI_SUM, Group::Tensor);
+    for (size_t i = 0; i < names.size(); i++) out.push_back({names[i], std::sqrt(squares[i])});
 }
 
 StepStats Trainer::step(bool tensor_norms) {
@@ -70,6 +116,8 @@ StepStats Trainer::step(bool tensor_norms) {
         loss_sum += model_->forward(inputs_.data(), targets_.data());
         s.forward_seconds += seconds_since(t0);
         t0 = Clock::now();
+        // The last micro-batch's backward starts the data-parallel reduction.
+        if (reducer_ && micro == accum - 1) reducer_->arm(step_);
         model_->backward(loss_scale);
         // A bf16 accumulation buffer rounds after every micro-batch's sum.
         if (precision.grad_accum_bf16) bf16_round_inplace(model_->grads(), n_params);
@@ -77,16 +125,34 @@ StepStats Trainer::step(bool tensor_norms) {
     }
     auto t0 = Clock::now();
     s.loss = loss_sum / accum;
+    if (parallel_) {
+        CommStats comm = reducer_->finish();
+        s.comm_seconds = comm.seconds;
+        s.comm_exposed_seconds = comm.exposed_seconds;
+        s.backward_seconds += seconds_since(t0);
+        t0 = Clock::now();
+        s.loss = parallel_->sum(s.loss, Group::Data) / parallel_->dp_size();
+    }
+    // ZeRO-1 leaves only this rank's range reduced: norms and clipping over it.
+    const bool zero1 = reducer_ && reducer_->zero1();
+    const long own_begin = zero1 ? reducer_->shard_begin() : 0, own_end = zero1 ? reducer_->shard_end() : n_params;
     if (step_ == faults_.grad_spike_at) {
         float f = (float)faults_.grad_spike_factor;
         float* g = model_->grads();
         for (long i = 0; i < model_->num_parameters(); i++) g[i] *= f;
     }
     if (step_ == faults_.nan_at) model_->grads()[model_->num_parameters() / 2] = NAN;
-    if (tensor_norms) append_tensor_norms(s.tensor_norms, *model_, model_->grads(), "grad_norm");
+    // Per-tensor gradient norms need every tensor reduced: not under ZeRO-1.
+    if (tensor_norms && !zero1) append_tensor_norms(s.tensor_norms, *model_, model_->grads(), "grad_norm", parallel_);
     // Pure bf16 stores bf16 gradients, before and after clipping.
     if (precision.bf16_state()) bf16_round_inplace(model_->grads(), n_params);
-    s.grad_norm = clip_grad_norm(model_->grads(), n_params, config_.optimizer.grad_clip, &s.clipped);
+    if (!parallel_) {
+        s.grad_norm = clip_grad_norm(model_->grads(), n_params, config_.optimizer.grad_clip, &s.clipped);
+    } else {
+        s.grad_norm = std::sqrt(job_sum_squares(*parallel_, *model_, model_->grads(), own_begin, own_end, zero1));
+        s.clipped = clip_to_norm(model_->grads() + own_begin, own_end - own_begin, s.grad_norm,
+                                 config_.optimizer.grad_clip);
+    }
     if (precision.bf16_state() && s.clipped) bf16_round_inplace(model_->grads(), n_params);
     s.lr = learning_rate(config_.schedule, step_);
     if (faults_.lr_spike_from >= 0 && step_ >= faults_.lr_spike_from && step_ < faults_.lr_spike_from + faults_.lr_spike_steps)
@@ -95,17 +161,27 @@ StepStats Trainer::step(bool tensor_norms) {
     // skipped and the detectors report it.
     s.update_skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
     if (!s.update_skipped) optimizer_->step(*model_, s.lr);
-    s.param_norm = l2_norm(model_->params(), model_->num_parameters());
-    if (tensor_norms) append_tensor_norms(s.tensor_norms, *model_, model_->params(), "param_norm");
+    if (zero1) {
+        auto g0 = Clock::now();
+        reducer_->gather_params();
+        double gather = seconds_since(g0);
+        s.comm_seconds += gather;
+        s.comm_exposed_seconds += gather;
+    }
+    s.param_norm = parallel_ ? std::sqrt(job_sum_squares(*parallel_, *model_, model_->params(), 0, n_params, false))
+                             : l2_norm(model_->params(), n_params);
+    if (tensor_norms) append_tensor_norms(s.tensor_norms, *model_, model_->params(), "param_norm", parallel_);
     s.optimizer_seconds = seconds_since(t0);
     s.step_seconds = seconds_since(t_step);
 
-    long tokens = (long)B * T * accum;
+    // Every data-parallel replica trains on its own tokens; TP ranks share theirs.
+    const int replicas = parallel_ ? parallel_->dp_size() : 1, processes = parallel_ ? parallel_->world_size() : 1;
+    long tokens = (long)B * T * accum * replicas;
     tokens_seen_ += tokens;
     s.tokens_seen = tokens_seen_;
     s.tokens_per_second = tokens / s.step_seconds;
     if (peak_gflops_ > 0)
-        s.mfu = flops_per_token(config_.model, T) * s.tokens_per_second / (peak_gflops_ * 1e9);
+        s.mfu = flops_per_token(config_.model, T) * s.tokens_per_second / (peak_gflops_ * processes * 1e9);
     step_++;
     return s;
 }

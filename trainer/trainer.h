@@ -6,8 +6,10 @@
 #include "trainer/batch_source.h"
 #include "trainer/config.h"
 #include "trainer/faults.h"
+#include "trainer/grad_reducer.h"
 #include "trainer/model.h"
 #include "trainer/optimizer.h"
+#include "trainer/parallel.h"
 
 #include <memory>
 #include <string>
@@ -29,6 +31,8 @@ struct StepStats {
     double tokens_per_second;
     double mfu;             // model FLOPs/s over peak_gflops; 0 when the peak is unknown
     bool update_skipped;    // the loss or gradient was not finite: the weights were left as they were
+    double comm_seconds;    // data-parallel gradient reduction (and ZeRO-1 parameter gather)
+    double comm_exposed_seconds;  // of which the step waited for; the rest overlapped backward
     // When asked for: ("grad_norm/layers.3.qkv_proj", x), ("param_norm/kind/o_proj", y), ...
     // Gradient norms are taken before clipping, parameter norms after the update.
     std::vector<std::pair<std::string, double>> tensor_norms;
@@ -36,14 +40,19 @@ struct StepStats {
 
 class Trainer {
   public:
-    // peak_gflops > 0 enables MFU. The model is built but not initialised:
-    // call model().init_weights() or load_weights() first.
-    Trainer(const TrainConfig& config, BatchSource& data, double peak_gflops);
+    // peak_gflops > 0 enables MFU (per process). The model is built but not
+    // initialised: call model().init_weights() or load_weights() first. With a
+    // distributed job, the model is this rank's tensor-parallel shard, the
+    // gradients are averaged over the data-parallel replicas, loss and norms
+    // are those of the whole job, and tokens count every replica's.
+    Trainer(const TrainConfig& config, BatchSource& data, double peak_gflops, Parallel* parallel = nullptr);
+    ~Trainer();
 
     // One optimizer step; with tensor_norms, also the per-layer and per-kind norms.
     StepStats step(bool tensor_norms = false);
     Model& model() { return *model_; }
     AdamW& optimizer() { return *optimizer_; }
+    const GradReducer* reducer() const { return reducer_.get(); }
     int next_step() const { return step_; }
     long tokens_seen() const { return tokens_seen_; }
     void set_next_step(int step, long tokens_seen) { step_ = step; tokens_seen_ = tokens_seen; }
@@ -52,8 +61,10 @@ class Trainer {
     TrainConfig config_;
     BatchSource& data_;
     double peak_gflops_;
+    Parallel* parallel_;
     Faults faults_;
     std::unique_ptr<Model> model_;
+    std::unique_ptr<GradReducer> reducer_;
     std::unique_ptr<AdamW> optimizer_;
     std::vector<int32_t> inputs_, targets_;
     int step_ = 0;

@@ -1,6 +1,11 @@
 #include "trainer/training_run.h"
 
 #include "trainer/checkpoint.h"
+#include "trainer/distributed_checkpoint.h"
+#include "trainer/parallel.h"
+#include "trainer/process_faults.h"
+#include "trainer/replica_check.h"
+#include "trainer/sharding.h"
 #include "trainer/dataset.h"
 #include "trainer/flops.h"
 #include "trainer/kernels_bf16.h"
@@ -16,6 +21,7 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cmath>
@@ -75,14 +81,17 @@ double unigram_entropy(const std::vector<int32_t>& tokens) {
     return h;
 }
 
-Data open_data(const TrainConfig& config, const std::optional<LoaderState>& loader_state) {
+// Data-parallel rank `rank` of `world` reads its own stream (the loader splits
+// documents by rank; the token file hands out the rank's windows of each
+// global batch).
+Data open_data(const TrainConfig& config, const std::optional<LoaderState>& loader_state, int rank, int world) {
     Data d;
     const int B = config.run.batch_size, T = config.run.seq_len;
     if (config.data.corpus.empty()) {
         if (config.run.data.empty())
             throw std::runtime_error("no training data: set data.corpus (with data.tokenizer) or run.data, or pass --data");
         d.token_file = std::make_unique<TokenFile>(config.run.data, config.run.data_dtype, config.model.vocab_size,
-                                                   (long)B * T + 1);
+                                                   (long)B * T + 1, rank, world);
         d.source = d.token_file.get();
         spdlog::info("data: token file {} ({} tokens)", config.run.data, d.token_file->size());
         return d;
@@ -97,7 +106,7 @@ Data open_data(const TrainConfig& config, const std::optional<LoaderState>& load
     if (d.tokenizer->vocab_size() > config.model.vocab_size)
         throw std::runtime_error(fmt::format("tokenizer {} has {} pieces but model.vocab_size is {}",
                                              config.data.tokenizer, d.tokenizer->vocab_size(), config.model.vocab_size));
-    d.loader = std::make_unique<Loader>(ds.train, *d.tokenizer, B, T, config.run.seed, /*rank=*/0, /*world=*/1,
+    d.loader = std::make_unique<Loader>(ds.train, *d.tokenizer, B, T, config.run.seed, rank, world,
                                         config.data.prefetch_batches, loader_state.value_or(LoaderState{}));
     d.source = d.loader.get();
 
@@ -141,6 +150,9 @@ double heldout_loss(Model& model, const std::vector<std::vector<int32_t>>& batch
 // checkpoint's, unless the user allowed a data change.
 void check_resumable(const TrainConfig& config, const CheckpointState& ck, const Data& data, bool allow_data_change,
                      const std::string& dir) {
+    if (config.parallel.dp != ck.world_size || config.parallel.tp != ck.tp_size)
+        spdlog::info("resuming a checkpoint of dp {} x tp {} at dp {} x tp {}", ck.world_size, ck.tp_size,
+                     config.parallel.dp, config.parallel.tp);
     if (ck.config.at("model") != config_to_json(config).at("model"))
         throw std::runtime_error(fmt::format("cannot resume from {}: its model config differs from this run's", dir));
     if (allow_data_change) return;
@@ -153,7 +165,73 @@ void check_resumable(const TrainConfig& config, const CheckpointState& ck, const
     };
     if (ck.corpus_fingerprint != corpus) refuse("corpus");
     if (ck.tokenizer_fingerprint != tokenizer) refuse("tokenizer");
-    if (ck.world_size != 1) refuse("data-parallel world size");
+    // The token file is one global stream at any world size; the loader's
+    // per-rank streams are not.
+    if (data.loader && ck.world_size != config.parallel.dp) refuse("data-parallel world size");
+}
+
+// Where this data-parallel rank's stream resumes: its own saved state, or,
+// when the world size changed (allowed by --allow-data-change), the start of
+// the epoch after the newest one any rank had reached.
+std::optional<LoaderState> resume_loader_state(const CheckpointState& ck, int dp_rank, int dp_size) {
+    if ((int)ck.loaders.size() == dp_size) return ck.loaders[dp_rank];
+    if (ck.loaders.empty() && dp_size == 1) return ck.loader;
+    LoaderState fresh;
+    for (const LoaderState& l : ck.loaders) fresh.epoch = std::max(fresh.epoch, l.epoch + 1);
+    if (ck.loaders.empty() && ck.loader) fresh.epoch = ck.loader->epoch + 1;
+    return fresh;
+}
+
+// Every rank starts from the same whole model (the seed's), of which it keeps
+// its tensor-parallel shard: a run at any layout starts where a single
+// process would.
+void init_shard_weights(Model& model, unsigned long long seed) {
+    if (!model.is_shard()) return model.init_weights(seed);
+    Model whole(model.config(), 1, 1, false);
+    whole.init_weights(seed);
+    extract_shard(shard_segments(model.config(), model.shard()), whole.params(), model.params());
+}
+
+// Every parallel.check_every steps: DP replica hashes and TP drift, recorded by
+// rank 0 and handed to the detectors; every resync_every steps the replicated
+// weights are re-synced from TP rank 0.
+void check_consistency(Parallel& parallel, const ParallelConfig& pc, Model& model, int done, int64_t step,
+                       RunTelemetry& store, detectors::StepRecord& record) {
+    bool check = pc.check_every > 0 && done % pc.check_every == 0;
+    bool resync = pc.resync_every > 0 && done % pc.resync_every == 0;
+    if (parallel.dp_size() > 1 && check) {
+        std::vector<std::pair<std::string, double>> values;
+        ReplicaReport params = check_replicas(parallel, model, model.params());
+        std::optional<ReplicaReport> grads;
+        if (pc.hash_grads) grads = check_replicas(parallel, model, model.grads());
+        if (parallel.is_root()) {
+            record.replica_mismatch = (double)params.mismatched_ranks.size();
+            if (!params.ok()) record.replica_detail = params.describe("parameters");
+            if (grads) {
+                values.push_back({"replica_grad_mismatch", (double)grads->mismatched_ranks.size()});
+                if (!grads->ok()) {
+                    record.replica_mismatch = std::max(record.replica_mismatch, (double)grads->mismatched_ranks.size());
+                    record.replica_detail += (record.replica_detail.empty() ? "" : "; ") +
+                                             grads->describe("reduced gradients");
+                }
+            }
+            values.push_back({"replica_mismatch", record.replica_mismatch});
+            if (!record.replica_detail.empty()) store.note("replica_mismatch", step, record.replica_detail);
+            store.metrics(step, values);
+        }
+    }
+    if (parallel.tp_size() > 1 && (check || resync)) {
+        DriftReport drift = measure_tp_drift(parallel, model, resync);
+        if (parallel.is_root() && check) {
+            std::vector<std::pair<std::string, double>> values = {{"tp_drift", drift.max_abs},
+                                                                  {"tp_drift_rel", drift.max_rel}};
+            for (const auto& [name, value] : drift.per_tensor) values.push_back({"tp_drift/" + name, value});
+            store.metrics(step, values);
+            store.rank_metrics(step, "tp_drift", drift.per_rank);
+            record.tp_drift = drift.max_abs;
+        }
+        if (resync) spdlog::info("step {}: replicated weights re-synced from tensor-parallel rank 0", done);
+    }
 }
 
 // SIGINT and SIGTERM ask the loop to stop after the current step; the run then
@@ -174,9 +252,43 @@ struct StopSignals {
     }
 };
 
+// Brings every rank's stop and halt decisions together after a step: a signal
+// may reach one rank only, and only rank 0 runs the detectors. Returns the
+// signal (0: none); sets halt_reason on every rank when rank 0 halts.
+int agree_on_stop(Parallel& parallel, int signal, std::string& halt_reason) {
+    if (!parallel.distributed()) return signal;
+    int flags[2] = {signal, halt_reason.empty() ? 0 : 1};
+    parallel.allreduce(flags, 2, MPI_INT, MPI_MAX, Group::World);
+    if (flags[1] && halt_reason.empty()) halt_reason = "halted by rank 0's detectors";
+    return flags[0];
+}
+
+// Rank layout at the start of a distributed run: which host each rank is on
+// and which groups it belongs to.
+void log_layout(Parallel& parallel) {
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    std::vector<std::string> lines = parallel.gather(fmt::format("{} on {} (pid {})", parallel.describe(), host,
+                                                                 getpid()),
+                                                     Group::World);
+    if (!parallel.is_root()) return;
+    spdlog::info("parallel layout: {} processes = {} data-parallel x {} tensor-parallel; tensor-parallel groups are "
+                 "consecutive ranks",
+                 parallel.world_size(), parallel.dp_size(), parallel.tp_size());
+    for (const std::string& l : lines) spdlog::info("  {}", l);
+}
+
 }  // namespace
 
 int run_training(const TrainConfig& config, const RunOptions& options) {
+    Parallel parallel(config.parallel.dp, config.parallel.tp);
+    // Only rank 0 talks: it logs, writes the store and runs the detectors.
+    if (!parallel.is_root()) spdlog::set_level(spdlog::level::warn);
+    if (parallel.distributed()) log_layout(parallel);
+    if (parallel.distributed() && (!options.save_weights.empty() || !options.init_weights.empty()) &&
+        parallel.tp_size() > 1)
+        throw std::runtime_error("--init and --save take whole-model weights: not with --tp > 1 (checkpoints load at "
+                                 "any layout)");
     set_thread_count(config.run.threads);
     const ModelConfig& m = config.model;
     const int B = config.run.batch_size, T = config.run.seq_len;
@@ -195,17 +307,24 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
         }
     }
 
-    Data data = open_data(config, resume_state ? resume_state->loader : std::nullopt);
+    std::optional<LoaderState> loader_state;
+    if (resume_state) loader_state = resume_loader_state(*resume_state, parallel.dp_rank(), parallel.dp_size());
+    Data data = open_data(config, loader_state, parallel.dp_rank(), parallel.dp_size());
     if (resume_state) check_resumable(config, *resume_state, data, options.allow_data_change, *resume_dir);
+    if (resume_state && data.token_file) data.token_file->seek(resume_state->tokens_seen, T);
 
     double peak = config.run.peak_gflops;
     bool measured = peak <= 0;
     const bool bf16_matmuls = config.precision.bf16_compute();
     if (measured) peak = measure_peak_gflops(bf16_matmuls);
-    Trainer trainer(config, *data.source, peak);
+    Trainer trainer(config, *data.source, peak, &parallel);
     Model& model = trainer.model();
     if (resume_state) {
-        load_checkpoint(*resume_dir, model, trainer.optimizer());
+        if (parallel.distributed()) {
+            load_distributed_checkpoint(parallel, *resume_dir, trainer);
+        } else {
+            load_checkpoint(*resume_dir, model, trainer.optimizer());
+        }
         trainer.set_next_step(resume_state->step, resume_state->tokens_seen);
         spdlog::info("resumed from {} at step {} ({} tokens seen)", *resume_dir, resume_state->step,
                      resume_state->tokens_seen);
@@ -213,19 +332,32 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
         load_weights(model, options.init_weights);
         spdlog::info("initial weights from {}", options.init_weights);
     } else {
-        model.init_weights(config.run.seed);
+        init_shard_weights(model, config.run.seed);
     }
 
-    spdlog::info("threads: {} (OpenMP, shared by oneDNN)", config.run.threads);
+    spdlog::info("threads: {} (OpenMP, shared by oneDNN){}", config.run.threads,
+                 parallel.distributed() ? " per process" : "");
     spdlog::info("precision: {}{}", precision_mode_name(config.precision.mode),
                  bf16_matmuls ? fmt::format(" | bf16 matmuls: {} | softmax {} | grad accumulation {}",
                                             bf16_matmul_engine_name(), config.precision.softmax_bf16 ? "bf16" : "fp32",
                                             config.precision.grad_accum_bf16 ? "bf16" : "fp32")
                               : "");
-    spdlog::info("model: {} parameters, d {} | {} layers | {}/{} heads | hidden {} | vocab {}", model.num_parameters(),
-                 m.dim, m.n_layers, m.n_heads, m.n_kv_heads, m.hidden_dim, m.vocab_size);
-    spdlog::info("batch {} x {} x {} accum = {} tokens/step", B, T, config.run.grad_accum,
-                 (long)B * T * config.run.grad_accum);
+    spdlog::info("model: {} parameters, d {} | {} layers | {}/{} heads | hidden {} | vocab {}",
+                 full_parameter_count(m), m.dim, m.n_layers, m.n_heads, m.n_kv_heads, m.hidden_dim, m.vocab_size);
+    if (parallel.distributed())
+        spdlog::info("this rank holds {} parameters{}; gradient reduction {} in {}{}; optimizer state {:.1f} MiB per "
+                     "rank{}",
+                     model.num_parameters(), model.is_shard() ? " (its tensor-parallel shard)" : "",
+                     config.parallel.zero1 ? "reduce-scatter + all-gather (ZeRO-1)" : "bucketed all-reduce",
+                     config.precision.reduce_bf16 ? "bf16" : "fp32",
+                     config.parallel.zero1 ? "" : ", overlapped with backward",
+                     trainer.optimizer().state_bytes() / 1048576.0,
+                     config.parallel.zero1 ? fmt::format(" (ZeRO-1: 1/{} of {:.1f} MiB)", parallel.dp_size(),
+                                                         model.num_parameters() * 8.0 / 1048576.0)
+                                           : "");
+    spdlog::info("batch {} x {} x {} accum{} = {} tokens/step", B, T, config.run.grad_accum,
+                 parallel.dp_size() > 1 ? fmt::format(" x {} replicas", parallel.dp_size()) : "",
+                 (long)B * T * config.run.grad_accum * parallel.dp_size());
     spdlog::info("activations: {:.1f} MiB{}", model.activation_bytes() / 1048576.0,
                  config.run.activation_checkpointing
                      ? fmt::format(" with attention recomputed ({:.1f} MiB without: saves {:.1f} MiB)",
@@ -237,11 +369,14 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
                  flops_per_token(m, T), matmul_parameters(m), peak,
                  measured ? (bf16_matmuls ? "measured by bf16 matmul probe" : "measured by sgemm probe") : "from config");
 
-    RunTelemetry store(config, options.resume, trainer.next_step());
+    // Only rank 0 writes the store and the metrics file.
+    TrainConfig store_config = config;
+    if (!parallel.is_root()) store_config.run.store = "";
+    RunTelemetry store(store_config, options.resume, trainer.next_step());
     if (store.enabled()) spdlog::info("store: {} (run \"{}\")", config.run.store, run_name(config));
 
     std::ofstream metrics;
-    if (!options.metrics_jsonl.empty()) {
+    if (!options.metrics_jsonl.empty() && parallel.is_root()) {
         metrics.open(options.metrics_jsonl, std::ios::app);
         if (!metrics) throw std::runtime_error("cannot open " + options.metrics_jsonl);
         metrics << nlohmann::json{{"event", "start"},
@@ -250,7 +385,7 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
                                   {"peak_gflops", peak},
                                   {"peak_measured", measured},
                                   {"flops_per_token", flops_per_token(m, T)},
-                                  {"parameters", model.num_parameters()},
+                                  {"parameters", full_parameter_count(m)},
                                   {"heldout_unigram_entropy", std::isfinite(data.heldout_unigram_entropy)
                                                                   ? nlohmann::json(data.heldout_unigram_entropy)
                                                                   : nlohmann::json(nullptr)},
@@ -264,18 +399,32 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
         st.step = trainer.next_step();
         st.tokens_seen = trainer.tokens_seen();
         st.config = config_to_json(config);
-        if (data.loader) st.loader = data.loader->state();
         st.corpus_fingerprint = data.dataset ? data.dataset->fingerprint : "";
         st.tokenizer_fingerprint = data.tokenizer ? data.tokenizer->fingerprint() : "";
+        st.world_size = parallel.dp_size();
+        st.tp_size = parallel.tp_size();
+        // Every data-parallel rank's stream position; TP ranks of a replica share theirs.
+        std::vector<std::string> states =
+            parallel.gather(data.loader ? data.loader->state().to_json().dump() : std::string(), Group::World);
+        if (data.loader && parallel.is_root()) {
+            for (size_t r = 0; r < states.size(); r += parallel.tp_size())
+                st.loaders.push_back(LoaderState::from_json(nlohmann::json::parse(states[r])));
+            st.loader = st.loaders.front();
+        }
         store.flush();
-        std::string dir = save_checkpoint(config.run.out_dir, model, trainer.optimizer(), st,
-                                          data.tokenizer ? data.tokenizer->path() : "", config.run.keep_checkpoints);
+        std::string tokenizer = data.tokenizer ? data.tokenizer->path() : "";
+        std::string dir = parallel.distributed()
+                              ? save_distributed_checkpoint(parallel, trainer, st, config.run.out_dir, tokenizer,
+                                                            config.run.keep_checkpoints)
+                              : save_checkpoint(config.run.out_dir, model, trainer.optimizer(), st, tokenizer,
+                                                config.run.keep_checkpoints);
+        if (!parallel.is_root()) return;
         store.checkpoint(st.step - 1, dir);
         spdlog::info("checkpoint {}", dir);
     };
     auto evaluate = [&]() -> double {
         if (data.eval_batches.empty()) return NAN;
-        double loss = heldout_loss(model, data.eval_batches, B, T);
+        double loss = heldout_loss(model, data.eval_batches, B, T);  // every rank: TP forward is collective
         spdlog::info("step {:>6} | held-out loss {:.4f} (unigram entropy {:.3f})", trainer.next_step(), loss,
                      data.heldout_unigram_entropy);
         store.heldout_loss(trainer.next_step() - 1, loss, trainer.tokens_seen());
@@ -290,10 +439,11 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
     // whose policy is halt stops the run after this step.
     detectors::DetectorSuite suite(config.detectors);
     std::unique_ptr<detectors::Webhook> webhook;
-    if (!config.detectors.webhook.empty())
+    if (!config.detectors.webhook.empty() && parallel.is_root())
         webhook = std::make_unique<detectors::Webhook>(config.detectors.webhook, run_name(config));
     std::string halt_reason;
     auto raise = [&](telemetry::Alert alert, detectors::Policy policy) {
+        if (!parallel.is_root()) return;
         alert.wall_time = telemetry::now_seconds();
         bool halt = policy == detectors::Policy::Halt;
         auto level = alert.severity == "critical" ? spdlog::level::err : spdlog::level::warn;
@@ -313,12 +463,16 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
         if (auto leak = probe_causality(model, step)) raise(*leak, probe.policy);
     };
 
+    ProcessFaults process_faults(parse_faults(config.run.inject), parallel.world_rank(),
+                                 ProcessFaults::attempt_from_env());
     const int first = trainer.next_step();
     double elapsed = 0.0, data_wait = 0.0;
+    int stop_signal = 0;
     StopSignals signals;
     try {
         if (trainer.next_step() < total_steps) run_probe(trainer.next_step());
-        while (trainer.next_step() < total_steps && !g_stop_signal && halt_reason.empty()) {
+        while (trainer.next_step() < total_steps && !stop_signal && halt_reason.empty()) {
+            process_faults.before_step(trainer.next_step());
             const int norms_every = config.run.tensor_norms_every;
             bool norms = norms_every > 0 && trainer.next_step() % norms_every == 0;
             StepStats s = trainer.step(norms);
@@ -329,10 +483,14 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
             if (metrics.is_open()) metrics << step_json(s).dump() << "\n" << std::flush;
             if (done % config.run.log_every == 0 || done == total_steps) {
                 double eta = elapsed / (done - first) * (total_steps - done);
+                std::string comm;
+                if (parallel.dp_size() > 1)
+                    comm = fmt::format(" | comm {:.1f} ms, {:.0f}% hidden", 1e3 * s.comm_seconds,
+                                       s.comm_seconds > 0 ? 100.0 * (1.0 - s.comm_exposed_seconds / s.comm_seconds) : 0.0);
                 spdlog::info("step {:>6}/{} | loss {:.4f} | grad norm {:.4f}{} | param norm {:.2f} | lr {:.3e} | "
-                             "{:.0f} tok/s | MFU {:.1f}% | data wait {:.1f}% | ETA {}",
+                             "{:.0f} tok/s | MFU {:.1f}%{} | data wait {:.1f}% | ETA {}",
                              done, total_steps, s.loss, s.grad_norm, s.clipped ? " (clipped)" : "", s.param_norm,
-                             s.lr, s.tokens_per_second, 100.0 * s.mfu, 100.0 * s.data_seconds / s.step_seconds,
+                             s.lr, s.tokens_per_second, 100.0 * s.mfu, comm, 100.0 * s.data_seconds / s.step_seconds,
                              format_duration(eta));
             }
             double heldout = NAN;
@@ -344,19 +502,23 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
             record.param_norm = s.param_norm;
             record.lr = s.lr;
             record.heldout_loss = heldout;
+            check_consistency(parallel, config.parallel, model, done, s.step, store, record);
             for (detectors::Fired& f : suite.observe(record)) raise(std::move(f.alert), f.policy);
             if (done % probe.every == 0) run_probe(s.step);
-            if (auto who = store.halt_requested())
-                raise({"halt_request", "critical", s.step, fmt::format("halt requested by {}", *who),
-                       nlohmann::json{{"requested_by", *who}}.dump(), 0.0},
-                      detectors::Policy::Halt);
+            if (parallel.is_root())
+                if (auto who = store.halt_requested())
+                    raise({"halt_request", "critical", s.step, fmt::format("halt requested by {}", *who),
+                           nlohmann::json{{"requested_by", *who}}.dump(), 0.0},
+                          detectors::Policy::Halt);
+            stop_signal = agree_on_stop(parallel, g_stop_signal, halt_reason);
             if (!halt_reason.empty()) break;
             if (config.run.checkpoint_every > 0 && done % config.run.checkpoint_every == 0 && done != total_steps)
                 checkpoint();
         }
         if (!halt_reason.empty()) {
             // Keep the state if it is still finite (a skipped update leaves it so).
-            if (std::isfinite(l2_norm(model.params(), model.num_parameters()))) {
+            int nonfinite = std::isfinite(l2_norm(model.params(), model.num_parameters())) ? 0 : 1;
+            if (parallel.max(nonfinite, Group::World) == 0) {  // every rank agrees: the checkpoint is collective
                 checkpoint();
             } else {
                 spdlog::error("no checkpoint at the halt: the weights are not finite; the last good one stays");
@@ -376,7 +538,7 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
         store.finish("crashed", trainer.next_step() - 1, e.what());
         throw;
     }
-    int sig = g_stop_signal;
+    int sig = stop_signal;
     if (sig) {
         spdlog::warn("stopped by signal {} after step {}", sig, trainer.next_step());
         store.finish("stopped", trainer.next_step() - 1, fmt::format("signal {}", sig));
@@ -384,7 +546,7 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
         store.finish("finished", trainer.next_step() - 1, "reached its steps");
     }
     spdlog::info("{}", store.summary());
-    if (!options.save_weights.empty()) {
+    if (!options.save_weights.empty() && parallel.is_root()) {
         save_weights(model, options.save_weights);
         spdlog::info("saved weights to {}", options.save_weights);
     }

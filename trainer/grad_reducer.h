@@ -1,0 +1,92 @@
+// Data-parallel gradient averaging across the replicas of one shard.
+//
+// Plain data parallelism: the gradients are cut into buckets in the order
+// backward finishes them (lm_head and the final norm, then each layer from the
+// last, then the embedding). On the step's last micro-batch each bucket's
+// MPI_Iallreduce starts as soon as backward is past it, so communication
+// overlaps the rest of backward; finish() waits for the stragglers.
+//
+// ZeRO-1: the flat buffer is split into dp contiguous ranges; finish() reduce-
+// scatters the gradients so each rank holds the average of its own range, the
+// optimizer updates that range only, and gather_params() all-gathers the
+// updated parameters.
+//
+// In bf16 reduction (precision.reduce_bf16) the values travel as bf16 and every
+// partial sum is rounded to bf16, as a bf16 all-reduce does.
+#pragma once
+
+#include "trainer/faults.h"
+#include "trainer/model.h"
+#include "trainer/parallel.h"
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+namespace hlat {
+
+struct CommStats {
+    double seconds = 0.0;          // from the first reduction's start to the last one's completion
+    double exposed_seconds = 0.0;  // of which the step waited, after backward
+    long bytes = 0;                // sent into reductions by this rank
+};
+
+class GradReducer {
+  public:
+    // Installs itself as the model's grads-ready hook. With zero1 the shard of
+    // this rank is [shard_begin(), shard_end()).
+    GradReducer(Parallel& parallel, Model& model, bool zero1, bool reduce_bf16, const Faults& faults);
+    ~GradReducer();
+
+    // Before the backward of the step's last micro-batch: from then on the
+    // model's hook starts the buckets' reductions (plain data parallelism).
+    void arm(int step);
+    // Completes the reduction: every rank then holds the averaged gradients
+    // (plain) or the average of its own range (ZeRO-1).
+    CommStats finish();
+    // ZeRO-1, after the optimizer step: every rank gets every range's parameters.
+    void gather_params();
+
+    bool zero1() const { return zero1_; }
+    // The range of the flat buffer this rank updates: its own under ZeRO-1, all of it otherwise.
+    long shard_begin() const { return zero1_ ? begin_[rank_] : 0; }
+    long shard_end() const { return zero1_ ? begin_[rank_ + 1] : begin_.back(); }
+
+  private:
+    struct Segment {
+        long offset, count;
+        std::string name;  // of the tensor slice, as the skip fault names it
+    };
+    struct Bucket {
+        std::vector<Segment> segments;
+        long count = 0;
+        std::vector<float> values;     // packed fp32
+        std::vector<uint16_t> values16;  // packed bf16
+        std::vector<float> previous;   // the stale fault's last reduced values
+        MPI_Request request = MPI_REQUEST_NULL;
+        bool started = false;
+    };
+    void on_grads_ready(int stage);
+    void start(Bucket& b);
+    void unpack(Bucket& b);
+    bool faulty_rank() const { return rank_ == size_ - 1; }
+    bool fault_active(AllreduceBug bug) const;
+    void poll();
+    CommStats finish_zero1();
+
+    Parallel& parallel_;
+    Model& model_;
+    bool zero1_, bf16_;
+    Faults faults_;
+    int rank_, size_;
+    std::vector<Bucket> buckets_;
+    std::vector<int> stage_bucket_;  // bucket of model stage s at index s + 1
+    std::vector<long> begin_;        // ZeRO-1 ranges: rank r owns [begin_[r], begin_[r+1])
+    bool armed_ = false;
+    int step_ = 0;
+    long bytes_ = 0;
+    std::chrono::steady_clock::time_point first_start_, last_done_;
+    MPI_Op bf16_sum_ = MPI_OP_NULL;
+};
+
+}  // namespace hlat
