@@ -89,7 +89,7 @@ static void append_tensor_norms(std::vector<std::pair<std::string, double>>& out
     for (size_t i = 0; i < names.size(); i++) out.push_back({names[i], std::sqrt(squares[i])});
 }
 
-StepStats Trainer::step(bool tensor_norms) {
+StepStats Trainer::step(bool tensor_norms, bool hash_grads) {
     const int B = config_.run.batch_size, T = config_.run.seq_len, accum = config_.run.grad_accum;
     StepStats s{};
     s.step = step_;
@@ -132,6 +132,9 @@ StepStats Trainer::step(bool tensor_norms) {
         s.backward_seconds += seconds_since(t0);
         t0 = Clock::now();
         s.loss = parallel_->sum(s.loss, Group::Data) / parallel_->dp_size();
+        // Before clipping: a clip factor computed from different gradients
+        // would make every tensor differ and hide the one that was wrong.
+        if (hash_grads && parallel_->dp_size() > 1) s.grad_replicas = check_replicas(*parallel_, *model_, model_->grads());
     }
     // ZeRO-1 leaves only this rank's range reduced: norms and clipping over it.
     const bool zero1 = reducer_ && reducer_->zero1();

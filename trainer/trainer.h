@@ -10,8 +10,10 @@
 #include "trainer/model.h"
 #include "trainer/optimizer.h"
 #include "trainer/parallel.h"
+#include "trainer/replica_check.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +38,9 @@ struct StepStats {
     // When asked for: ("grad_norm/layers.3.qkv_proj", x), ("param_norm/kind/o_proj", y), ...
     // Gradient norms are taken before clipping, parameter norms after the update.
     std::vector<std::pair<std::string, double>> tensor_norms;
+    // When asked for: the reduced gradients compared across data-parallel
+    // replicas, before clipping (complete on world rank 0).
+    std::optional<ReplicaReport> grad_replicas;
 };
 
 class Trainer {
@@ -48,8 +53,10 @@ class Trainer {
     Trainer(const TrainConfig& config, BatchSource& data, double peak_gflops, Parallel* parallel = nullptr);
     ~Trainer();
 
-    // One optimizer step; with tensor_norms, also the per-layer and per-kind norms.
-    StepStats step(bool tensor_norms = false);
+    // One optimizer step; with tensor_norms, also the per-layer and per-kind
+    // norms; with hash_grads (distributed, every rank), the replica check of
+    // the reduced gradients.
+    StepStats step(bool tensor_norms = false, bool hash_grads = false);
     Model& model() { return *model_; }
     AdamW& optimizer() { return *optimizer_; }
     const GradReducer* reducer() const { return reducer_.get(); }

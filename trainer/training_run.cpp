@@ -195,15 +195,18 @@ void init_shard_weights(Model& model, unsigned long long seed) {
 // Every parallel.check_every steps: DP replica hashes and TP drift, recorded by
 // rank 0 and handed to the detectors; every resync_every steps the replicated
 // weights are re-synced from TP rank 0.
-void check_consistency(Parallel& parallel, const ParallelConfig& pc, Model& model, int done, int64_t step,
+bool is_check_step(const ParallelConfig& pc, int done) { return pc.check_every > 0 && done % pc.check_every == 0; }
+
+void check_consistency(Parallel& parallel, const ParallelConfig& pc, Model& model, const StepStats& s,
                        RunTelemetry& store, detectors::StepRecord& record) {
-    bool check = pc.check_every > 0 && done % pc.check_every == 0;
+    const int done = s.step + 1;
+    const int64_t step = s.step;
+    bool check = is_check_step(pc, done);
     bool resync = pc.resync_every > 0 && done % pc.resync_every == 0;
     if (parallel.dp_size() > 1 && check) {
         std::vector<std::pair<std::string, double>> values;
         ReplicaReport params = check_replicas(parallel, model, model.params());
-        std::optional<ReplicaReport> grads;
-        if (pc.hash_grads) grads = check_replicas(parallel, model, model.grads());
+        const std::optional<ReplicaReport>& grads = s.grad_replicas;
         if (parallel.is_root()) {
             record.replica_mismatch = (double)params.mismatched_ranks.size();
             if (!params.ok()) record.replica_detail = params.describe("parameters");
@@ -475,7 +478,8 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
             process_faults.before_step(trainer.next_step());
             const int norms_every = config.run.tensor_norms_every;
             bool norms = norms_every > 0 && trainer.next_step() % norms_every == 0;
-            StepStats s = trainer.step(norms);
+            bool hash_grads = config.parallel.hash_grads && is_check_step(config.parallel, trainer.next_step() + 1);
+            StepStats s = trainer.step(norms, hash_grads);
             elapsed += s.step_seconds;
             data_wait += s.data_seconds;
             int done = s.step + 1;
@@ -502,7 +506,7 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
             record.param_norm = s.param_norm;
             record.lr = s.lr;
             record.heldout_loss = heldout;
-            check_consistency(parallel, config.parallel, model, done, s.step, store, record);
+            check_consistency(parallel, config.parallel, model, s, store, record);
             for (detectors::Fired& f : suite.observe(record)) raise(std::move(f.alert), f.policy);
             if (done % probe.every == 0) run_probe(s.step);
             if (parallel.is_root())

@@ -1,0 +1,287 @@
+// Distributed training through the binary under mpirun (2 processes on this
+// 2-core machine, --oversubscribe): data and tensor parallelism and ZeRO-1
+// match one process; checkpoints move between layouts; the replica and drift
+// checks catch the faults they exist for and stay quiet on clean runs; a rank
+// killed mid-run leaves nothing corrupt behind.
+//
+// Tolerances. In fp32 the layouts compute the same sums in another order: DP
+// averages two half-batch gradient means instead of one batch mean, TP sums
+// partial matmul outputs across ranks, ZeRO-1 reduce-scatters instead of
+// all-reducing. Each reordering moves a result by a few float ulps (relative
+// 1e-7); Adam's normalised update carries such differences forward without
+// shrinking them, and 20 steps measured at most 4e-8 relative on the loss and
+// 5e-7 on the gradient norm. The tests allow 1e-5 relative: far above
+// reordering noise, far below any real difference (one wrong token in a
+// batch of 256 moves the loss by ~1e-3).
+#include "test_util.h"
+#include "trainer/checkpoint.h"
+#include "telemetry/reader.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <set>
+
+namespace hlat {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr double kTolerance = 1e-5;
+
+class DistributedTest : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        dir_ = new test::ScratchDir("distributed");
+        // Tokens with structure to learn: fragments of one random sequence.
+        std::mt19937 rng(7);
+        std::vector<uint16_t> base(2000), tokens;
+        for (uint16_t& t : base) t = (uint16_t)(rng() % 256);
+        while (tokens.size() < 60000) {
+            size_t at = rng() % (base.size() - 50);
+            tokens.insert(tokens.end(), base.begin() + at, base.begin() + at + 50);
+        }
+        std::ofstream(dir_->file("tokens.bin"), std::ios::binary)
+            .write(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+    }
+    static void TearDownTestSuite() { delete dir_; }
+
+    // A config of the tiny model: heads, kv heads, hidden units and vocabulary
+    // all divide by 2 so TP=2 splits them.
+    static std::string config(const std::string& name, int batch, const std::string& extra = "") {
+        std::string path = dir_->file(name + ".json");
+        std::ofstream(path) << fmt::format(R"({{
+          "model": {{"vocab_size": 256, "dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
+                    "hidden_dim": 128, "max_seq_len": 32}},
+          "schedule": {{"max_lr": 3e-3, "min_lr": 3e-4, "warmup_steps": 5, "total_steps": 30}},
+          "run": {{"batch_size": {}, "seq_len": 32, "threads": 1, "data": "{}", "eval_every": 0,
+                  "peak_gflops": 100, "tensor_norms_every": 0, "checkpoint_every": 10, "keep_checkpoints": 0}},
+          "detectors": {{"leak_probe": {{"policy": "off"}}}}{}
+        }})", batch, dir_->file("tokens.bin"), extra);
+        return path;
+    }
+
+    // Runs `hlat train` on np processes (np 1: no mpirun); the run's files
+    // are named after out.
+    static test::CommandResult train(int np, const std::string& config_path, const std::string& out,
+                                     const std::string& args, const std::string& store = "none") {
+        std::string launch = np == 1 ? ""
+                                     : fmt::format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun "
+                                                   "--oversubscribe -np {} ",
+                                                   np);
+        return test::run_command(fmt::format("{}{} train --config {} --out-dir {} --metrics-jsonl {}.jsonl --store {} {}",
+                                             launch, HLAT_BINARY, config_path, dir_->file(out), dir_->file(out),
+                                             store, args));
+    }
+
+    // step -> step record of a run's metrics file.
+    static std::map<int, nlohmann::json> steps(const std::string& out) {
+        std::map<int, nlohmann::json> r;
+        std::ifstream in(dir_->file(out) + ".jsonl");
+        for (std::string line; std::getline(in, line);) {
+            auto j = nlohmann::json::parse(line);
+            if (!j.contains("event")) r[j["step"].get<int>()] = j;
+        }
+        return r;
+    }
+
+    static void expect_same_curves(const std::string& a, const std::string& b, int from, int to) {
+        auto sa = steps(a), sb = steps(b);
+        for (int s = from; s < to; s++) {
+            SCOPED_TRACE(fmt::format("{} vs {} at step {}", a, b, s));
+            ASSERT_TRUE(sa.count(s) && sb.count(s));
+            for (const char* key : {"loss", "grad_norm", "param_norm"}) {
+                double x = sa[s][key].get<double>(), y = sb[s][key].get<double>();
+                EXPECT_LE(std::fabs(x - y), kTolerance * std::fabs(x)) << key << ": " << x << " vs " << y;
+            }
+        }
+    }
+
+    static std::vector<std::string> alerts(const std::string& out) {
+        std::vector<std::string> r;
+        std::ifstream in(dir_->file(out) + ".jsonl");
+        for (std::string line; std::getline(in, line);) {
+            auto j = nlohmann::json::parse(line);
+            if (j.value("event", "") == "alert") r.push_back(fmt::format("{}@{}", j["kind"].get<std::string>(),
+                                                                         j["step"].get<int>()));
+        }
+        return r;
+    }
+
+    static test::ScratchDir* dir_;
+};
+test::ScratchDir* DistributedTest::dir_ = nullptr;
+
+TEST_F(DistributedTest, DataParallelMatchesOneProcessWithTheSameGlobalBatch) {
+    auto r = train(1, config("b8", 8), "single", "--steps 20");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = train(2, config("b4", 4), "dp2", "--steps 20 --dp 2");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("2 data-parallel x 1 tensor-parallel"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("% hidden"), std::string::npos) << "the step line reports the communication";
+    expect_same_curves("single", "dp2", 0, 20);
+    EXPECT_EQ(steps("dp2")[19]["tokens_seen"], steps("single")[19]["tokens_seen"]);
+    EXPECT_TRUE(alerts("dp2").empty()) << "a clean DP run raises nothing";
+}
+
+TEST_F(DistributedTest, TensorParallelMatchesOneProcess) {
+    auto r = train(1, config("b8", 8), "single_tp_ref", "--steps 20");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = train(2, config("b8", 8), "tp2", "--steps 20 --tp 2");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("1 data-parallel x 2 tensor-parallel"), std::string::npos) << r.output;
+    expect_same_curves("single_tp_ref", "tp2", 0, 20);
+    EXPECT_TRUE(alerts("tp2").empty()) << "a clean TP run raises nothing";
+}
+
+TEST_F(DistributedTest, Zero1MatchesPlainDataParallelWithHalfTheOptimizerState) {
+    auto r = train(2, config("b4", 4), "dp2_ref", "--steps 20 --dp 2");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = train(2, config("b4", 4), "zero1", "--steps 20 --dp 2 --zero1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("ZeRO-1: 1/2 of"), std::string::npos) << r.output;
+    expect_same_curves("dp2_ref", "zero1", 0, 20);
+}
+
+// Checkpoints hold the whole model: a DP=2 checkpoint resumes on one process
+// and a TP=2 one at DP=2, each continuing the curve of a run never stopped.
+TEST_F(DistributedTest, CheckpointsLoadAtAnotherLayout) {
+    auto r = train(1, config("b8", 8), "straight", "--steps 30");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = train(2, config("b4", 4), "moved_dp", "--steps 20 --dp 2");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = train(1, config("b8", 8), "moved_dp", "--steps 30 --resume");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("checkpoint of dp 2 x tp 1 at dp 1 x tp 1"), std::string::npos) << r.output;
+    expect_same_curves("straight", "moved_dp", 20, 30);
+
+    r = train(2, config("b8", 8), "moved_tp", "--steps 20 --tp 2");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = train(2, config("b4", 4), "moved_tp", "--steps 30 --dp 2 --resume");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    expect_same_curves("straight", "moved_tp", 20, 30);
+}
+
+// Each all-reduce bug leaves the loss looking normal but the replicas apart:
+// the replica hash check (every 5 steps here) names it at its first check.
+// The reduced gradients are hashed too (before clipping), so the skipped
+// tensor is named: the parameters all differ once each replica clips by its
+// own gradient norm.
+TEST_F(DistributedTest, EveryAllreduceBugIsCaughtByTheReplicaHashes) {
+    std::string cfg = config("bugs", 4, R"(, "parallel": {"check_every": 5, "hash_grads": true})");
+    for (const char* flavour : {"sum", "skip", "stale"}) {
+        SCOPED_TRACE(flavour);
+        std::string out = fmt::format("bug_{}", flavour);
+        auto r = train(2, cfg, out, fmt::format("--steps 20 --dp 2 --inject allreduce_bug@6:{}", flavour));
+        EXPECT_EQ(r.exit_code, 3) << "replica_mismatch halts by default\n" << r.output;
+        std::vector<std::string> a = alerts(out);
+        ASSERT_EQ(a.size(), 1u) << r.output;
+        EXPECT_EQ(a[0], "replica_mismatch@9");  // the first check after step 6
+        EXPECT_NE(r.output.find("rank 1"), std::string::npos) << r.output;
+        if (std::string(flavour) == "skip") {
+            EXPECT_NE(r.output.find("reduced gradients of rank 1 differ from their replica 0, first at "
+                                    "layers.0.down_proj"),
+                      std::string::npos)
+                << r.output;
+        }
+    }
+}
+
+// Stochastic rounding keyed by rank rounds the replicated norm weights
+// differently on each TP rank: they drift and the detector says so. Keyed by
+// tensor and element only they stay equal. Re-syncing from TP rank 0 every
+// step keeps the drift to what one step adds.
+TEST_F(DistributedTest, TpDriftAppearsOnlyWithRankKeyedRounding) {
+    auto cfg = [&](const char* name, const char* precision, const char* resync) {
+        return config(name, 8, fmt::format(R"(, "precision": {{"mode": "bf16_sr"{}}},
+            "parallel": {{"check_every": 2{}}},
+            "detectors": {{"leak_probe": {{"policy": "off"}}, "tp_drift": {{"threshold": 1e-9}}}})",
+                                           precision, resync));
+    };
+    std::string db = dir_->file("drift.db");
+    auto r = train(2, cfg("keyed", R"(, "sr_key_rank": true)", ""), "drift_keyed", "--steps 12 --tp 2", db);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::vector<std::string> a = alerts("drift_keyed");
+    ASSERT_FALSE(a.empty()) << r.output;
+    EXPECT_EQ(a[0], "tp_drift@1") << "at the first check";
+    r = train(2, cfg("unkeyed", "", ""), "drift_unkeyed", "--steps 12 --tp 2", db);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(alerts("drift_unkeyed").empty()) << r.output;
+    r = train(2, cfg("resync", R"(, "sr_key_rank": true)", R"(, "resync_every": 1)"), "drift_resync",
+              "--steps 12 --tp 2", db);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("re-synced from tensor-parallel rank 0"), std::string::npos) << r.output;
+
+    // The drift series in the store.
+    telemetry::Reader reader(db);
+    auto drift = [&](const char* name) {
+        auto run = reader.find_run(name);
+        EXPECT_TRUE(run.has_value()) << name;
+        std::vector<double> values;
+        for (auto& p : reader.series(run->id, "tp_drift", 0, 1000)) values.push_back(p.value);
+        EXPECT_EQ(values.size(), 6u) << name << ": one value per check";
+        return values;
+    };
+    std::vector<double> keyed = drift("drift_keyed"), unkeyed = drift("drift_unkeyed"), resync = drift("drift_resync");
+    EXPECT_GT(keyed.back(), 0.0);
+    for (double d : unkeyed) EXPECT_EQ(d, 0.0);
+    EXPECT_LE(*std::max_element(resync.begin(), resync.end()), keyed.back());
+}
+
+// A rank killed between checkpoints: the job dies, the checkpoints on disk
+// all verify, and the resumed run rewrites the lost steps in place (no
+// duplicates) and continues the curve of a run that was never killed.
+TEST_F(DistributedTest, AKilledRankCorruptsNothingAndTheResumeIsSeamless) {
+    std::string cfg = config("b4", 4);
+    std::string db = dir_->file("crash.db");
+    auto r = train(2, cfg, "uninterrupted", "--steps 30 --dp 2");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = train(2, cfg, "killed", "--steps 30 --dp 2 --inject crash@14:1", db);
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("fault crash: killing rank 1"), std::string::npos) << r.output;
+    for (const fs::path& ck : checkpoint_dirs(fs::path(dir_->file("killed")) / "checkpoints"))
+        EXPECT_NO_THROW(verify_checkpoint(ck.string())) << ck;
+    EXPECT_EQ(checkpoint_dirs(fs::path(dir_->file("killed")) / "checkpoints").size(), 1u) << "only step 10's";
+
+    r = test::run_command(fmt::format("HLAT_ATTEMPT=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun "
+                                      "--oversubscribe -np 2 {} train --config {} --out-dir {} --metrics-jsonl "
+                                      "{}.jsonl --store {} --steps 30 --dp 2 --resume --inject crash@14:1",
+                                      HLAT_BINARY, cfg, dir_->file("killed"), dir_->file("killed"), db));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("at step 10"), std::string::npos) << r.output;
+    expect_same_curves("uninterrupted", "killed", 10, 30);
+
+    telemetry::Reader reader(db);
+    auto run = reader.find_run("killed");
+    ASSERT_TRUE(run.has_value());
+    auto loss = reader.series(run->id, "loss", 0, 1000);
+    ASSERT_EQ(loss.size(), 30u) << "one row per step, the re-run steps 10..13 replaced";
+    std::set<int64_t> seen;
+    for (auto& p : loss) seen.insert(p.step);
+    EXPECT_EQ(seen.size(), 30u);
+    EXPECT_EQ(*seen.rbegin(), 29);
+    auto uninterrupted = steps("uninterrupted");
+    for (auto& p : loss)
+        EXPECT_LE(std::fabs(p.value - uninterrupted[(int)p.step]["loss"].get<double>()), kTolerance * p.value)
+            << "step " << p.step;
+}
+
+TEST_F(DistributedTest, AWrongProcessCountIsAClearError) {
+    auto r = train(2, config("b4", 4), "wrong", "--steps 2 --dp 2 --tp 2");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("--dp 2 x --tp 2 = 4 processes, but the job has 2"), std::string::npos) << r.output;
+    r = train(1, config("b4", 4), "wrong1", "--steps 2 --dp 2");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("start it with mpirun"), std::string::npos) << r.output;
+    r = train(1, config("b4", 4), "wrong2", "--steps 2 --tp 3");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("parallel.tp = 3 must divide model.n_heads"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace hlat
