@@ -5,6 +5,7 @@
 namespace hlat::cli {
 
 int train_command(int argc, char** argv);
+int run_command(int argc, char** argv);
 int corpus_command(int argc, char** argv);
 int tokenizer_command(int argc, char** argv);
 int export_command(int argc, char** argv);

@@ -19,6 +19,8 @@ struct Command {
 
 const Command kCommands[] = {
     {"train", "train the LLaMA model (corpus or token file); --resume continues a run", hlat::cli::train_command},
+    {"run", "supervise a training job: relaunch it from its latest checkpoint when it crashes or hangs",
+     hlat::cli::run_command},
     {"corpus", "turn the Python docs' Texinfo into JSONL documents", hlat::cli::corpus_command},
     {"tokenizer", "train a SentencePiece tokenizer on a config's corpus", hlat::cli::tokenizer_command},
     {"export", "write a checkpoint as a Hugging Face LLaMA folder", hlat::cli::export_command},

@@ -253,6 +253,21 @@ std::optional<std::string> Reader::pending_halt(int64_t run) {
     return s.column_text(0);
 }
 
+Reader::Activity Reader::last_activity(int64_t run) {
+    Activity a;
+    if (auto loss = key_id("loss")) {
+        // The newest row of one key: an index seek on (run, key, step), not a scan.
+        Statement m = db_.prepare("SELECT wall_time, step FROM metrics WHERE run_id = ?1 AND key_id = ?2 "
+                                  "ORDER BY step DESC LIMIT 1");
+        m.bind(1, run).bind(2, *loss);
+        if (m.step()) a = {m.column_double(0), m.column_int(1)};
+    }
+    Statement e = db_.prepare("SELECT max(wall_time) FROM events WHERE run_id = ?1");
+    e.bind(1, run);
+    if (e.step() && !e.column_is_null(0)) a.wall_time = std::max(a.wall_time, e.column_double(0));
+    return a;
+}
+
 Uptime Reader::uptime(int64_t run) {
     Uptime u;
     std::vector<Event> ev = events(run);

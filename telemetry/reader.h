@@ -71,6 +71,13 @@ class Reader {
     std::vector<CheckpointRecord> checkpoints(int64_t run);
     std::vector<EvalRecord> evals(int64_t run);
     Uptime uptime(int64_t run);
+    // When the run last showed life (its newest loss row or event) and the
+    // newest step it recorded (-1: none): what a supervisor watches for hangs.
+    struct Activity {
+        double wall_time = 0.0;
+        int64_t step = -1;
+    };
+    Activity last_activity(int64_t run);
     // Who asked for a halt of the run that the trainer has not handled yet.
     std::optional<std::string> pending_halt(int64_t run);
 

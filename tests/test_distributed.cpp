@@ -271,6 +271,67 @@ TEST_F(DistributedTest, AKilledRankCorruptsNothingAndTheResumeIsSeamless) {
             << "step " << p.step;
 }
 
+// `hlat run`: a crash is relaunched from the latest checkpoint with --resume,
+// the store gets crash, restart and downtime events and an uptime below one,
+// and the curve has each step once.
+TEST_F(DistributedTest, TheSupervisorRelaunchesACrashFromTheLatestCheckpoint) {
+    std::string db = dir_->file("supervised.db");
+    auto r = test::run_command(fmt::format("{} run --backoff 0.2 -- --config {} --out-dir {} --store {} --steps 30 "
+                                           "--inject crash@14",
+                                           HLAT_BINARY, config("b8", 8), dir_->file("supervised"), db));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("restart 1 of at most 10"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+    telemetry::Reader reader(db);
+    auto run = reader.find_run("supervised");
+    ASSERT_TRUE(run.has_value());
+    EXPECT_EQ(run->status, "finished");
+    std::vector<std::string> kinds;
+    for (auto& e : reader.events(run->id))
+        if (e.kind != "checkpoint" && e.kind != "heartbeat") kinds.push_back(e.kind);
+    EXPECT_EQ(kinds, (std::vector<std::string>{"start", "crash", "restart", "stop", "downtime"}));
+    telemetry::Uptime u = reader.uptime(run->id);
+    EXPECT_EQ(u.restarts, 1);
+    EXPECT_GT(u.ratio, 0.0);
+    EXPECT_LT(u.ratio, 1.0);
+    EXPECT_EQ(reader.series(run->id, "loss", 0, 1000).size(), 30u);
+}
+
+TEST_F(DistributedTest, TheSupervisorNeverRestartsAHaltAndGivesUpAfterItsLimit) {
+    auto r = test::run_command(fmt::format("{} run --backoff 0.2 -- --config {} --out-dir {} --store none --steps 30 "
+                                           "--inject nan@8",
+                                           HLAT_BINARY, config("b8", 8), dir_->file("halted")));
+    EXPECT_EQ(r.exit_code, 3) << r.output;
+    EXPECT_NE(r.output.find("a detector halted the job: not restarting"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("launch 2"), std::string::npos) << r.output;
+
+    r = test::run_command(fmt::format("{} run --max-restarts 0 -- --config {} --out-dir {} --store none --steps 30 "
+                                      "--inject crash@5",
+                                      HLAT_BINARY, config("b8", 8), dir_->file("given_up")));
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("giving up"), std::string::npos) << r.output;
+}
+
+// A rank that stops responding stalls the whole job in its next collective;
+// the store's heartbeats go quiet and the supervisor kills the job (mpirun
+// and every rank) and relaunches it.
+TEST_F(DistributedTest, TheSupervisorKillsAHungJobAndRelaunchesIt) {
+    std::string db = dir_->file("hung.db");
+    auto r = test::run_command(fmt::format(
+        "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 {} run --backoff 0.2 --hang-timeout 3 "
+        "--launcher \"mpirun --oversubscribe -np 2\" -- --config {} --dp 2 --out-dir {} --store {} --steps 30 "
+        "--inject hang@14:1",
+        HLAT_BINARY, config("b4", 4), dir_->file("hung"), db));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("the job hangs; killing it"), std::string::npos) << r.output;
+    telemetry::Reader reader(db);
+    auto run = reader.find_run("hung");
+    ASSERT_TRUE(run.has_value());
+    EXPECT_EQ(run->status, "finished");
+    EXPECT_EQ(reader.uptime(run->id).restarts, 1);
+    EXPECT_EQ(reader.series(run->id, "loss", 0, 1000).size(), 30u);
+}
+
 TEST_F(DistributedTest, AWrongProcessCountIsAClearError) {
     auto r = train(2, config("b4", 4), "wrong", "--steps 2 --dp 2 --tp 2");
     EXPECT_NE(r.exit_code, 0);

@@ -1,0 +1,53 @@
+// hlat run: supervise a training job (trainer/supervisor.h).
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "trainer/supervisor.h"
+
+#include <boost/program_options.hpp>
+
+#include <cstring>
+#include <sstream>
+
+namespace hlat::cli {
+namespace po = boost::program_options;
+
+int run_command(int argc, char** argv) {
+    // Everything after "--" belongs to `hlat train`.
+    int split = argc;
+    for (int i = 1; i < argc; i++)
+        if (!std::strcmp(argv[i], "--")) {
+            split = i;
+            break;
+        }
+    po::options_description opts("hlat run options");
+    opts.add_options()
+        ("help,h", "print this help")
+        ("launcher", po::value<std::string>()->default_value(""),
+         "command that starts the ranks, e.g. \"mpirun -np 4 --hostfile hosts\"; empty: run hlat train directly")
+        ("max-restarts", po::value<int>()->default_value(10), "relaunches after crashes before giving up")
+        ("backoff", po::value<double>()->default_value(1.0),
+         "seconds before the first relaunch; doubled at each further one")
+        ("backoff-max", po::value<double>()->default_value(60.0), "cap on the wait before a relaunch, seconds")
+        ("hang-timeout", po::value<double>()->default_value(300.0),
+         "seconds without a heartbeat in the store (a step or an event) after which the job is killed and "
+         "relaunched; 0: never");
+    auto parsed = parse_options(split, argv, opts,
+                                "usage: hlat run [options] -- [hlat train options]\n"
+                                "Relaunches a crashed or hung job from its latest good checkpoint (adding --resume);\n"
+                                "a job halted by a detector (exit 3) or stopped by Ctrl-C is not restarted.");
+    if (!parsed) return 0;
+    const po::variables_map& vm = *parsed;
+    SupervisorOptions o;
+    for (int i = split + 1; i < argc; i++) o.train_args.push_back(argv[i]);
+    std::istringstream launcher(vm["launcher"].as<std::string>());
+    for (std::string word; launcher >> word;) o.launcher.push_back(word);
+    o.max_restarts = vm["max-restarts"].as<int>();
+    o.backoff_seconds = vm["backoff"].as<double>();
+    o.backoff_max_seconds = vm["backoff-max"].as<double>();
+    o.hang_timeout_seconds = vm["hang-timeout"].as<double>();
+    if (o.max_restarts < 0 || o.backoff_seconds < 0 || o.backoff_max_seconds < 0 || o.hang_timeout_seconds < 0)
+        throw std::runtime_error("--max-restarts, --backoff, --backoff-max and --hang-timeout must be >= 0");
+    return supervise(o);
+}
+
+}  // namespace hlat::cli
