@@ -47,6 +47,24 @@ const train = (name, cfg, extra = []) => ["train", "--config", path.join(work, c
 const done = spawnSync(hlat, train("finished-run", "short.json", ["--inject", "grad_spike@60:300"]), { encoding: "utf8" });
 check(done.status === 0, "a short run with an injected gradient spike trains");
 
+// Two distributed runs (mpirun, 2 ranks): tensor parallelism with stochastic
+// rounding keyed by rank (its norm weights drift apart), and data parallelism
+// with an all-reduce bug (its replicas disagree); warn only, so both finish.
+const distributed = (extra) => ({
+  ...config(40),
+  ...extra,
+  parallel: { check_every: 5 },
+  detectors: { tp_drift: { policy: "warn" }, replica_mismatch: { policy: "warn" } },
+});
+writeFileSync(path.join(work, "tp.json"), JSON.stringify(distributed({ precision: { mode: "bf16_sr", sr_key_rank: true } })));
+writeFileSync(path.join(work, "dp.json"), JSON.stringify(distributed({})));
+const mpi = (args) => spawnSync("mpirun", ["--oversubscribe", "-np", "2", hlat, ...args], {
+  encoding: "utf8", env: { ...process.env, OMPI_ALLOW_RUN_AS_ROOT: "1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: "1" } });
+const tpRun = mpi(train("tp-drift-run", "tp.json", ["--tp", "2"]));
+check(tpRun.status === 0, `a TP=2 bf16_sr run trains under mpirun ${tpRun.status ? tpRun.stderr : ""}`);
+const dpRun = mpi(train("dp-bug-run", "dp.json", ["--dp", "2", "--inject", "allreduce_bug@12:sum"]));
+check(dpRun.status === 0, `a DP=2 run with an all-reduce bug trains under mpirun ${dpRun.status ? dpRun.stderr : ""}`);
+
 // A run on text with a tokenizer, its checkpoints scored by `hlat eval --watch`.
 const words = "the model gradient norm spike loss step layer token attention mask rank checkpoint python".split(" ");
 const docs = [];
@@ -117,6 +135,20 @@ try {
   const episodes = await page.evaluate(() => window.hlatDashboard.episodes.length);
   check(episodes >= 1, `spike episodes are marked on the grad norm chart (${episodes})`);
   await page.screenshot({ path: path.join(work, "dashboard.png"), fullPage: true });
+
+  await page.goto(`${url}static/run.html?run=tp-drift-run`);
+  const driftPanel = '.chart[data-panel^="TP drift"] canvas';
+  await page.waitForSelector(driftPanel, { timeout: 10000 });
+  const drift = await page.evaluate(() => window.hlatDashboard.series.tp_drift.values);
+  check(drift.length === 8 && Math.max(...drift) > 0, `the TP drift panel shows the drift every 5 steps (${drift})`);
+  await page.screenshot({ path: path.join(work, "tp-drift.png"), fullPage: true });
+  await page.goto(`${url}static/run.html?run=dp-bug-run`);
+  await page.waitForSelector('.chart[data-panel^="replica consistency"] canvas', { timeout: 10000 });
+  const mismatch = await page.evaluate(() => window.hlatDashboard.series.replica_mismatch.values.join(","));
+  const bugAlerts = await page.evaluate(() => window.hlatDashboard.alerts.map((a) => `${a.kind}@${a.step}`));
+  check(mismatch === "0,0,1,1,1,1,1,1" && bugAlerts.includes("replica_mismatch@14"),
+        `the replica panel shows the replicas parting at the first check after the bug (${mismatch}; ${bugAlerts})`);
+  await page.screenshot({ path: path.join(work, "replicas.png"), fullPage: true });
 
   await page.goto(`${url}static/run.html?run=evaluated-run`);
   await page.waitForSelector('.chart[data-panel="mc: accuracy"] canvas', { timeout: 10000 });

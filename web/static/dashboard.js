@@ -17,6 +17,12 @@ const PANELS = [
   { title: "tokens/s", keys: ["tokens_per_s"] },
   { title: "MFU", keys: ["mfu"] },
   { title: "step time split (s)", keys: ["data_s", "forward_s", "backward_s", "optimizer_s"] },
+  // Distributed runs only (a panel without data is not drawn). Checks come
+  // every parallel.check_every steps: drawn as measured, never smoothed.
+  { title: "gradient communication (s): total and exposed", keys: ["comm_s", "comm_exposed_s"] },
+  { title: "TP drift of replicated norm weights: max |w − w(tp rank 0)|", keys: ["tp_drift", "tp_drift_rel"], raw: true },
+  { title: "replica consistency: DP ranks whose hash differs (0 = all agree)",
+    keys: ["replica_mismatch", "replica_grad_mismatch"], raw: true },
 ];
 const COLORS = ["#1f6feb", "#d4770c", "#2da44e", "#8250df", "#cf222e"];
 
@@ -109,6 +115,9 @@ function chartData(panel) {
       data.push(max, threshold);
       series.push({ label: `${key} (max in bucket)`, stroke: color, width: 1, spanGaps: true },
                   { label: "spike threshold (mean of 20 + 0.1)", stroke: "#999", dash: [4, 4], width: 1, spanGaps: true });
+    } else if (panel.raw) {
+      data.push(raw);
+      series.push({ label: key, stroke: color, width: 2, spanGaps: true, points: { show: true, size: 4 } });
     } else {
       data.push(raw);
       series.push({ label: `${key} (raw)`, stroke: color + "44", width: 1, spanGaps: true });
