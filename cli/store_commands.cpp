@@ -47,13 +47,30 @@ extern "C" void stop_following(int) { g_ingest_stop = 1; }
 int runs_command(int argc, char** argv) {
     po::options_description opts("hlat runs options");
     opts.add_options()("help,h", "print this help")(
-        "store", po::value<std::string>()->default_value("runs/hlat.db"), "telemetry store");
-    auto parsed = parse_options(argc, argv, opts, "usage: hlat runs [--store FILE]\n\nLists the runs of a store: status, steps, last loss, tokens, "
+        "store", po::value<std::string>()->default_value("runs/hlat.db"), "telemetry store")(
+        "json", "one JSON object per run instead of the table (uptime with its training and wall seconds)");
+    auto parsed = parse_options(argc, argv, opts, "usage: hlat runs [--store FILE] [--json]\n\nLists the runs of a store: status, steps, last loss, tokens, "
                      "uptime, alerts.");
     if (!parsed) return 0;
     const po::variables_map& vm = *parsed;
     Reader reader(vm["store"].as<std::string>());
     std::vector<RunSummary> runs = reader.runs();
+    if (vm.count("json")) {
+        auto number = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
+        for (const RunSummary& r : runs)
+            fmt::print("{}\n", nlohmann::json{{"name", r.run.name},
+                                              {"status", r.run.status},
+                                              {"steps", r.last_step + 1},
+                                              {"last_loss", number(r.last_loss)},
+                                              {"tokens", number(r.tokens_seen)},
+                                              {"alerts", r.alerts},
+                                              {"uptime", {{"ratio", r.uptime.ratio},
+                                                          {"training_seconds", r.uptime.training_seconds},
+                                                          {"wall_seconds", r.uptime.wall_seconds},
+                                                          {"restarts", r.uptime.restarts}}}}
+                                    .dump());
+        return 0;
+    }
     if (runs.empty()) {
         fmt::print("no runs in {}\n", vm["store"].as<std::string>());
         return 0;

@@ -10,7 +10,7 @@
 //   allreduce_bug@S:stale            from step S it applies the previous step's reduced buffer
 //   crash@S[:RANK]                   at step S the rank (default 0) is killed (SIGKILL), first launch only
 //   crash_random@SECONDS             each launch is killed after an exponentially distributed time of
-//                                    mean SECONDS (the uptime bench)
+//                                    mean SECONDS (the uptime bench; HLAT_FAULT_SEED fixes the draws)
 //   hang@S[:RANK]                    at step S the rank stops responding, first launch only
 // "First launch only": not when the supervisor relaunched the job (HLAT_ATTEMPT > 0),
 // as a transient hardware fault would not recur.

@@ -18,8 +18,12 @@ int ProcessFaults::attempt_from_env() {
 ProcessFaults::ProcessFaults(const Faults& faults, int world_rank, int attempt)
     : faults_(faults), rank_(world_rank), first_attempt_(attempt == 0) {
     if (faults.crash_mean_seconds > 0 && world_rank == 0) {
-        // A fresh draw per launch: failures of real machines do not repeat on a schedule.
-        std::mt19937_64 rng(std::random_device{}());
+        // A fresh draw per launch: failures of real machines do not repeat on a
+        // schedule. HLAT_FAULT_SEED makes the draws a function of (seed,
+        // attempt), so two settings of a bench can face the same crashes.
+        const char* seed = std::getenv("HLAT_FAULT_SEED");
+        std::mt19937_64 rng(seed ? std::strtoull(seed, nullptr, 10) * 1000003ull + (uint64_t)attempt
+                                 : std::random_device{}());
         std::exponential_distribution<double> interval(1.0 / faults.crash_mean_seconds);
         double seconds = interval(rng);
         crash_deadline_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(

@@ -168,7 +168,7 @@ int supervise(const SupervisorOptions& o) {
         int status = 0;
         bool forwarded = false, hung = false;
         while (waitpid(pid, &status, WNOHANG) == 0) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(500));
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
             if (g_supervisor_signal && !forwarded) {
                 spdlog::warn("supervisor: signal {}: stopping the job (it checkpoints first); no restart",
                              (int)g_supervisor_signal);
