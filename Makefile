@@ -36,6 +36,9 @@ bench: data
 	bench/train_vs_pytorch
 	bench/loader_vs_trainer
 	bench/eval_vs_pytorch
+	bench/detector_matrix
+	bench/scaling
+	bench/uptime
 
 clean:
 	rm -rf $(BUILD)

@@ -84,6 +84,18 @@ void Parallel::allreduce(void* x, long n, MPI_Datatype type, MPI_Op op, Group g)
     MPI_Allreduce(MPI_IN_PLACE, x, (int)n, type, op, comm(g));
 }
 
+void Parallel::timed_tensor_allreduce(float* x, long n, MPI_Op op) {
+    double t0 = MPI_Wtime();
+    allreduce(x, n, MPI_FLOAT, op, Group::Tensor);
+    tensor_comm_seconds_ += MPI_Wtime() - t0;
+}
+
+double Parallel::take_tensor_comm_seconds() {
+    double s = tensor_comm_seconds_;
+    tensor_comm_seconds_ = 0.0;
+    return s;
+}
+
 double Parallel::sum(double x, Group g) {
     allreduce(&x, 1, MPI_DOUBLE, MPI_SUM, g);
     return x;

@@ -50,8 +50,12 @@ class Parallel : public TensorParallelGroup {
     // TensorParallelGroup, over the TP group.
     int rank() const override { return tp_rank(); }
     int size() const override { return tp_; }
-    void allreduce_sum(float* x, long n) override { allreduce(x, n, MPI_FLOAT, MPI_SUM, Group::Tensor); }
-    void allreduce_max(float* x, long n) override { allreduce(x, n, MPI_FLOAT, MPI_MAX, Group::Tensor); }
+    // Timed: the tensor-parallel all-reduces sit inside forward and backward,
+    // and their share of the step is what TP costs.
+    void allreduce_sum(float* x, long n) override { timed_tensor_allreduce(x, n, MPI_SUM); }
+    void allreduce_max(float* x, long n) override { timed_tensor_allreduce(x, n, MPI_MAX); }
+    // Seconds spent in tensor-parallel all-reduces since the last call.
+    double take_tensor_comm_seconds();
 
     void allreduce(void* x, long n, MPI_Datatype type, MPI_Op op, Group g);
     double sum(double x, Group g);
@@ -66,7 +70,10 @@ class Parallel : public TensorParallelGroup {
     MPI_Comm comm(Group g) const;
 
   private:
+    void timed_tensor_allreduce(float* x, long n, MPI_Op op);
+
     int dp_ = 1, tp_ = 1, world_rank_ = 0;
+    double tensor_comm_seconds_ = 0.0;
     bool mpi_ = false;
     MPI_Comm dp_comm_ = MPI_COMM_NULL, tp_comm_ = MPI_COMM_NULL;
 };

@@ -75,6 +75,7 @@ void RunTelemetry::step(const StepStats& s) {
         m.push_back({"comm_s", s.step, s.comm_seconds, t});
         m.push_back({"comm_exposed_s", s.step, s.comm_exposed_seconds, t});
     }
+    if (s.tp_comm_seconds > 0) m.push_back({"tp_comm_s", s.step, s.tp_comm_seconds, t});
     for (const auto& [key, value] : s.tensor_norms) m.push_back({key, s.step, value, t});
     writer_->metrics(run_, std::move(m));
     if (t - last_heartbeat_ >= kHeartbeatSeconds) event("heartbeat", s.step);

@@ -176,6 +176,7 @@ StepStats Trainer::step(bool tensor_norms, bool hash_grads) {
     if (tensor_norms) append_tensor_norms(s.tensor_norms, *model_, model_->params(), "param_norm", parallel_);
     s.optimizer_seconds = seconds_since(t0);
     s.step_seconds = seconds_since(t_step);
+    if (parallel_) s.tp_comm_seconds = parallel_->take_tensor_comm_seconds();
 
     // Every data-parallel replica trains on its own tokens; TP ranks share theirs.
     const int replicas = parallel_ ? parallel_->dp_size() : 1, processes = parallel_ ? parallel_->world_size() : 1;

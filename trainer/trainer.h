@@ -35,6 +35,7 @@ struct StepStats {
     bool update_skipped;    // the loss or gradient was not finite: the weights were left as they were
     double comm_seconds;    // data-parallel gradient reduction (and ZeRO-1 parameter gather)
     double comm_exposed_seconds;  // of which the step waited for; the rest overlapped backward
+    double tp_comm_seconds;       // tensor-parallel all-reduces inside forward and backward
     // When asked for: ("grad_norm/layers.3.qkv_proj", x), ("param_norm/kind/o_proj", y), ...
     // Gradient norms are taken before clipping, parameter norms after the update.
     std::vector<std::pair<std::string, double>> tensor_norms;

@@ -54,7 +54,10 @@ nlohmann::json step_json(const StepStats& s) {
             {"data_s", s.data_seconds},
             {"forward_s", s.forward_seconds},
             {"backward_s", s.backward_seconds},
-            {"optimizer_s", s.optimizer_seconds}};
+            {"optimizer_s", s.optimizer_seconds},
+            {"comm_s", s.comm_seconds},
+            {"comm_exposed_s", s.comm_exposed_seconds},
+            {"tp_comm_s", s.tp_comm_seconds}};
 }
 
 // Everything the run reads tokens from.
@@ -489,8 +492,10 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
                 double eta = elapsed / (done - first) * (total_steps - done);
                 std::string comm;
                 if (parallel.dp_size() > 1)
-                    comm = fmt::format(" | comm {:.1f} ms, {:.0f}% hidden", 1e3 * s.comm_seconds,
+                    comm = fmt::format(" | DP comm {:.1f} ms, {:.0f}% hidden", 1e3 * s.comm_seconds,
                                        s.comm_seconds > 0 ? 100.0 * (1.0 - s.comm_exposed_seconds / s.comm_seconds) : 0.0);
+                if (parallel.tp_size() > 1)
+                    comm += fmt::format(" | TP comm {:.0f}% of the step", 100.0 * s.tp_comm_seconds / s.step_seconds);
                 spdlog::info("step {:>6}/{} | loss {:.4f} | grad norm {:.4f}{} | param norm {:.2f} | lr {:.3e} | "
                              "{:.0f} tok/s | MFU {:.1f}%{} | data wait {:.1f}% | ETA {}",
                              done, total_steps, s.loss, s.grad_norm, s.clipped ? " (clipped)" : "", s.param_norm,

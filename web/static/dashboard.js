@@ -19,7 +19,8 @@ const PANELS = [
   { title: "step time split (s)", keys: ["data_s", "forward_s", "backward_s", "optimizer_s"] },
   // Distributed runs only (a panel without data is not drawn). Checks come
   // every parallel.check_every steps: drawn as measured, never smoothed.
-  { title: "gradient communication (s): total and exposed", keys: ["comm_s", "comm_exposed_s"] },
+  { title: "communication (s): DP gradients (total, exposed), TP all-reduces",
+    keys: ["comm_s", "comm_exposed_s", "tp_comm_s"] },
   { title: "TP drift of replicated norm weights: max |w − w(tp rank 0)|", keys: ["tp_drift", "tp_drift_rel"], raw: true },
   { title: "replica consistency: DP ranks whose hash differs (0 = all agree)",
     keys: ["replica_mismatch", "replica_grad_mismatch"], raw: true },
