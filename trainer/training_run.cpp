@@ -477,6 +477,7 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
     StopSignals signals;
     try {
         if (trainer.next_step() < total_steps) run_probe(trainer.next_step());
+        stop_signal = agree_on_stop(parallel, g_stop_signal, halt_reason);  // the probe may have halted on rank 0
         while (trainer.next_step() < total_steps && !stop_signal && halt_reason.empty()) {
             process_faults.before_step(trainer.next_step());
             const int norms_every = config.run.tensor_norms_every;
