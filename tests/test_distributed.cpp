@@ -177,12 +177,19 @@ TEST_F(DistributedTest, EveryAllreduceBugIsCaughtByTheReplicaHashes) {
     for (const char* flavour : {"sum", "skip", "stale"}) {
         SCOPED_TRACE(flavour);
         std::string out = fmt::format("bug_{}", flavour);
-        auto r = train(2, cfg, out, fmt::format("--steps 20 --dp 2 --inject allreduce_bug@6:{}", flavour));
+        std::string db = dir_->file("bugs.db");
+        auto r = train(2, cfg, out, fmt::format("--steps 20 --dp 2 --inject allreduce_bug@6:{}", flavour), db);
         EXPECT_EQ(r.exit_code, 3) << "replica_mismatch halts by default\n" << r.output;
         std::vector<std::string> a = alerts(out);
         ASSERT_EQ(a.size(), 1u) << r.output;
         EXPECT_EQ(a[0], "replica_mismatch@9");  // the first check after step 6
         EXPECT_NE(r.output.find("rank 1"), std::string::npos) << r.output;
+        // Replayed offline from the store, the same alert with the same sentence.
+        auto replay = test::run_command(fmt::format("{} detect --store {} --run {}", HLAT_BINARY, db, out));
+        ASSERT_EQ(replay.exit_code, 0) << replay.output;
+        EXPECT_NE(replay.output.find("1 alerts"), std::string::npos) << replay.output;
+        EXPECT_NE(replay.output.find("replica_mismatch       data-parallel replicas disagree"), std::string::npos)
+            << replay.output;
         if (std::string(flavour) == "skip") {
             EXPECT_NE(r.output.find("reduced gradients of rank 1 differ from their replica 0, first at "
                                     "layers.0.down_proj"),
