@@ -296,7 +296,7 @@ TEST_F(DistributedTest, TheSupervisorRelaunchesACrashFromTheLatestCheckpoint) {
     std::vector<std::string> kinds;
     for (auto& e : reader.events(run->id))
         if (e.kind != "checkpoint" && e.kind != "heartbeat") kinds.push_back(e.kind);
-    EXPECT_EQ(kinds, (std::vector<std::string>{"start", "crash", "restart", "stop", "downtime"}));
+    EXPECT_EQ(kinds, (std::vector<std::string>{"start", "crash", "restart", "downtime", "stop"}));
     telemetry::Uptime u = reader.uptime(run->id);
     EXPECT_EQ(u.restarts, 1);
     EXPECT_GT(u.ratio, 0.0);
@@ -325,7 +325,7 @@ TEST_F(DistributedTest, TheSupervisorNeverRestartsAHaltAndGivesUpAfterItsLimit) 
 TEST_F(DistributedTest, TheSupervisorKillsAHungJobAndRelaunchesIt) {
     std::string db = dir_->file("hung.db");
     auto r = test::run_command(fmt::format(
-        "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 {} run --backoff 0.2 --hang-timeout 3 "
+        "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 {} run --backoff 0.2 --hang-timeout 5 "
         "--launcher \"mpirun --oversubscribe -np 2\" -- --config {} --dp 2 --out-dir {} --store {} --steps 30 "
         "--inject hang@14:1",
         HLAT_BINARY, config("b4", 4), dir_->file("hung"), db));

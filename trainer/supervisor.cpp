@@ -165,6 +165,21 @@ int supervise(const SupervisorOptions& o) {
         pid_t pid = launch(argv, attempt);
         spdlog::info("supervisor: launch {} (pid {}): {}", attempt + 1, pid, fmt::join(argv, " "));
 
+        // Once the relaunched job has registered its restart, the downtime is
+        // over: recorded at that restart, whether the job is still running or
+        // has already ended when the supervisor looks.
+        auto note_downtime = [&](int64_t run) {
+            if (crash_time <= 0) return;
+            for (const telemetry::Event& e : watch.events(run))
+                if (e.kind == "restart" && e.wall_time > crash_time) {
+                    double down = e.wall_time - crash_time;
+                    watch.write_event(run, "downtime", e.step, nlohmann::json{{"seconds", down}}.dump(), "",
+                                      e.wall_time);
+                    spdlog::info("supervisor: the job was down {:.1f} s", down);
+                    crash_time = -1.0;
+                    return;
+                }
+        };
         int status = 0;
         bool forwarded = false, hung = false;
         while (waitpid(pid, &status, WNOHANG) == 0) {
@@ -177,17 +192,7 @@ int supervise(const SupervisorOptions& o) {
             }
             auto run = watch.run();
             if (!run) continue;
-            if (crash_time > 0) {
-                // The relaunched job has registered its restart: the downtime is over.
-                for (const telemetry::Event& e : watch.events(*run))
-                    if (e.kind == "restart" && e.wall_time > crash_time) {
-                        double down = e.wall_time - crash_time;
-                        watch.write_event(*run, "downtime", e.step, nlohmann::json{{"seconds", down}}.dump());
-                        spdlog::info("supervisor: the job is back after {:.1f} s down", down);
-                        crash_time = -1.0;
-                        break;
-                    }
-            }
+            note_downtime(*run);
             if (o.hang_timeout_seconds > 0 && !hung && !forwarded) {
                 double last = std::max(launched, watch.activity(*run).wall_time);
                 if (now() - last > o.hang_timeout_seconds) {
@@ -198,6 +203,7 @@ int supervise(const SupervisorOptions& o) {
                 }
             }
         }
+        if (auto run = watch.run()) note_downtime(*run);
         std::string how = hung ? fmt::format("hung (no heartbeat for {:.0f} s), killed", o.hang_timeout_seconds)
                                : describe_status(status);
         int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);

@@ -2,9 +2,9 @@
 
 #include "trainer/checkpoint.h"
 #include "trainer/distributed_checkpoint.h"
+#include "trainer/distributed_run.h"
 #include "trainer/parallel.h"
 #include "trainer/process_faults.h"
-#include "trainer/replica_check.h"
 #include "trainer/sharding.h"
 #include "trainer/dataset.h"
 #include "trainer/flops.h"
@@ -21,7 +21,6 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cmath>
@@ -185,61 +184,6 @@ std::optional<LoaderState> resume_loader_state(const CheckpointState& ck, int dp
     return fresh;
 }
 
-// Every rank starts from the same whole model (the seed's), of which it keeps
-// its tensor-parallel shard: a run at any layout starts where a single
-// process would.
-void init_shard_weights(Model& model, unsigned long long seed) {
-    if (!model.is_shard()) return model.init_weights(seed);
-    Model whole(model.config(), 1, 1, false);
-    whole.init_weights(seed);
-    extract_shard(shard_segments(model.config(), model.shard()), whole.params(), model.params());
-}
-
-// Every parallel.check_every steps: DP replica hashes and TP drift, recorded by
-// rank 0 and handed to the detectors; every resync_every steps the replicated
-// weights are re-synced from TP rank 0.
-bool is_check_step(const ParallelConfig& pc, int done) { return pc.check_every > 0 && done % pc.check_every == 0; }
-
-void check_consistency(Parallel& parallel, const ParallelConfig& pc, Model& model, const StepStats& s,
-                       RunTelemetry& store, detectors::StepRecord& record) {
-    const int done = s.step + 1;
-    const int64_t step = s.step;
-    bool check = is_check_step(pc, done);
-    bool resync = pc.resync_every > 0 && done % pc.resync_every == 0;
-    if (parallel.dp_size() > 1 && check) {
-        std::vector<std::pair<std::string, double>> values;
-        ReplicaReport params = check_replicas(parallel, model, model.params());
-        const std::optional<ReplicaReport>& grads = s.grad_replicas;
-        if (parallel.is_root()) {
-            record.replica_mismatch = (double)params.mismatched_ranks.size();
-            if (!params.ok()) record.replica_detail = params.describe("parameters");
-            if (grads) {
-                values.push_back({"replica_grad_mismatch", (double)grads->mismatched_ranks.size()});
-                if (!grads->ok()) {
-                    record.replica_mismatch = std::max(record.replica_mismatch, (double)grads->mismatched_ranks.size());
-                    record.replica_detail += (record.replica_detail.empty() ? "" : "; ") +
-                                             grads->describe("reduced gradients");
-                }
-            }
-            values.push_back({"replica_mismatch", record.replica_mismatch});
-            if (!record.replica_detail.empty()) store.note("replica_mismatch", step, record.replica_detail);
-            store.metrics(step, values);
-        }
-    }
-    if (parallel.tp_size() > 1 && (check || resync)) {
-        DriftReport drift = measure_tp_drift(parallel, model, resync);
-        if (parallel.is_root() && check) {
-            std::vector<std::pair<std::string, double>> values = {{"tp_drift", drift.max_abs},
-                                                                  {"tp_drift_rel", drift.max_rel}};
-            for (const auto& [name, value] : drift.per_tensor) values.push_back({"tp_drift/" + name, value});
-            store.metrics(step, values);
-            store.rank_metrics(step, "tp_drift", drift.per_rank);
-            record.tp_drift = drift.max_abs;
-        }
-        if (resync) spdlog::info("step {}: replicated weights re-synced from tensor-parallel rank 0", done);
-    }
-}
-
 // SIGINT and SIGTERM ask the loop to stop after the current step; the run then
 // checkpoints and the store drains before the process exits.
 volatile std::sig_atomic_t g_stop_signal = 0;
@@ -257,32 +201,6 @@ struct StopSignals {
         std::signal(SIGTERM, old_term);
     }
 };
-
-// Brings every rank's stop and halt decisions together after a step: a signal
-// may reach one rank only, and only rank 0 runs the detectors. Returns the
-// signal (0: none); sets halt_reason on every rank when rank 0 halts.
-int agree_on_stop(Parallel& parallel, int signal, std::string& halt_reason) {
-    if (!parallel.distributed()) return signal;
-    int flags[2] = {signal, halt_reason.empty() ? 0 : 1};
-    parallel.allreduce(flags, 2, MPI_INT, MPI_MAX, Group::World);
-    if (flags[1] && halt_reason.empty()) halt_reason = "halted by rank 0's detectors";
-    return flags[0];
-}
-
-// Rank layout at the start of a distributed run: which host each rank is on
-// and which groups it belongs to.
-void log_layout(Parallel& parallel) {
-    char host[256] = {0};
-    gethostname(host, sizeof host - 1);
-    std::vector<std::string> lines = parallel.gather(fmt::format("{} on {} (pid {})", parallel.describe(), host,
-                                                                 getpid()),
-                                                     Group::World);
-    if (!parallel.is_root()) return;
-    spdlog::info("parallel layout: {} processes = {} data-parallel x {} tensor-parallel; tensor-parallel groups are "
-                 "consecutive ranks",
-                 parallel.world_size(), parallel.dp_size(), parallel.tp_size());
-    for (const std::string& l : lines) spdlog::info("  {}", l);
-}
 
 }  // namespace
 
