@@ -148,6 +148,33 @@ TEST_F(DistributedTest, Zero1MatchesPlainDataParallelWithHalfTheOptimizerState) 
     expect_same_curves("dp2_ref", "zero1", 0, 20);
 }
 
+// precision.reduce bf16: the gradients travel as bf16, so the run is close to
+// the fp32-reduced one (within bf16's relative step, 2^-8, over 20 steps) but
+// not the same, and the replicas still agree bit for bit (the bf16 addition
+// commutes), with ZeRO-1 as with the all-reduce.
+TEST_F(DistributedTest, Bf16ReductionIsCloseToFp32AndKeepsReplicasEqual) {
+    std::string fp32 = config("mixed_fp32", 4, R"(, "precision": {"mode": "mixed"}, "parallel": {"check_every": 5})");
+    std::string bf16 = config("mixed_bf16", 4,
+                              R"(, "precision": {"mode": "mixed", "reduce": "bf16"}, "parallel": {"check_every": 5})");
+    auto r = train(2, fp32, "reduce_fp32", "--steps 20 --dp 2");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    for (const char* zero : {"", "--zero1"}) {
+        SCOPED_TRACE(zero);
+        std::string out = std::string("reduce_bf16") + (*zero ? "_zero1" : "");
+        r = train(2, bf16, out, std::string("--steps 20 --dp 2 ") + zero);
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        EXPECT_NE(r.output.find("in bf16"), std::string::npos) << r.output;
+        EXPECT_TRUE(alerts(out).empty()) << r.output;
+        auto a = steps("reduce_fp32"), b = steps(out);
+        double max_diff = 0.0;
+        for (int s = 0; s < 20; s++)
+            max_diff = std::max(max_diff, std::fabs(a[s]["loss"].get<double>() - b[s]["loss"].get<double>()) /
+                                              a[s]["loss"].get<double>());
+        EXPECT_LT(max_diff, 1.0 / 256) << "bf16 reduction drifted beyond bf16 precision";
+        EXPECT_GT(max_diff, 0.0) << "the reduction did not change: bf16 not in use?";
+    }
+}
+
 // Checkpoints hold the whole model: a DP=2 checkpoint resumes on one process
 // and a TP=2 one at DP=2, each continuing the curve of a run never stopped.
 TEST_F(DistributedTest, CheckpointsLoadAtAnotherLayout) {
