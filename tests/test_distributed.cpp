@@ -344,6 +344,17 @@ TEST_F(DistributedTest, TheSupervisorNeverRestartsAHaltAndGivesUpAfterItsLimit) 
                                       HLAT_BINARY, config("b8", 8), dir_->file("given_up")));
     EXPECT_EQ(r.exit_code, 1) << r.output;
     EXPECT_NE(r.output.find("giving up"), std::string::npos) << r.output;
+
+    // Bad input is not a crash: a missing token file fails before training, once.
+    r = test::run_command(fmt::format("{} run -- --config {} --data {} --out-dir {} --store {} --steps 30", HLAT_BINARY,
+                                      config("b8", 8), dir_->file("missing.bin"), dir_->file("bad_input"),
+                                      dir_->file("bad_input.db")));
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("failed before training started"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("launch 2"), std::string::npos) << r.output;
+    r = test::run_command(fmt::format("{} run -- --config {} --no-such-option", HLAT_BINARY, config("b8", 8)));
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("training options are not valid"), std::string::npos) << r.output;
 }
 
 // A rank that stops responding stalls the whole job in its next collective;

@@ -219,6 +219,20 @@ int supervise(const SupervisorOptions& o) {
             spdlog::warn("supervisor: the job stopped ({}) after the stop request", how);
             return code;
         }
+        // A job that died before it registered its run never trained: a bad
+        // option, a missing file, a corrupt store. Relaunching cannot fix that.
+        if (!hung && !config.run.store.empty()) {
+            bool registered = false;
+            if (auto run = watch.run())
+                for (const telemetry::Event& e : watch.events(*run))
+                    registered |= (e.kind == "start" || e.kind == "restart") && e.wall_time >= launched;
+            if (!registered) {
+                spdlog::error("supervisor: the job failed before training started ({}); not restarting: see its "
+                              "output above",
+                              how);
+                return code ? code : 1;
+            }
+        }
         // A crash: say so in the store unless the trainer already did. The job
         // stopped training at its last sign of life, not when the supervisor
         // noticed: the crash is dated then, so uptime does not count a hang.

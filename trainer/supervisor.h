@@ -6,7 +6,9 @@
 // newest step row or event of the run). A job silent for longer than the hang
 // timeout is killed, process group and all, and treated as a crash.
 // What it never restarts: a job a detector halted (exit 3), a job stopped by a
-// signal the supervisor itself forwarded (Ctrl-C), a job that finished.
+// signal the supervisor itself forwarded (Ctrl-C), a job that finished, and a
+// job that failed before it registered its run in the store (bad input:
+// relaunching cannot help).
 // What it records: a "crash" event when the job died without saying so (the
 // trainer records its own exceptions), and a "downtime" event with the seconds
 // from the crash to the relaunched job's "restart"; uptime is computed from
