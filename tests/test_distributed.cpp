@@ -15,6 +15,7 @@
 // batch of 256 moves the loss by ~1e-3).
 #include "test_util.h"
 #include "trainer/checkpoint.h"
+#include "trainer/corpus.h"
 #include "telemetry/reader.h"
 
 #include <fmt/format.h>
@@ -375,6 +376,43 @@ TEST_F(DistributedTest, TheSupervisorKillsAHungJobAndRelaunchesIt) {
     EXPECT_EQ(run->status, "finished");
     EXPECT_EQ(reader.uptime(run->id).restarts, 1);
     EXPECT_EQ(reader.series(run->id, "loss", 0, 1000).size(), 30u);
+}
+
+// With a corpus each data-parallel rank reads its own document stream; a
+// checkpoint keeps every rank's position, so a resumed DP=2 run is
+// bit-identical to one never stopped. Another DP size cannot continue those
+// streams: refused, unless the user allows the data change.
+TEST_F(DistributedTest, EveryRanksCorpusStreamResumesExactly) {
+    test::SmallTokenizer small;
+    std::string corpus = dir_->file("corpus.jsonl");
+    {
+        std::ofstream out(corpus);
+        for (const Document& d : small.docs) out << nlohmann::json{{"id", d.id}, {"text", d.text}}.dump() << "\n";
+    }
+    std::string cfg = dir_->file("corpus.json");
+    std::ofstream(cfg) << fmt::format(R"({{
+      "model": {{"vocab_size": 320, "dim": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "hidden_dim": 64,
+                "max_seq_len": 32}},
+      "schedule": {{"max_lr": 3e-3, "min_lr": 3e-4, "warmup_steps": 2, "total_steps": 10}},
+      "data": {{"corpus": ["{}"], "tokenizer": "{}", "prefetch_batches": 3}},
+      "run": {{"batch_size": 2, "seq_len": 32, "threads": 1, "eval_every": 0, "checkpoint_every": 5,
+              "peak_gflops": 100}}
+    }})", corpus, small.model_path);
+    auto r = train(2, cfg, "corpus_straight", "--steps 10 --dp 2");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = train(2, cfg, "corpus_resumed", "--steps 5 --dp 2");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = train(2, cfg, "corpus_resumed", "--steps 10 --dp 2 --resume");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto a = steps("corpus_straight"), b = steps("corpus_resumed");
+    for (int s = 0; s < 10; s++) EXPECT_EQ(a[s]["loss"].get<double>(), b[s]["loss"].get<double>()) << "step " << s;
+
+    r = train(1, cfg, "corpus_resumed", "--steps 12 --resume");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("the data-parallel world size differs from the checkpoint's"), std::string::npos)
+        << r.output;
+    r = train(1, cfg, "corpus_resumed", "--steps 12 --resume --allow-data-change");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 TEST_F(DistributedTest, AWrongProcessCountIsAClearError) {
