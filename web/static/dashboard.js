@@ -289,7 +289,7 @@ async function loadUptime() {
   // A run still going trains until now.
   const running = $("#run-status").textContent === "running";
   const now = Date.now() / 1000;
-  const t0 = events[0].time, t1 = Math.max(events.at(-1).time, running ? now : 0, t0 + 1);
+  const t0 = events[0].time, t1 = Math.max(events.at(-1).time, running ? now : 0, t0 + 1e-3);  // no zero-length axis
   const pos = (t) => `${(100 * (t - t0)) / (t1 - t0)}%`;
   for (let i = 0; i < events.length; i++) {
     if (events[i].kind !== "start" && events[i].kind !== "restart") continue;
