@@ -129,13 +129,17 @@ function chartData(panel) {
   return { data, series };
 }
 
-// Axis labels that stay readable from 3e-5 (a learning rate) to 1e6 (tokens).
-function tick(v) {
+// Axis labels that stay readable from 3e-5 (a learning rate) to 1e6 (tokens),
+// with as many decimals as the spacing between ticks needs (a param norm
+// moving from 12.95 to 12.99 must not read 13, 13, 13).
+function tick(v, incr) {
   if (v === 0) return "0";
   const a = Math.abs(v);
   if (a >= 1e5 || a < 1e-2) return v.toExponential(1);
+  if (incr > 0) return v.toFixed(Math.min(6, Math.max(0, Math.ceil(-Math.log10(incr)))));
   return Number(v.toPrecision(3)).toString();
 }
+const yTicks = (u, vals, axis, space, incr) => vals.map((v) => tick(v, incr));
 
 function spikeEpisodes(u) {
   const ctx = u.ctx;
@@ -231,7 +235,7 @@ function drawEvalPanel(container, width, { title, data, series, bands }) {
   container.append(box);
   state.charts.push(new uPlot({
     title, width, height: 220, series, bands,
-    axes: [{ values: (u, vals) => vals.map(tick) }, { size: 60, values: (u, vals) => vals.map(tick) }],
+    axes: [{ values: (u, vals) => vals.map((v) => tick(v)) }, { size: 60, values: yTicks }],
   }, data, box));
 }
 
@@ -253,7 +257,7 @@ function draw() {
       title: panel.title,
       width, height: 220,
       scales: { x: { time: state.xAxis === "time" } },
-      axes: [{}, { size: 60, values: (u, vals) => vals.map(tick) }],
+      axes: [{}, { size: 60, values: yTicks }],
       series,
       cursor: { drag: { x: true, y: false } },
       hooks: {
