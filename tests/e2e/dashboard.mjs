@@ -141,6 +141,8 @@ try {
   await page.waitForSelector(driftPanel, { timeout: 10000 });
   const drift = await page.evaluate(() => window.hlatDashboard.series.tp_drift.values);
   check(drift.length === 8 && Math.max(...drift) > 0, `the TP drift panel shows the drift every 5 steps (${drift})`);
+  const header = await page.locator("#run-steps").innerText();
+  check(header.includes("DP 1 × TP 2"), `the header names the layout (${header})`);
   await page.screenshot({ path: path.join(work, "tp-drift.png"), fullPage: true });
   await page.goto(`${url}static/run.html?run=dp-bug-run`);
   await page.waitForSelector('.chart[data-panel^="replica consistency"] canvas', { timeout: 10000 });

@@ -350,7 +350,9 @@ async function refresh() {
     $("#run-name").textContent = run.name;
     $("#run-status").textContent = run.status;
     $("#run-status").className = `status ${run.status}`;
-    $("#run-steps").textContent = `${run.steps} steps · ${run.precision || "?"}`;
+    const par = run.config?.parallel;
+    const layout = par && par.dp * par.tp > 1 ? ` · DP ${par.dp} × TP ${par.tp}${par.zero1 ? " (ZeRO-1)" : ""}` : "";
+    $("#run-steps").textContent = `${run.steps} steps · ${run.precision || "?"}${layout}`;
     $("#halt").disabled = run.status !== "running";
     const width = Math.max(320, Math.floor($("#charts").clientWidth / 2) - 24);
     const { keys } = await fetchJson(api("/keys"));
