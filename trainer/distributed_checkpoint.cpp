@@ -1,5 +1,6 @@
 #include "trainer/distributed_checkpoint.h"
 
+#include "trainer/grad_reducer.h"
 #include "trainer/sharding.h"
 
 #include <algorithm>
@@ -16,12 +17,12 @@ void shard_moments(Parallel& parallel, AdamW& opt, long n, std::vector<float>& m
     std::copy(opt.first_moment().begin(), opt.first_moment().end(), m.begin() + opt.shard_begin());
     std::copy(opt.second_moment().begin(), opt.second_moment().end(), v.begin() + opt.shard_begin());
     if (opt.shard_begin() == 0 && opt.shard_end() == n) return;
-    // Ranges of every replica: the same split the reducer uses (n * r / dp).
     const int dp = parallel.dp_size();
+    std::vector<long> bounds = zero1_bounds(n, dp);
     std::vector<int> counts(dp), displs(dp);
     for (int r = 0; r < dp; r++) {
-        displs[r] = (int)(n * r / dp);
-        counts[r] = (int)(n * (r + 1) / dp - displs[r]);
+        displs[r] = (int)bounds[r];
+        counts[r] = (int)(bounds[r + 1] - bounds[r]);
     }
     for (float* x : {m.data(), v.data()})
         MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, counts.data(), displs.data(), MPI_FLOAT,
@@ -53,6 +54,10 @@ std::string save_distributed_checkpoint(Parallel& parallel, Trainer& trainer, co
     Model& model = trainer.model();
     AdamW& opt = trainer.optimizer();
     const long n = model.num_parameters();
+    // Every rank holds the whole model and its optimizer state (one process,
+    // or plain data parallelism): rank 0 writes its own.
+    if (!model.is_shard() && opt.shard_begin() == 0 && opt.shard_end() == n)
+        return parallel.is_root() ? save_checkpoint(run_dir, model, opt, state, tokenizer_path, keep) : "";
     std::vector<float> m, v;
     shard_moments(parallel, opt, n, m, v);
     // One replica of the model is enough: data-parallel rank 0's TP group.
@@ -71,9 +76,11 @@ std::string save_distributed_checkpoint(Parallel& parallel, Trainer& trainer, co
     return save_checkpoint(run_dir, whole, whole_opt, state, tokenizer_path, keep);
 }
 
-void load_distributed_checkpoint(Parallel&, const std::string& dir, Trainer& trainer) {
+void load_distributed_checkpoint(const std::string& dir, Trainer& trainer) {
     Model& model = trainer.model();
     AdamW& opt = trainer.optimizer();
+    if (!model.is_shard() && opt.shard_begin() == 0 && opt.shard_end() == model.num_parameters())
+        return load_checkpoint(dir, model, opt);
     Model whole(model.config(), 1, 1, false);
     AdamW whole_opt(OptimizerConfig{}, whole.num_parameters());
     load_checkpoint(dir, whole, whole_opt);

@@ -13,14 +13,14 @@
 
 namespace hlat {
 
-// Every rank calls it. state.loaders must hold every data-parallel rank's
-// loader state on rank 0 (gather_loader_states). Returns the folder on rank 0,
+// Every rank calls it (one process too). state.loaders holds every
+// data-parallel rank's loader state on rank 0. Returns the folder on rank 0,
 // "" elsewhere.
 std::string save_distributed_checkpoint(Parallel& parallel, Trainer& trainer, const CheckpointState& state,
                                         const std::string& run_dir, const std::string& tokenizer_path, int keep);
 
-// Every rank calls it: loads its shard of the weights and its range of the
-// optimizer state from a checkpoint of the whole model.
-void load_distributed_checkpoint(Parallel& parallel, const std::string& dir, Trainer& trainer);
+// Every rank calls it (one process too): loads its shard of the weights and
+// its range of the optimizer state from a checkpoint of the whole model.
+void load_distributed_checkpoint(const std::string& dir, Trainer& trainer);
 
 }  // namespace hlat

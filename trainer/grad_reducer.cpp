@@ -23,6 +23,12 @@ double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::d
 
 }  // namespace
 
+std::vector<long> zero1_bounds(long n, int dp) {
+    std::vector<long> b;
+    for (int r = 0; r <= dp; r++) b.push_back(n * r / dp);
+    return b;
+}
+
 GradReducer::GradReducer(Parallel& parallel, Model& model, bool zero1, bool reduce_bf16, const Faults& faults)
     : parallel_(parallel),
       model_(model),
@@ -32,8 +38,19 @@ GradReducer::GradReducer(Parallel& parallel, Model& model, bool zero1, bool redu
       rank_(parallel.dp_rank()),
       size_(parallel.dp_size()) {
     const long n = model.num_parameters();
-    for (int r = 0; r <= size_; r++) begin_.push_back(n * r / size_);
+    begin_ = zero1_bounds(n, size_);
     if (size_ > 1 && bf16_) MPI_Op_create(bf16_sum, /*commute=*/1, &bf16_sum_);
+    if (size_ > 1 && zero1_) {
+        for (int r = 0; r < size_; r++) {
+            counts_.push_back((int)(begin_[r + 1] - begin_[r]));
+            displs_.push_back((int)begin_[r]);
+        }
+        recv_.resize(counts_[rank_]);
+        if (bf16_) {
+            send16_.resize(n);
+            recv16_.resize(counts_[rank_]);
+        }
+    }
     if (size_ == 1 || zero1_) return;
 
     // Buckets in the order backward completes them; stage s of the model's
@@ -58,11 +75,8 @@ GradReducer::GradReducer(Parallel& parallel, Model& model, bool zero1, bool redu
         }
     }
     for (Bucket& b : buckets_) {
-        if (bf16_) {
-            b.values16.resize(b.count);
-        } else {
-            b.values.resize(b.count);
-        }
+        b.values.resize(b.count);
+        if (bf16_) b.values16.resize(b.count);
         if (faults_.allreduce_bug == AllreduceBug::Stale) b.previous.resize(b.count);
     }
     model.set_grads_ready_hook([this](int stage) { on_grads_ready(stage); });
@@ -101,8 +115,8 @@ void GradReducer::start(Bucket& b) {
         }
         at += s.count;
     }
-    bool first = std::none_of(buckets_.begin(), buckets_.end(), [](const Bucket& x) { return x.started; });
-    if (first) first_start_ = Clock::now();
+    if (!any_started_) first_start_ = Clock::now();
+    any_started_ = true;
     if (bf16_) {
         MPI_Iallreduce(MPI_IN_PLACE, b.values16.data(), (int)b.count, MPI_UINT16_T, bf16_sum_,
                        parallel_.comm(Group::Data), &b.request);
@@ -110,7 +124,6 @@ void GradReducer::start(Bucket& b) {
         MPI_Iallreduce(MPI_IN_PLACE, b.values.data(), (int)b.count, MPI_FLOAT, MPI_SUM, parallel_.comm(Group::Data),
                        &b.request);
     }
-    bytes_ += b.count * (bf16_ ? 2 : 4);
     b.started = true;
 }
 
@@ -130,17 +143,14 @@ void GradReducer::unpack(Bucket& b) {
     const bool stale_bug = faulty_rank() && fault_active(AllreduceBug::Stale);
     const bool skip_bug = fault_active(AllreduceBug::Skip);
     const float scale = sum_bug ? 1.0f : 1.0f / size_;
-    std::vector<float> reduced;
-    if (bf16_) {
-        reduced.resize(b.count);
-        for (long i = 0; i < b.count; i++) reduced[i] = bf16_to_float(b.values16[i]);
-    }
-    std::vector<float>& values = bf16_ ? reduced : b.values;
+    if (bf16_)
+        for (long i = 0; i < b.count; i++) b.values[i] = bf16_to_float(b.values16[i]);
     if (!b.previous.empty()) {
         // The stale fault: this rank applies the buffer of the step before.
-        if (stale_bug) std::swap(values, b.previous);
-        if (!stale_bug) b.previous = values;
+        if (stale_bug) std::swap(b.values, b.previous);
+        if (!stale_bug) b.previous = b.values;
     }
+    const std::vector<float>& values = b.values;
     float* grads = model_.grads();
     long at = 0;
     for (const Segment& s : b.segments) {
@@ -169,46 +179,32 @@ CommStats GradReducer::finish() {
     }
     st.exposed_seconds = seconds(wait_begin, wait_end);
     st.seconds = std::max(st.exposed_seconds, seconds(first_start_, last_done_));
-    st.bytes = bytes_;
-    bytes_ = 0;
-    armed_ = false;
+    armed_ = any_started_ = false;
     return st;
 }
 
 CommStats GradReducer::finish_zero1() {
     auto t0 = Clock::now();
-    const long n = model_.num_parameters();
-    std::vector<int> counts(size_);
-    for (int r = 0; r < size_; r++) counts[r] = (int)(begin_[r + 1] - begin_[r]);
-    const long own = counts[rank_];
+    const long n = model_.num_parameters(), own = counts_[rank_];
     float* grads = model_.grads();
     const float scale = 1.0f / size_;
-    CommStats st;
     if (bf16_) {
-        std::vector<bf16> send(n), recv(own);
-        for (long i = 0; i < n; i++) send[i] = float_to_bf16_rne(grads[i]);
-        MPI_Reduce_scatter(send.data(), recv.data(), counts.data(), MPI_UINT16_T, bf16_sum_,
+        for (long i = 0; i < n; i++) send16_[i] = float_to_bf16_rne(grads[i]);
+        MPI_Reduce_scatter(send16_.data(), recv16_.data(), counts_.data(), MPI_UINT16_T, bf16_sum_,
                            parallel_.comm(Group::Data));
-        for (long i = 0; i < own; i++) grads[shard_begin() + i] = bf16_to_float(recv[i]) * scale;
-        st.bytes = n * 2;
+        for (long i = 0; i < own; i++) recv_[i] = bf16_to_float(recv16_[i]);
     } else {
-        std::vector<float> recv(own);
-        MPI_Reduce_scatter(grads, recv.data(), counts.data(), MPI_FLOAT, MPI_SUM, parallel_.comm(Group::Data));
-        for (long i = 0; i < own; i++) grads[shard_begin() + i] = recv[i] * scale;
-        st.bytes = n * 4;
+        MPI_Reduce_scatter(grads, recv_.data(), counts_.data(), MPI_FLOAT, MPI_SUM, parallel_.comm(Group::Data));
     }
+    for (long i = 0; i < own; i++) grads[shard_begin() + i] = recv_[i] * scale;
+    CommStats st;
     st.seconds = st.exposed_seconds = seconds(t0, Clock::now());
     return st;
 }
 
 void GradReducer::gather_params() {
     if (size_ == 1 || !zero1_) return;
-    std::vector<int> counts(size_), displs(size_);
-    for (int r = 0; r < size_; r++) {
-        counts[r] = (int)(begin_[r + 1] - begin_[r]);
-        displs[r] = (int)begin_[r];
-    }
-    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, model_.params(), counts.data(), displs.data(), MPI_FLOAT,
+    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, model_.params(), counts_.data(), displs_.data(), MPI_FLOAT,
                    parallel_.comm(Group::Data));
 }
 

@@ -15,6 +15,7 @@
 // partial sum is rounded to bf16, as a bf16 all-reduce does.
 #pragma once
 
+#include "trainer/bf16.h"
 #include "trainer/faults.h"
 #include "trainer/model.h"
 #include "trainer/parallel.h"
@@ -28,8 +29,11 @@ namespace hlat {
 struct CommStats {
     double seconds = 0.0;          // from the first reduction's start to the last one's completion
     double exposed_seconds = 0.0;  // of which the step waited, after backward
-    long bytes = 0;                // sent into reductions by this rank
 };
+
+// ZeRO-1's split of n parameters over dp replicas: replica r owns
+// [bounds[r], bounds[r+1]). The checkpoint writer gathers by the same split.
+std::vector<long> zero1_bounds(long n, int dp);
 
 class GradReducer {
   public:
@@ -60,8 +64,8 @@ class GradReducer {
     struct Bucket {
         std::vector<Segment> segments;
         long count = 0;
-        std::vector<float> values;     // packed fp32
-        std::vector<uint16_t> values16;  // packed bf16
+        std::vector<float> values;     // packed fp32: what is reduced, or the bf16 result widened
+        std::vector<bf16> values16;    // packed bf16, in bf16 reduction
         std::vector<float> previous;   // the stale fault's last reduced values
         MPI_Request request = MPI_REQUEST_NULL;
         bool started = false;
@@ -82,9 +86,12 @@ class GradReducer {
     std::vector<Bucket> buckets_;
     std::vector<int> stage_bucket_;  // bucket of model stage s at index s + 1
     std::vector<long> begin_;        // ZeRO-1 ranges: rank r owns [begin_[r], begin_[r+1])
-    bool armed_ = false;
+    std::vector<int> counts_, displs_;  // the same ranges, as MPI's counts and displacements
+    std::vector<bf16> send16_;          // ZeRO-1 bf16 reduce-scatter: all gradients out
+    std::vector<float> recv_;           // and this rank's range back
+    std::vector<bf16> recv16_;
+    bool armed_ = false, any_started_ = false;
     int step_ = 0;
-    long bytes_ = 0;
     std::chrono::steady_clock::time_point first_start_, last_done_;
     MPI_Op bf16_sum_ = MPI_OP_NULL;
 };

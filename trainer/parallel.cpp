@@ -101,11 +101,6 @@ double Parallel::sum(double x, Group g) {
     return x;
 }
 
-double Parallel::max(double x, Group g) {
-    allreduce(&x, 1, MPI_DOUBLE, MPI_MAX, g);
-    return x;
-}
-
 int Parallel::max(int x, Group g) {
     allreduce(&x, 1, MPI_INT, MPI_MAX, g);
     return x;
@@ -149,10 +144,6 @@ std::vector<std::string> Parallel::gather(const std::string& s, Group g) {
     if (group_rank(*this, g) == 0)
         for (int i = 0; i < n; i++) out.push_back(all.substr(displs[i], lens[i]));
     return out;
-}
-
-void Parallel::barrier(Group g) {
-    if (group_size(*this, g) > 1) MPI_Barrier(comm(g));
 }
 
 }  // namespace hlat

@@ -59,14 +59,12 @@ class Parallel : public TensorParallelGroup {
 
     void allreduce(void* x, long n, MPI_Datatype type, MPI_Op op, Group g);
     double sum(double x, Group g);
-    double max(double x, Group g);
     int max(int x, Group g);
     void broadcast(void* x, long bytes, Group g, int root = 0);
     // Every rank's vector (all the same length), concatenated in group rank order.
     std::vector<uint64_t> allgather(const std::vector<uint64_t>& x, Group g);
     std::vector<double> gather(const std::vector<double>& x, Group g);  // at group rank 0; empty elsewhere
     std::vector<std::string> gather(const std::string& s, Group g);     // at group rank 0; empty elsewhere
-    void barrier(Group g);
     MPI_Comm comm(Group g) const;
 
   private:

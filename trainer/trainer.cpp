@@ -6,8 +6,8 @@
 #include <fmt/format.h>
 #include <omp.h>
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 namespace hlat {
@@ -48,6 +48,12 @@ Trainer::Trainer(const TrainConfig& config, BatchSource& data, double peak_gflop
 
 Trainer::~Trainer() = default;
 
+// A replicated tensor (the norm weights) is the same on every TP rank: in a
+// sum over the group only TP rank 0's copy counts.
+static bool counts_on_this_rank(const TensorKind& k, const Parallel* parallel) {
+    return !k.replicated || !parallel || parallel->tp_rank() == 0;
+}
+
 // Sum of squares of buffer[begin, end) as the whole job sees it: each shard's
 // part summed over the tensor-parallel group, replicated tensors counted once
 // (from TP rank 0), and with ZeRO-1 each replica's range summed over the
@@ -56,7 +62,7 @@ static double job_sum_squares(Parallel& parallel, const Model& model, const floa
                               bool over_data) {
     double local = 0.0;
     for (const TensorKind& k : model.tensor_kinds()) {
-        if (k.replicated && parallel.tp_rank() != 0) continue;
+        if (!counts_on_this_rank(k, &parallel)) continue;
         long lo = std::max(begin, k.offset), hi = std::min(end, k.offset + k.numel());
         if (lo < hi) {
             double n = l2_norm(buffer + lo, hi - lo);
@@ -77,7 +83,7 @@ static void append_tensor_norms(std::vector<std::pair<std::string, double>>& out
     auto add = [&](std::string name, const TensorKind& k, const float* x, long n) {
         double norm = l2_norm(x, n);
         names.push_back(std::move(name));
-        squares.push_back(k.replicated && parallel && parallel->tp_rank() != 0 ? 0.0 : norm * norm);
+        squares.push_back(counts_on_this_rank(k, parallel) ? norm * norm : 0.0);
     };
     for (const TensorKind& k : model.tensor_kinds()) {
         add(fmt::format("{}/kind/{}", prefix, k.name), k, base + k.offset, k.numel());

@@ -60,7 +60,6 @@ class Trainer {
     StepStats step(bool tensor_norms = false, bool hash_grads = false);
     Model& model() { return *model_; }
     AdamW& optimizer() { return *optimizer_; }
-    const GradReducer* reducer() const { return reducer_.get(); }
     int next_step() const { return step_; }
     long tokens_seen() const { return tokens_seen_; }
     void set_next_step(int step, long tokens_seen) { step_ = step; tokens_seen_ = tokens_seen; }

@@ -244,11 +244,7 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
     Trainer trainer(config, *data.source, peak, &parallel);
     Model& model = trainer.model();
     if (resume_state) {
-        if (parallel.distributed()) {
-            load_distributed_checkpoint(parallel, *resume_dir, trainer);
-        } else {
-            load_checkpoint(*resume_dir, model, trainer.optimizer());
-        }
+        load_distributed_checkpoint(*resume_dir, trainer);
         trainer.set_next_step(resume_state->step, resume_state->tokens_seen);
         spdlog::info("resumed from {} at step {} ({} tokens seen)", *resume_dir, resume_state->step,
                      resume_state->tokens_seen);
@@ -337,11 +333,8 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
         }
         store.flush();
         std::string tokenizer = data.tokenizer ? data.tokenizer->path() : "";
-        std::string dir = parallel.distributed()
-                              ? save_distributed_checkpoint(parallel, trainer, st, config.run.out_dir, tokenizer,
-                                                            config.run.keep_checkpoints)
-                              : save_checkpoint(config.run.out_dir, model, trainer.optimizer(), st, tokenizer,
-                                                config.run.keep_checkpoints);
+        std::string dir = save_distributed_checkpoint(parallel, trainer, st, config.run.out_dir, tokenizer,
+                                                      config.run.keep_checkpoints);
         if (!parallel.is_root()) return;
         store.checkpoint(st.step - 1, dir);
         spdlog::info("checkpoint {}", dir);
