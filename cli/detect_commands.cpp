@@ -2,10 +2,12 @@
 // paper's spike-episode statistics of a stored run).
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "detectors/monitor.h"
 #include "detectors/postmortem.h"
 #include "detectors/replay.h"
 #include "trainer/file_io.h"
 #include "telemetry/reader.h"
+#include "telemetry/writer.h"
 #include "trainer/config.h"
 
 #include <boost/program_options.hpp>
@@ -37,12 +39,19 @@ StoredRun open_run(const std::string& store, const std::string& name) {
     return s;
 }
 
-// The run's own detector settings, or the defaults for a run that has none
-// (an ingested one).
-detectors::DetectorsConfig run_detectors(const telemetry::RunRecord& run) {
-    nlohmann::json config = nlohmann::json::parse(run.config, nullptr, false);
-    if (config.is_object() && config.contains("detectors")) return detectors::detectors_from_json(config["detectors"]);
-    return {};
+// Exit codes of hlat detect, for scripts that gate on it.
+constexpr int kExitNoDetectorKeys = 2;
+constexpr int kExitHaltAlert = 3;  // as a halted hlat train
+
+// The replayed alerts the store does not have yet (same kind at the same step).
+std::vector<telemetry::Alert> new_alerts(telemetry::Reader& reader, int64_t run,
+                                         const std::vector<detectors::Fired>& fired) {
+    std::set<std::pair<std::string, int64_t>> stored;
+    for (const telemetry::Alert& a : reader.alerts(run)) stored.insert({a.kind, a.step});
+    std::vector<telemetry::Alert> out;
+    for (const detectors::Fired& f : fired)
+        if (!stored.count({f.alert.kind, f.alert.step})) out.push_back(f.alert);
+    return out;
 }
 
 }  // namespace
@@ -53,23 +62,47 @@ int detect_command(int argc, char** argv) {
         "store", po::value<std::string>()->default_value("runs/hlat.db"), "telemetry store")(
         "run", po::value<std::string>()->default_value(""), "run name")(
         "config", po::value<std::string>()->default_value(""),
-        "training config whose detectors section to use instead of the run's own");
-    auto parsed = parse_options(argc, argv, opts, "usage: hlat detect --store FILE --run NAME\n\nReplays a stored run (trained here or ingested) "
-                     "through the detectors with the run's own\nsettings and prints every alert. The causality probe "
-                     "needs the model and is not replayed.");
+        "training config whose detectors section to use instead of the run's own")(
+        "save", "store the alerts the store does not have yet (same kind at the same step)");
+    auto parsed = parse_options(argc, argv, opts, "usage: hlat detect --store FILE --run NAME [--save]\n\nReplays a stored run (trained here or ingested) "
+                     "through the detectors with the run's own\nsettings and prints every alert. The embedded trainer's "
+                     "causality probe needs the model and is not\nreplayed (a client's probe series is).\n"
+                     "Exit codes: 0 no halt-policy alert, 3 a halt-policy alert fired, 2 the run has none of\nthe keys "
+                     "the detectors read (loss, grad_norm, ...), 1 error.");
     if (!parsed) return 0;
     const po::variables_map& vm = *parsed;
     StoredRun s = open_run(vm["store"].as<std::string>(), vm["run"].as<std::string>());
     detectors::DetectorsConfig config = vm["config"].as<std::string>().empty()
-                                            ? run_detectors(s.run)
+                                            ? detectors::detectors_of(s.run)
                                             : load_config(vm["config"].as<std::string>()).detectors;
     std::vector<detectors::StepRecord> records = detectors::stored_records(*s.reader, s.run.id);
-    std::vector<detectors::Fired> fired = detectors::replay(records, config);
+    if (records.empty()) {
+        std::string keys;
+        for (const std::string& k : s.reader->keys(s.run.id)) keys += (keys.empty() ? "" : ", ") + k;
+        fmt::print(stderr, "run \"{}\" has none of the keys the detectors read (loss, grad_norm, param_norm, lr, "
+                           "heldout_loss, ...); its keys: {}. Re-import it with --map, e.g. --map train_loss=loss\n",
+                   s.run.name, keys.empty() ? "none" : keys);
+        return kExitNoDetectorKeys;
+    }
+    std::vector<detectors::Fired> fired = detectors::replay(records, config, detectors::source_of(s.run));
     fmt::print("run \"{}\": {} steps replayed, {} alerts\n", s.run.name, records.size(), fired.size());
-    for (const detectors::Fired& f : fired)
+    bool halt = false;
+    for (const detectors::Fired& f : fired) {
+        halt = halt || f.policy == detectors::Policy::Halt;
         fmt::print("step {:>7}  {:<8}  {:<22} {}{}\n", f.alert.step, f.alert.severity, f.alert.kind, f.alert.message,
                    f.policy == detectors::Policy::Halt ? "  [halt]" : "");
-    return 0;
+    }
+    if (vm.count("save")) {
+        std::vector<telemetry::Alert> fresh = new_alerts(*s.reader, s.run.id, fired);
+        telemetry::Writer writer(vm["store"].as<std::string>());
+        for (telemetry::Alert& a : fresh) {
+            a.wall_time = telemetry::now_seconds();
+            writer.alert(s.run.id, a);
+        }
+        writer.flush();
+        fmt::print("saved {} new alerts ({} were stored already)\n", fresh.size(), fired.size() - fresh.size());
+    }
+    return halt ? kExitHaltAlert : 0;
 }
 
 int spikes_command(int argc, char** argv) {

@@ -2,6 +2,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "telemetry/reader.h"
+#include "telemetry/writer.h"
 #include "web/server.h"
 
 #include <fmt/format.h>
@@ -9,6 +10,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <thread>
 
 namespace hlat::cli {
@@ -29,7 +31,11 @@ int serve_command(int argc, char** argv) {
         ("static", po::value<std::string>()->default_value(HLAT_WEB_DIR "/static"), "folder of the page")
         ("vendor", po::value<std::string>()->default_value(HLAT_WEB_DIR "/node_modules/uplot/dist"),
          "folder of uPlot's files (installed by npm in setup)")
-        ("token", po::value<std::string>()->default_value(""), "access token for state changes; empty: a random one");
+        ("token", po::value<std::string>()->default_value(""), "access token for state changes; empty: a random one")
+        ("create", "create the store if it does not exist (to receive runs from the Python client or HTTP ingest)")
+        ("stale-after", po::value<double>()->default_value(300.0),
+         "mark a run fed from outside (client, HTTP ingest, ingest --follow) stale after this many seconds "
+         "without records; 0 never");
     auto parsed = parse_options(argc, argv, opts,
                                 "usage: hlat serve [--store FILE] [--port N]\n\nServes the JSON API (/api/v1, see "
                                 "README) and the page over a store.");
@@ -44,6 +50,13 @@ int serve_command(int argc, char** argv) {
     o.static_dir = vm["static"].as<std::string>();
     o.vendor_dir = vm["vendor"].as<std::string>();
     o.token = vm["token"].as<std::string>();
+    double stale_after = vm["stale-after"].as<double>();
+    if (stale_after < 0) throw std::runtime_error("--stale-after must be >= 0 seconds");
+    if (vm.count("create") && !std::filesystem::exists(o.store)) {
+        std::filesystem::path parent = std::filesystem::path(o.store).parent_path();
+        if (!parent.empty()) std::filesystem::create_directories(parent);
+        telemetry::Writer create(o.store);
+    }
     { telemetry::Reader check(o.store); }  // a missing or foreign store is an error now, not at the first request
     if (o.bind != "127.0.0.1" && o.bind != "localhost" && o.bind != "::1")
         spdlog::warn("listening on {}: anyone who can reach this address can read the runs", o.bind);
@@ -53,7 +66,18 @@ int serve_command(int argc, char** argv) {
     fmt::print("hlat serve: {} on {}\nopen {}\naccess token (for halting and ingesting): {}\n", o.store, o.bind,
                server.url(), server.token());
     std::fflush(stdout);
-    while (!g_serve_stop) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    auto last_sweep = std::chrono::steady_clock::now();
+    while (!g_serve_stop) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        if (stale_after > 0 && std::chrono::steady_clock::now() - last_sweep > std::chrono::seconds(1)) {
+            last_sweep = std::chrono::steady_clock::now();
+            try {
+                if (int n = server.mark_stale(stale_after)) spdlog::info("{} run(s) marked stale", n);
+            } catch (const std::exception& e) {
+                spdlog::warn("stale check: {}", e.what());
+            }
+        }
+    }
     return 0;
 }
 

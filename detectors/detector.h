@@ -25,8 +25,12 @@
 // - replica_mismatch: a data-parallel replica's parameter (or gradient) hash
 //   differs from replica 0's: the all-reduce is broken. Evidence: the ranks,
 //   the first tensor.
-// The causality probe (leak_probe) needs the model, so it lives in the
-// trainer; its alerts go to the same store.
+// - information_leak: a causality probe measured logits at early positions
+//   changing when only later tokens changed (the `causality_leak` series: the
+//   largest change, 0 when none). The embedded trainer's probe needs the model,
+//   so it lives in the trainer and raises this alert itself; the Python
+//   client's probe sends the series, and this detector turns it into the same
+//   alert, with leak_probe's policy.
 #pragma once
 
 #include "detectors/config.h"
@@ -56,7 +60,18 @@ struct StepRecord {
     double tp_drift = NAN;          // max |w - w_tp0| over the replicated (norm) weights
     double replica_mismatch = NAN;  // data-parallel ranks whose hash differs from their replica 0
     std::string replica_detail;     // which ranks and the first tensor, when known
+    double causality_leak = NAN;    // largest logit change a causality probe saw (0: none)
 };
+
+// The metric keys the detectors read; sets the field of `r` that `key` feeds
+// and returns true, or returns false for any other key.
+bool apply_metric(StepRecord& r, const std::string& key, double value);
+// The keys apply_metric reads, for messages ("none of loss, grad_norm, ...").
+const std::vector<std::string>& detector_keys();
+
+// Who produced the records: the words of an alert depend on it (only hlat's
+// own trainer skips the update of a step with a non-finite loss).
+enum class Source { Embedded, External };
 
 // An alert and what its policy says to do.
 struct Fired {
@@ -73,7 +88,7 @@ class Detector {
 // Every enabled step-record detector, in a fixed order.
 class DetectorSuite {
   public:
-    explicit DetectorSuite(const DetectorsConfig& config);
+    explicit DetectorSuite(const DetectorsConfig& config, Source source = Source::Embedded);
     ~DetectorSuite();
     // Alerts of this step (wall_time left 0 for the caller to stamp).
     std::vector<Fired> observe(const StepRecord& r);

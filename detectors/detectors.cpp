@@ -71,6 +71,7 @@ class GradSpike : public Detector {
   public:
     explicit GradSpike(const GradSpikeConfig& c) : c_(c), tracker_(c.window, c.rule, c.threshold) {}
     void observe(const StepRecord& r, std::vector<Alert>& out) override {
+        if (!r.has_grad_norm) return;  // a record of other series (a held-out loss alone) is no step of this one
         SpikeTracker::Observation o = tracker_.observe(r.grad_norm);
         if (!o.in_episode) {
             alerted_ratio_ = alerted_length_ = false;
@@ -104,28 +105,33 @@ class GradSpike : public Detector {
 
 class NonFinite : public Detector {
   public:
+    explicit NonFinite(Source source) : source_(source) {}
     void observe(const StepRecord& r, std::vector<Alert>& out) override {
         bool loss_bad = r.has_loss && !std::isfinite(r.loss);
         bool grad_bad = r.has_grad_norm && !std::isfinite(r.grad_norm);
         if (!loss_bad && !grad_bad) return;
         const char* what = loss_bad && grad_bad ? "loss and gradient norm are" : loss_bad ? "loss is" : "gradient norm is";
+        std::string consequence = source_ == Source::Embedded ? "the update of this step was skipped"
+                                                              : "the trainer reported a non-finite value";
         out.push_back(make_alert("nonfinite", "critical", r.step,
-                                 fmt::format("{} not finite (loss {}, grad norm {}); the update of this step was "
-                                             "skipped",
-                                             what, r.loss, r.grad_norm),
+                                 fmt::format("{} not finite (loss {}, grad norm {}); {}", what, r.loss, r.grad_norm,
+                                             consequence),
                                  {{"loss", std::isfinite(r.loss) ? json(r.loss) : json(fmt::format("{}", r.loss))},
                                   {"grad_norm", std::isfinite(r.grad_norm) ? json(r.grad_norm)
                                                                            : json(fmt::format("{}", r.grad_norm))}}));
     }
+
+  private:
+    Source source_;
 };
 
 class LossFloor : public Detector {
   public:
     explicit LossFloor(const LossFloorConfig& c) : c_(c) {}
     void observe(const StepRecord& r, std::vector<Alert>& out) override {
+        if (std::isfinite(r.heldout_loss)) heldout_ = r.heldout_loss;
         if (!std::isfinite(r.loss)) return;
         ema_ = std::isnan(ema_) ? r.loss : 0.9 * ema_ + 0.1 * r.loss;
-        if (std::isfinite(r.heldout_loss)) heldout_ = r.heldout_loss;
         bool below_floor = ema_ < c_.floor;
         if (below_floor && !floor_alerted_) {
             floor_alerted_ = true;
@@ -273,19 +279,60 @@ class ReplicaMismatch : public Detector {
     bool alerted_ = false;
 };
 
+class InformationLeak : public Detector {
+  public:
+    void observe(const StepRecord& r, std::vector<Alert>& out) override {
+        if (!(r.causality_leak > 0)) return;  // NaN: not probed at this step
+        out.push_back(make_alert(
+            "information_leak", "critical", r.step,
+            fmt::format("causality probe: logits at early positions changed (by up to {:.3g}) when only later tokens "
+                        "changed: the model sees the future (check the attention mask)",
+                        r.causality_leak),
+            {{"max_logit_difference", r.causality_leak}}));
+    }
+};
+
 }  // namespace
 
-DetectorSuite::DetectorSuite(const DetectorsConfig& c) {
+bool apply_metric(StepRecord& r, const std::string& key, double value) {
+    static const std::map<std::string, double StepRecord::*> fields = {
+        {"loss", &StepRecord::loss},
+        {"grad_norm", &StepRecord::grad_norm},
+        {"param_norm", &StepRecord::param_norm},
+        {"lr", &StepRecord::lr},
+        {"heldout_loss", &StepRecord::heldout_loss},
+        {"tp_drift", &StepRecord::tp_drift},
+        {"replica_mismatch", &StepRecord::replica_mismatch},
+        {"causality_leak", &StepRecord::causality_leak},
+    };
+    auto it = fields.find(key);
+    if (it == fields.end()) return false;
+    r.*(it->second) = value;
+    if (key == "loss") r.has_loss = true;
+    if (key == "grad_norm") r.has_grad_norm = true;
+    return true;
+}
+
+const std::vector<std::string>& detector_keys() {
+    static const std::vector<std::string> keys = {"loss", "grad_norm", "param_norm", "lr", "heldout_loss",
+                                                  "tp_drift", "replica_mismatch", "causality_leak"};
+    return keys;
+}
+
+DetectorSuite::DetectorSuite(const DetectorsConfig& c, Source source) {
     auto add = [&](std::unique_ptr<Detector> d, Policy p) {
         if (p != Policy::Off) detectors_.push_back({std::move(d), p});
     };
-    add(std::make_unique<NonFinite>(), c.nonfinite.policy);
+    add(std::make_unique<NonFinite>(source), c.nonfinite.policy);
     add(std::make_unique<GradSpike>(c.grad_spike), c.grad_spike.policy);
     add(std::make_unique<LossFloor>(c.loss_floor), c.loss_floor.policy);
     add(std::make_unique<LossJump>(c.loss_jump), c.loss_jump.policy);
     add(std::make_unique<Divergence>(c.divergence), c.divergence.policy);
     add(std::make_unique<TpDrift>(c.tp_drift), c.tp_drift.policy);
     add(std::make_unique<ReplicaMismatch>(), c.replica_mismatch.policy);
+    // The embedded trainer raises information_leak from its own probe; this
+    // one reads probes sent from outside (no series in the trainer's runs).
+    add(std::make_unique<InformationLeak>(), c.leak_probe.policy);
 }
 
 DetectorSuite::~DetectorSuite() = default;

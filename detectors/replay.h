@@ -9,11 +9,20 @@
 
 namespace hlat::detectors {
 
-// The run's step records from the store: loss, grad_norm, param_norm, lr and
-// heldout_loss at every step where loss or grad_norm was recorded.
+// The run's step records from the store: one per step at which any key the
+// detectors read (detector_keys()) was recorded, in step order.
 std::vector<StepRecord> stored_records(telemetry::Reader& reader, int64_t run);
 
+// The same from points and events as they arrive (a batch of a followed log
+// or of an HTTP ingest): what stored_records gives once they are stored.
+std::vector<StepRecord> records_from(const std::vector<telemetry::MetricPoint>& points,
+                                     const std::vector<telemetry::Event>& events);
+
 // Every alert the suite raises over the records, with the policy of each.
-std::vector<Fired> replay(const std::vector<StepRecord>& records, const DetectorsConfig& config);
+std::vector<Fired> replay(const std::vector<StepRecord>& records, const DetectorsConfig& config,
+                          Source source = Source::Embedded);
+
+// The source whose words a stored run's alerts use.
+Source source_of(const telemetry::RunRecord& run);
 
 }  // namespace hlat::detectors

@@ -13,7 +13,8 @@ PACKAGES=(
   libsentencepiece-dev sentencepiece
   libzstd-dev zstd zlib1g-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3-torch python3-numpy
+  python3-torch python3-numpy libopenblas0-pthread
+  libprotobuf-dev protobuf-compiler python3-protobuf python3-crcmod
   chromium
 )
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -15,14 +16,27 @@ std::string_view trim(std::string_view s) {
     return s;
 }
 
-// "nan", "inf", "-inf" (any case), or a number in full.
-bool parse_number(std::string_view s, double* out) {
+std::string lowercase(std::string_view s) {
+    std::string out;
+    for (char c : s) out += (char)std::tolower((unsigned char)c);
+    return out;
+}
+
+// "nan", "inf", "-inf", "infinity" (any case), or a number in full;
+// thousands separators ("1,234") are allowed where `commas` says so.
+bool parse_number(std::string_view s, double* out, bool commas = false) {
     s = trim(s);
-    std::string lower;
-    for (char c : s) lower += (char)std::tolower((unsigned char)c);
-    if (lower == "nan") return *out = NAN, true;
+    std::string lower = lowercase(s);
+    if (lower == "nan" || lower == "-nan") return *out = NAN, true;
     if (lower == "inf" || lower == "+inf" || lower == "infinity") return *out = INFINITY, true;
     if (lower == "-inf" || lower == "-infinity") return *out = -INFINITY, true;
+    std::string plain;
+    if (commas) {
+        for (char c : s)
+            if (c != ',') plain += c;
+        s = plain;
+    }
+    if (!s.empty() && s.front() == '+') s.remove_prefix(1);
     if (s.empty()) return false;
     auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
     return ec == std::errc() && end == s.data() + s.size();
@@ -40,89 +54,319 @@ std::vector<std::string_view> split_csv(std::string_view line) {
     return out;
 }
 
-}  // namespace
-
-std::vector<std::string> parse_csv_header(const std::string& file, std::string_view line) {
-    std::vector<std::string> names;
-    bool has_step = false;
-    for (std::string_view f : split_csv(line)) {
-        if (f.empty()) throw IngestError(fmt::format("{}:1: empty column name in the CSV header", file));
-        names.emplace_back(f);
-        has_step = has_step || f == "step";
+// Python's json.dumps writes NaN, Infinity and -Infinity bare, which is not
+// JSON: outside strings they become the strings "nan", "inf" and "-inf".
+std::string quote_bare_nonfinite(std::string_view line) {
+    std::string out;
+    out.reserve(line.size() + 8);
+    bool in_string = false;
+    for (size_t i = 0; i < line.size(); i++) {
+        char c = line[i];
+        if (in_string) {
+            out += c;
+            if (c == '\\' && i + 1 < line.size()) out += line[++i];
+            else if (c == '"') in_string = false;
+            continue;
+        }
+        if (c == '"') in_string = true;
+        bool word_start = i == 0 || !std::isalnum((unsigned char)line[i - 1]);
+        auto bare = [&](std::string_view word) {
+            return word_start && line.substr(i, word.size()) == word &&
+                   (i + word.size() == line.size() || !std::isalnum((unsigned char)line[i + word.size()]));
+        };
+        if (bare("NaN")) {
+            out += "\"nan\"";
+            i += 2;
+        } else if (bare("-Infinity")) {
+            out += "\"-inf\"";
+            i += 8;
+        } else if (bare("Infinity")) {
+            out += "\"inf\"";
+            i += 7;
+        } else {
+            out += c;
+        }
     }
-    if (!has_step) throw IngestError(fmt::format("{}:1: the CSV header has no \"step\" column", file));
-    return names;
+    return out;
 }
 
-std::vector<MetricPoint> parse_records(const std::string& file, std::string_view text, long first_line, bool csv,
-                                       const std::vector<std::string>& csv_header, int64_t* last_step,
-                                       double default_time) {
-    std::vector<MetricPoint> out;
-    int64_t previous = *last_step;
-    long line_number = first_line - 1;
+// llm.c's short names and what hlat calls them.
+const KeyMap kLlmcNames = {{"trl", "loss"}, {"tel", "heldout_loss"}, {"norm", "grad_norm"}, {"lr", "lr"},
+                           {"eval", "hellaswag_acc"}};
+
+// ANSI colour codes (ESC [ ... m), which console loggers such as torchtitan's
+// put between a label and its number.
+std::string strip_ansi(std::string_view s) {
+    std::string out;
+    for (size_t i = 0; i < s.size(); i++) {
+        if (s[i] == '\x1b' && i + 1 < s.size() && s[i + 1] == '[') {
+            size_t j = i + 2;
+            while (j < s.size() && (std::isdigit((unsigned char)s[j]) || s[j] == ';')) j++;
+            if (j < s.size() && s[j] == 'm') {
+                i = j;
+                continue;
+            }
+        }
+        out += s[i];
+    }
+    return out;
+}
+
+const char* kNumberRegex = R"(([-+]?(?:[0-9][0-9,]*\.?[0-9]*(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?|nan|NaN|-?inf|-?Infinity)))";
+
+// "step: {step} loss: {loss}" -> a regex with a number group per {name}.
+std::regex compile_pattern(const std::string& pattern, std::vector<std::string>* names) {
+    std::string re;
+    for (size_t i = 0; i < pattern.size();) {
+        char c = pattern[i];
+        if (c == '{') {
+            size_t close = pattern.find('}', i);
+            if (close == std::string::npos) throw IngestError(fmt::format("pattern \"{}\": a {{ is never closed", pattern));
+            std::string name = pattern.substr(i + 1, close - i - 1);
+            if (name.empty()) throw IngestError(fmt::format("pattern \"{}\": {{}} needs a metric name", pattern));
+            names->push_back(name);
+            re += kNumberRegex;
+            i = close + 1;
+        } else if (std::isspace((unsigned char)c)) {
+            while (i < pattern.size() && std::isspace((unsigned char)pattern[i])) i++;
+            re += R"(\s*)";
+        } else {
+            if (std::string_view("\\^$.|?*+()[]{}").find(c) != std::string_view::npos) re += '\\';
+            re += c;
+            i++;
+        }
+    }
+    if (std::find(names->begin(), names->end(), "step") == names->end())
+        throw IngestError(fmt::format("pattern \"{}\" has no {{step}}", pattern));
+    return std::regex(re);
+}
+
+}  // namespace
+
+LogFormat format_from_name(const std::string& name) {
+    if (name == "jsonl") return LogFormat::Jsonl;
+    if (name == "csv") return LogFormat::Csv;
+    if (name == "llmc") return LogFormat::Llmc;
+    if (name == "pattern") return LogFormat::Pattern;
+    if (name == "tensorboard") return LogFormat::TensorBoard;
+    throw IngestError(fmt::format("unknown log format \"{}\" (jsonl, csv, llmc, tensorboard or pattern)", name));
+}
+
+const char* format_name(LogFormat f) {
+    switch (f) {
+        case LogFormat::Jsonl: return "jsonl";
+        case LogFormat::Csv: return "csv";
+        case LogFormat::Llmc: return "llmc";
+        case LogFormat::Pattern: return "pattern";
+        case LogFormat::TensorBoard: return "tensorboard";
+    }
+    return "?";
+}
+
+LogFormat detect_format(const std::string& path, std::string_view head) {
+    std::string_view first = head.substr(0, head.find('\n'));
+    std::string_view line = trim(first);
+    if (path.find("tfevents") != std::string::npos) return LogFormat::TensorBoard;
+    if (line.rfind("s:", 0) == 0 && line.size() > 2 && std::isdigit((unsigned char)line[2])) return LogFormat::Llmc;
+    if (line.rfind("{", 0) == 0) return LogFormat::Jsonl;
+    if (!line.empty() && line.find(',') != std::string_view::npos) {
+        for (std::string_view cell : split_csv(line))
+            if (cell == "step") return LogFormat::Csv;
+    }
+    auto ends_with = [&](const char* ext) {
+        std::string_view p(path), e(ext);
+        return p.size() >= e.size() && p.substr(p.size() - e.size()) == e;
+    };
+    if (ends_with(".jsonl") || ends_with(".json")) return LogFormat::Jsonl;
+    if (ends_with(".csv")) return LogFormat::Csv;
+    if (head.empty())
+        throw IngestError(fmt::format("{} is empty: name its format with --format (jsonl, csv, llmc, pattern)", path));
+    throw IngestError(fmt::format("{}: cannot tell its format from its first line \"{}\"; name it with --format "
+                                  "(jsonl, csv, llmc, tensorboard, or pattern with --pattern)",
+                                  path, std::string(line.substr(0, 80))));
+}
+
+KeyMap parse_key_map(const std::string& text) {
+    KeyMap out;
+    size_t start = 0;
+    while (start <= text.size()) {
+        size_t comma = text.find(',', start);
+        std::string pair = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        if (!trim(pair).empty()) {
+            size_t eq = pair.find('=');
+            std::string from = eq == std::string::npos ? "" : std::string(trim(std::string_view(pair).substr(0, eq)));
+            std::string to = eq == std::string::npos ? "" : std::string(trim(std::string_view(pair).substr(eq + 1)));
+            if (from.empty() || to.empty())
+                throw IngestError(fmt::format("--map \"{}\": each entry is LOG_NAME=HLAT_NAME, e.g. train_loss=loss", pair));
+            out[from] = to;
+        }
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+    }
+    return out;
+}
+
+struct LineParser::Record {
+    bool has_step = false, has_time = false, matched = true;
+    double step = 0.0, time = 0.0;
+    std::vector<std::pair<std::string, double>> fields;
+    std::string event, detail;
+    void take(const std::string& name, double v) {
+        if (name == "step") has_step = true, step = v;
+        else if (name == "time") has_time = true, time = v;
+        else fields.push_back({name, v});
+    }
+};
+
+LineParser::LineParser(std::string file, LogFormat format, const std::string& pattern, KeyMap rename)
+    : file_(std::move(file)), format_(format), rename_(std::move(rename)) {
+    if (format == LogFormat::TensorBoard)
+        throw IngestError(fmt::format("{}: TensorBoard event files are binary, not lines", file_));
+    if (format == LogFormat::Pattern) {
+        if (pattern.empty()) throw IngestError("--format pattern needs --pattern, e.g. \"step: {step} loss: {loss}\"");
+        pattern_ = compile_pattern(pattern, &pattern_names_);
+    }
+}
+
+std::string LineParser::rename(std::string_view name) const {
+    auto it = rename_.find(std::string(name));
+    if (it != rename_.end()) return it->second;
+    if (format_ == LogFormat::Llmc)
+        if (auto b = kLlmcNames.find(std::string(name)); b != kLlmcNames.end()) return b->second;
+    return std::string(name);
+}
+
+ParsedBatch LineParser::parse(std::string_view text, double default_time) {
+    ParsedBatch out;
+    std::vector<std::string> header = csv_header_;
+    int64_t previous = last_step_;
+    long number = next_line_ - 1;
     size_t pos = 0;
     while (pos < text.size()) {
         size_t nl = text.find('\n', pos);
         std::string_view line = text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
         pos = nl == std::string_view::npos ? text.size() : nl + 1;
-        line_number++;
+        number++;
         if (trim(line).empty()) continue;
-        auto bad = [&](const std::string& why) { return IngestError(fmt::format("{}:{}: {}", file, line_number, why)); };
-
-        std::vector<std::pair<std::string, double>> fields;
-        bool has_step = false, has_time = false;
-        double step_value = 0.0, time = default_time;
-        auto take = [&](const std::string& name, double v) {
-            if (name == "step") {
-                has_step = true;
-                step_value = v;
-            } else if (name == "time") {
-                has_time = true;
-                time = v;
-            } else {
-                fields.push_back({name, v});
+        auto bad = [&](const std::string& why) { return IngestError(fmt::format("{}:{}: {}", file_, number, why)); };
+        if (format_ == LogFormat::Csv && header.empty()) {
+            for (std::string_view f : split_csv(line)) {
+                if (f.empty()) throw bad("empty column name in the CSV header");
+                header.emplace_back(f);
             }
-        };
-        if (csv) {
+            if (std::find(header.begin(), header.end(), "step") == header.end())
+                throw bad("the CSV header has no \"step\" column");
+            continue;
+        }
+        Record r;
+        r.time = default_time;
+        parse_line(line, number, header, r);
+        if (!r.matched) {
+            out.skipped++;
+            continue;
+        }
+        if (!r.has_step) throw bad("no \"step\" field");
+        if (!(r.step >= 0) || r.step != std::floor(r.step) || r.step > 9e15)
+            throw bad(fmt::format("step {} is not a non-negative integer", r.step));
+        int64_t step = (int64_t)r.step;
+        if (step < previous) throw bad(fmt::format("step {} goes backwards (after step {})", step, previous));
+        if (r.has_time && !std::isfinite(r.time)) throw bad("time is not a finite number");
+        previous = step;
+        out.records++;
+        if (!r.event.empty()) out.events.push_back({r.event, step, r.time, r.detail});
+        for (auto& [name, v] : r.fields) out.points.push_back({name, step, v, r.time});
+    }
+    csv_header_ = std::move(header);
+    last_step_ = previous;
+    next_line_ = number + 1;
+    return out;
+}
+
+void LineParser::parse_line(std::string_view line, long number, const std::vector<std::string>& header, Record& r) {
+    auto bad = [&](const std::string& why) { return IngestError(fmt::format("{}:{}: {}", file_, number, why)); };
+    switch (format_) {
+        case LogFormat::Csv: {
             std::vector<std::string_view> cells = split_csv(line);
-            if (cells.size() != csv_header.size())
-                throw bad(fmt::format("{} cells for {} columns", cells.size(), csv_header.size()));
+            if (cells.size() != header.size())
+                throw bad(fmt::format("{} cells for {} columns", cells.size(), header.size()));
             for (size_t i = 0; i < cells.size(); i++) {
-                if (cells[i].empty() && csv_header[i] != "step") continue;  // a missing value
+                std::string name = rename(header[i]);
+                if (cells[i].empty() && name != "step") continue;  // a missing value
                 double v;
                 if (!parse_number(cells[i], &v))
-                    throw bad(fmt::format("column \"{}\" is \"{}\", not a number", csv_header[i], cells[i]));
-                take(csv_header[i], v);
+                    throw bad(fmt::format("column \"{}\" is \"{}\", not a number", header[i], cells[i]));
+                r.take(name, v);
             }
-        } else {
-            nlohmann::json j;
-            try {
-                j = nlohmann::json::parse(line);
-            } catch (const nlohmann::json::exception& e) {
-                throw bad(fmt::format("not valid JSON ({})", e.what()));
-            }
+            return;
+        }
+        case LogFormat::Jsonl: {
+            nlohmann::json j = nlohmann::json::parse(quote_bare_nonfinite(line), nullptr, false);
+            if (j.is_discarded()) throw bad("not valid JSON");
             if (!j.is_object()) throw bad("not a JSON object");
             for (auto it = j.begin(); it != j.end(); ++it) {
                 double v;
+                if (it->is_null()) continue;  // a missing value
+                if ((it.key() == "event" || it.key() == "detail") && it->is_string()) {
+                    (it.key() == "event" ? r.event : r.detail) = it->get<std::string>();
+                    continue;
+                }
                 if (it->is_number()) {
                     v = it->get<double>();
                 } else if (!(it->is_string() && parse_number(it->get<std::string>(), &v))) {
                     throw bad(fmt::format("field \"{}\" is {}, not a number", it.key(), it->dump()));
                 }
-                take(it.key(), v);
+                r.take(rename(it.key()), v);
             }
+            return;
         }
-        if (!has_step) throw bad("no \"step\" field");
-        if (!(step_value >= 0) || step_value != std::floor(step_value) || step_value > 9e15)
-            throw bad(fmt::format("step {} is not a non-negative integer", step_value));
-        int64_t step = (int64_t)step_value;
-        if (step < previous) throw bad(fmt::format("step {} goes backwards (after step {})", step, previous));
-        if (has_time && !std::isfinite(time)) throw bad("time is not a finite number");
-        previous = step;
-        for (auto& [name, v] : fields) out.push_back({name, step, v, time});
+        case LogFormat::Llmc: {
+            std::string_view s = trim(line);
+            if (s.rfind("s:", 0) != 0) {
+                r.matched = false;  // llm.c-style logs may carry other text (modded-nanogpt puts its code first)
+                return;
+            }
+            size_t pos = 0;
+            while (pos < s.size()) {
+                size_t end = s.find_first_of(" \t", pos);
+                std::string_view token = s.substr(pos, end == std::string_view::npos ? std::string_view::npos : end - pos);
+                pos = end == std::string_view::npos ? s.size() : s.find_first_not_of(" \t", end);
+                if (pos == std::string_view::npos) pos = s.size();
+                size_t colon = token.find(':');
+                if (colon == std::string_view::npos || colon == 0) throw bad(fmt::format("\"{}\" is not KEY:VALUE", token));
+                std::string_view key = token.substr(0, colon), value = token.substr(colon + 1);
+                // A unit after the number (120ms, 3.5%) joins the name: train_time_ms.
+                size_t unit = value.size();
+                while (unit > 0 && (std::isalpha((unsigned char)value[unit - 1]) || value[unit - 1] == '%')) unit--;
+                std::string_view suffix = value.substr(unit);
+                std::string lower_value = lowercase(value);
+                if (lower_value == "nan" || lower_value == "inf" || lower_value == "-inf") suffix = {}, unit = value.size();
+                double v;
+                if (!parse_number(value.substr(0, unit), &v))
+                    throw bad(fmt::format("\"{}\" is not a number in \"{}\"", value, token));
+                std::string name(key);
+                if (!suffix.empty()) name += "_" + (suffix == "%" ? std::string("pct") : std::string(suffix));
+                r.take(key == "s" ? "step" : rename(name), v);
+            }
+            return;
+        }
+        case LogFormat::Pattern: {
+            std::string plain = strip_ansi(line);
+            std::smatch m;
+            if (!std::regex_search(plain, m, pattern_)) {
+                r.matched = false;
+                return;
+            }
+            for (size_t i = 0; i < pattern_names_.size(); i++) {
+                if (pattern_names_[i] == "_") continue;  // {_}: a number to match and leave
+                double v;
+                if (!parse_number(m[i + 1].str(), &v, true))
+                    throw bad(fmt::format("{{{}}} matched \"{}\", not a number", pattern_names_[i], m[i + 1].str()));
+                r.take(rename(pattern_names_[i]), v);
+            }
+            return;
+        }
+        case LogFormat::TensorBoard: break;
     }
-    *last_step = previous;
-    return out;
 }
 
 }  // namespace hlat::telemetry

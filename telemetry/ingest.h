@@ -1,13 +1,32 @@
-// Records from other trainers: JSONL (one object per line) or CSV (a header
-// row, then one row per record). Each record has an integer `step` >= 0 and any
-// number of numeric fields, each becoming a metric key; `time` (seconds since
-// the epoch), when present, is the wall time. Values may be numbers or the
-// strings "nan", "inf", "-inf" (JSON has no literals for them). Steps must not
-// go backwards.
+// Records from other trainers, as text lines. Formats:
+//   jsonl    one object per line: an integer "step" >= 0 and any number of
+//            numeric fields, each becoming a metric; "time" (seconds since the
+//            epoch), when present, is the wall time. Values may be numbers,
+//            Python's bare NaN / Infinity / -Infinity, or the strings "nan",
+//            "inf", "-inf"; null is a missing value (the field is skipped). A
+//            line {"step": N, "event": KIND, "detail": TEXT} is an event.
+//   csv      a header row with a "step" column, then one row per record; an
+//            empty cell is a missing value.
+//   llmc     llm.c's main.log: "s:N trl:2.31 lr:0.0006 norm:1.2" (train
+//            loss, lr, grad norm), "s:N tel:3.28" (validation loss), "s:N
+//            eval:0.29" (HellaSwag accuracy); other "k:v" pairs keep their
+//            name, a unit suffix joins it (train_time:120ms -> train_time_ms).
+//   pattern  console lines matched by a pattern such as
+//            "step: {step} loss: {loss} grad_norm: {grad_norm}": {name}
+//            captures a number (thousands separators allowed; {_} matches
+//            one and keeps nothing), white space
+//            matches any run of white space, ANSI colour codes are ignored and
+//            the pattern may match anywhere in a line. Lines it does not match
+//            are skipped and counted.
+// Steps must not go backwards. A rename map (--map train_loss=loss) applies
+// to the names as they appear in the log.
 #pragma once
 
 #include "telemetry/records.h"
 
+#include <map>
+#include <memory>
+#include <regex>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -19,15 +38,56 @@ struct IngestError : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-// Parses a chunk of complete lines. first_line numbers them in messages
-// (FILE:LINE); *last_step carries the step order across chunks (start at -1).
-// CSV needs the header: pass it (empty for JSONL). Throws IngestError on the
-// first bad line, having produced nothing: a batch is all or nothing.
-std::vector<MetricPoint> parse_records(const std::string& file, std::string_view text, long first_line,
-                                       bool csv, const std::vector<std::string>& csv_header, int64_t* last_step,
-                                       double default_time);
+enum class LogFormat { Jsonl, Csv, Llmc, Pattern, TensorBoard };
 
-// Splits a CSV header line into field names; throws IngestError without `step`.
-std::vector<std::string> parse_csv_header(const std::string& file, std::string_view line);
+using KeyMap = std::map<std::string, std::string>;
+
+// "jsonl", "csv", "llmc", "pattern", "tensorboard"; throws IngestError otherwise.
+LogFormat format_from_name(const std::string& name);
+const char* format_name(LogFormat f);
+// The format of a log from its first bytes (a TFRecord header, llm.c's
+// "s:N", a JSON object, a CSV header with a step column), then from its
+// extension. Throws IngestError naming the file when neither says.
+LogFormat detect_format(const std::string& path, std::string_view head);
+// "a=b,c=d" -> {a: b, c: d}; throws IngestError on a malformed pair.
+KeyMap parse_key_map(const std::string& text);
+
+struct ParsedBatch {
+    std::vector<MetricPoint> points;
+    std::vector<Event> events;
+    long records = 0;  // lines that gave a record
+    long skipped = 0;  // console lines the pattern did not match
+};
+
+// Parses a log's lines chunk by chunk, keeping what carries across chunks
+// (the CSV header, the last step, line numbers).
+class LineParser {
+  public:
+    // `file` names the log in messages (FILE:LINE). Throws IngestError for a
+    // pattern without {step} or a format that is not line-based.
+    LineParser(std::string file, LogFormat format, const std::string& pattern = "", KeyMap rename = {});
+    // Parses complete lines. Throws IngestError on the first bad line having
+    // kept nothing of the chunk and changed no state: a batch is all or nothing.
+    ParsedBatch parse(std::string_view text, double default_time);
+    int64_t last_step() const { return last_step_; }
+    // Counts lines a caller passed over (a bad line it skipped), so that the
+    // numbers in later messages stay right.
+    void skip_lines(long n) { next_line_ += n; }
+    LogFormat format() const { return format_; }
+
+  private:
+    struct Record;
+    void parse_line(std::string_view line, long number, const std::vector<std::string>& header, Record& out);
+    std::string rename(std::string_view name) const;
+
+    std::string file_;
+    LogFormat format_;
+    KeyMap rename_;
+    std::vector<std::string> csv_header_;
+    std::regex pattern_;
+    std::vector<std::string> pattern_names_;
+    long next_line_ = 1;
+    int64_t last_step_ = -1;
+};
 
 }  // namespace hlat::telemetry

@@ -39,11 +39,12 @@ static RunRecord run_from_row(Statement& s) {
     r.source = s.column_text(7);
     r.started_at = s.column_double(8);
     r.ended_at = s.column_double(9);
+    r.meta = s.column_text(10);
     return r;
 }
 
 static const char* kRunColumns =
-    "id, name, config, precision, status, host, git_revision, source, started_at, ended_at";
+    "id, name, config, precision, status, host, git_revision, source, started_at, ended_at, meta";
 
 std::vector<RunSummary> Reader::runs() {
     std::vector<RunSummary> out;
@@ -268,6 +269,12 @@ Reader::Activity Reader::last_activity(int64_t run) {
     return a;
 }
 
+// Events that end a stretch of training: the run stopped, died, was halted,
+// or (fed from outside) went silent.
+static bool ends_segment(const std::string& kind) {
+    return kind == "stop" || kind == "crash" || kind == "halt" || kind == "stale";
+}
+
 Uptime Reader::uptime(int64_t run) {
     Uptime u;
     std::vector<Event> ev = events(run);
@@ -282,9 +289,9 @@ Uptime Reader::uptime(int64_t run) {
         size_t j = i + 1;
         for (; j < ev.size() && ev[j].kind != "start" && ev[j].kind != "restart"; j++) {
             end = ev[j].wall_time;
-            if (ev[j].kind == "stop" || ev[j].kind == "crash" || ev[j].kind == "halt") break;
+            if (ends_segment(ev[j].kind)) break;
         }
-        bool ended_by_event = j < ev.size() && (ev[j].kind == "stop" || ev[j].kind == "crash" || ev[j].kind == "halt");
+        bool ended_by_event = j < ev.size() && ends_segment(ev[j].kind);
         if (!ended_by_event) {
             double limit = j < ev.size() ? ev[j].wall_time : std::numeric_limits<double>::max();
             m.bind(1, run).bind(2, ev[i].wall_time).bind(3, limit);

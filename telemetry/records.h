@@ -62,10 +62,14 @@ struct RunRecord {
     std::string name;
     std::string config;     // JSON
     std::string precision;
-    std::string status;     // running, finished, halted, crashed, stopped
+    std::string status;     // running, finished, halted, crashed, stopped, stale
     std::string host;
     std::string git_revision;
-    std::string source;     // "hlat" or "ingest"
+    std::string source;     // "hlat", "ingest" (a log file) or "client" (the Python client)
+    // JSON object of what the run says of itself beyond the config: known keys
+    // bytes_per_param, world_size, halt ("trainer", "client", "exit", "signal",
+    // "none": what a requested halt does), format. Absent means unknown.
+    std::string meta = "{}";
     double started_at = 0.0;
     double ended_at = 0.0;  // 0 while running
 };

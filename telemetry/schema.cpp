@@ -109,6 +109,11 @@ const std::vector<const char*> kMigrations = {
     R"sql(
     ALTER TABLE evals ADD COLUMN tokens INTEGER NOT NULL DEFAULT 0;
     )sql",
+    // 3 -> 4: what an external trainer says of itself (precision, bytes per
+    // parameter, world size, how a halt reaches it), as JSON (issue 16).
+    R"sql(
+    ALTER TABLE runs ADD COLUMN meta TEXT NOT NULL DEFAULT '{}';
+    )sql",
 };
 
 }  // namespace

@@ -91,16 +91,29 @@ class Writer::Connection {
                 throw StoreError(fmt::format("run \"{}\" already exists in store {}; resume it (--resume) or choose "
                                              "another run name",
                                              r.name, db.path()));
-            db.prepare("UPDATE runs SET status = 'running', ended_at = 0, config = ?2, precision = ?3, host = ?4, "
-                       "git_revision = ?5 WHERE id = ?1")
-                .bind(1, id).bind(2, r.config).bind(3, r.precision).bind(4, r.host).bind(5, r.git_revision).run();
+            // What a resuming writer does not say (an empty config, precision or meta) stays as it was.
+            db.prepare("UPDATE runs SET status = 'running', ended_at = 0, "
+                       "config = CASE WHEN ?2 = '{}' THEN config ELSE ?2 END, "
+                       "precision = CASE WHEN ?3 = '' THEN precision ELSE ?3 END, host = ?4, "
+                       "git_revision = CASE WHEN ?5 = '' THEN git_revision ELSE ?5 END, "
+                       "meta = CASE WHEN ?6 = '{}' THEN meta ELSE ?6 END WHERE id = ?1")
+                .bind(1, id).bind(2, r.config).bind(3, r.precision).bind(4, r.host).bind(5, r.git_revision)
+                .bind(6, r.meta).run();
             return id;
         }
-        db.prepare("INSERT INTO runs(name, config, precision, status, host, git_revision, source, started_at) "
-                   "VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6, ?7)")
+        db.prepare("INSERT INTO runs(name, config, precision, status, host, git_revision, source, started_at, meta) "
+                   "VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6, ?7, ?8)")
             .bind(1, r.name).bind(2, r.config).bind(3, r.precision).bind(4, r.host).bind(5, r.git_revision)
-            .bind(6, r.source).bind(7, r.started_at).run();
+            .bind(6, r.source).bind(7, r.started_at).bind(8, r.meta).run();
         return db.last_insert_rowid();
+    }
+
+    // Every row of the run, in every table, then the run itself.
+    void delete_run(int64_t id) {
+        for (const char* table : {"metrics", "rank_metrics", "metric_blocks", "events", "alerts", "checkpoints",
+                                  "evals", "halt_requests"})
+            db.prepare(fmt::format("DELETE FROM {} WHERE run_id = ?1", table)).bind(1, id).run();
+        db.prepare("DELETE FROM runs WHERE id = ?1").bind(1, id).run();
     }
 
     Database db;
@@ -204,6 +217,8 @@ void Writer::run() {
                                 c.db.prepare("INSERT INTO halt_requests(run_id, requested_at, requested_by) VALUES (?1, ?2, ?3)")
                                     .bind(1, item.run).bind(2, now_seconds()).bind(3, p.who).run();
                             }
+                        } else if constexpr (std::is_same_v<T, DeleteRun>) {
+                            c.delete_run(item.run);
                         } else if constexpr (std::is_same_v<T, OpenRun>) {
                             opened.push_back({p.result, c.open_run(p.run, p.resume)});
                         } else if constexpr (std::is_same_v<T, Flush>) {
@@ -271,6 +286,11 @@ void Writer::set_status(int64_t run, const std::string& status, double ended_at)
 
 void Writer::request_halt(int64_t run, const std::string& who) { push({run, HaltRequest{who, false}, 1}); }
 void Writer::mark_halt_handled(int64_t run) { push({run, HaltRequest{"", true}, 1}); }
+
+void Writer::delete_run(int64_t run) {
+    push({run, DeleteRun{}, 1});
+    flush();
+}
 
 void Writer::flush() {
     auto done = std::make_shared<std::promise<void>>();

@@ -59,6 +59,8 @@ class Writer {
     // `who` says who asked, for the halt event. Marked handled by the trainer.
     void request_halt(int64_t run, const std::string& who);
     void mark_halt_handled(int64_t run);
+    // Removes the run and everything recorded of it, and waits for the commit.
+    void delete_run(int64_t run);
 
     // Blocks until everything queued before it is committed. Rethrows an
     // error of the writer thread (disk full, locked store, ...).
@@ -83,8 +85,9 @@ class Writer {
     struct Flush {
         std::shared_ptr<std::promise<void>> done;
     };
+    struct DeleteRun {};
     using Payload = std::variant<std::vector<MetricPoint>, RankMetricPoint, Event, Alert, CheckpointRecord,
-                                 EvalRecord, Status, HaltRequest, OpenRun, Flush>;
+                                 EvalRecord, Status, HaltRequest, OpenRun, Flush, DeleteRun>;
     struct Item {
         int64_t run;
         Payload payload;

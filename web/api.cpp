@@ -1,5 +1,8 @@
 #include "web/api.h"
 
+#include "web/ingest_api.h"
+#include "web/json_reply.h"
+
 #include "detectors/postmortem.h"
 #include "telemetry/ingest.h"
 #include "telemetry/reader.h"
@@ -21,12 +24,7 @@ using namespace hlat::telemetry;
 
 namespace {
 
-// NaN and Inf are not JSON: NaN becomes null, infinities their sign as a string.
-json number(double v) {
-    if (std::isnan(v)) return nullptr;
-    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-    return v;
-}
+json number(double v) { return json_number(v); }
 
 // Stored JSON text (configs, alert evidence), or null when it is not JSON.
 json parse_or_null(const std::string& text) {
@@ -34,12 +32,6 @@ json parse_or_null(const std::string& text) {
     return j.is_discarded() ? json(nullptr) : j;
 }
 
-Response reply(int status, const json& body) { return {status, "application/json", body.dump()}; }
-Response error(int status, const std::string& message) { return reply(status, {{"error", message}}); }
-
-struct BadRequest : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
 
 int64_t int_param(const Request& r, const std::string& name, int64_t fallback, int64_t lo, int64_t hi) {
     auto it = r.query.find(name);
@@ -81,13 +73,11 @@ std::string new_token() {
     return hex;
 }
 
-Api::Api(std::string store, std::string token) : store_(std::move(store)), token_(std::move(token)) {}
+Api::Api(std::string store, std::string token)
+    : store_(store), token_(std::move(token)), ingest_(std::make_unique<IngestEndpoints>(store)) {}
 Api::~Api() = default;
 
-Writer& Api::writer() {
-    if (!writer_) writer_ = std::make_unique<Writer>(store_);
-    return *writer_;
-}
+int Api::mark_stale(double after_seconds) { return ingest_->mark_stale(after_seconds); }
 
 Response Api::handle(const Request& r) {
     try {
@@ -136,36 +126,30 @@ Response Api::report(const Request& r) {
 }
 
 Response Api::handle_run(const Request& r, const std::string& name, const std::string& what) {
-    bool post = what == "halt" || what == "ingest";
+    bool post = what == "halt" || what == "ingest" || what == "start" || what == "finish";
     if (post != (r.method == "POST")) return error(405, post ? "use POST" : "use GET");
     if (post && (token_.empty() || r.token != token_))
         return error(401, "this changes state: send the token `hlat serve` printed, as X-HLAT-Token");
 
-    if (what == "ingest") {
-        // All lines are parsed before anything is written: a bad line rejects the request whole.
-        int64_t last = -1;
-        std::vector<MetricPoint> points = parse_records("request", r.body, 1, false, {}, &last, now_seconds());
-        Writer& w = writer();
-        RunRecord record;
-        record.name = name;
-        record.source = "ingest";
-        record.started_at = now_seconds();
-        int64_t id = w.open_run(record, /*resume=*/true);
-        size_t n = points.size();
-        w.metrics(id, std::move(points));
-        w.flush();
-        return reply(200, {{"run", name}, {"values", n}, {"last_step", last}});
-    }
+    if (what == "start") return ingest_->start(name, r.body);
+    if (what == "ingest") return ingest_->ingest(name, r.body);
+    if (what == "finish") return ingest_->finish(name, r.body);
+    if (what == "state") return ingest_->state(name);
 
     Reader reader(store_);
     auto run = reader.find_run(name);
     if (!run) return error(404, fmt::format("no run named \"{}\"", name));
     if (what == "halt") {
         if (run->status != "running") return error(409, fmt::format("run \"{}\" is {}, not running", name, run->status));
-        Writer& w = writer();
+        std::optional<std::string> route = halt_route(*run);
+        if (!route)
+            return error(409, fmt::format("run \"{}\" is imported from a log that nothing here can stop: halt its "
+                                          "trainer by hand, or follow the log with `hlat ingest --follow --on-halt`",
+                                          name));
+        Writer& w = ingest_->writer();
         w.request_halt(run->id, "web " + r.remote);
         w.flush();
-        return reply(202, {{"run", name}, {"halt", "the trainer halts after its current step"}});
+        return reply(202, {{"run", name}, {"halt", *route}});
     }
     if (what == "keys") return reply(200, {{"keys", reader.keys(run->id)}});
     if (what == "series") {

@@ -5,8 +5,9 @@
 //   GET  /api/v1/runs/{run}/series?key=K[&from=A&to=B][&points=N]
 //        full points, or at most N buckets (min, max, last) over [A, B]
 //   GET  /api/v1/runs/{run}/alerts | events | checkpoints | evals
-//   POST /api/v1/runs/{run}/halt                   token; asks the trainer to halt
-//   POST /api/v1/runs/{run}/ingest                 token; JSON lines as `hlat ingest` reads them
+//   POST /api/v1/runs/{run}/halt                   token; asks the trainer to halt (the reply says how it
+//                                                  reaches this kind of run; 409 when nothing would)
+//   POST /api/v1/runs/{run}/start | ingest | finish, GET .../state: runs fed from outside (ingest_api.h)
 //   GET  /api/v1/report?runs=A,B                   the post-mortem of `hlat compare`, as HTML
 // State changes need the server's token in the X-HLAT-Token header (or
 // Authorization: Bearer TOKEN). Every parameter is validated; errors are JSON
@@ -22,6 +23,8 @@ class Writer;
 }
 
 namespace hlat::web {
+
+class IngestEndpoints;
 
 struct Request {
     std::string method;                        // GET, POST
@@ -45,13 +48,14 @@ class Api {
     Api(std::string store, std::string token);
     ~Api();
     Response handle(const Request& r);
+    // Marks external runs silent for `after_seconds` stale (see ingest_api.h).
+    int mark_stale(double after_seconds);
 
   private:
     Response handle_run(const Request& r, const std::string& run, const std::string& what);
     Response report(const Request& r);
-    telemetry::Writer& writer();
     std::string store_, token_;
-    std::unique_ptr<telemetry::Writer> writer_;
+    std::unique_ptr<IngestEndpoints> ingest_;
 };
 
 // A random 32-hex-digit token from /dev/urandom.

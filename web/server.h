@@ -34,6 +34,8 @@ class Server {
     int port() const { return port_; }
     const std::string& token() const { return options_.token; }
     std::string url() const;
+    // Marks external runs that sent nothing for `after_seconds` stale.
+    int mark_stale(double after_seconds) { return api_->mark_stale(after_seconds); }
 
   private:
     static int handle(mg_connection* conn, void* self);

@@ -301,7 +301,7 @@ async function loadUptime() {
     let j = i + 1;
     for (; j < events.length && !["start", "restart"].includes(events[j].kind); j++) {
       end = events[j].time;
-      if (["stop", "crash", "halt"].includes(events[j].kind)) break;
+      if (["stop", "crash", "halt", "stale"].includes(events[j].kind)) break;
     }
     if (j >= events.length && running) end = now;
     const seg = document.createElement("span");

@@ -1,0 +1,345 @@
+// hlat ingest: another trainer's log into the store, through the run's
+// detectors (detectors/monitor.h) as `hlat train` would have raised them:
+// JSONL, CSV, llm.c's main.log, TensorBoard event files or console lines
+// matched by a pattern; once, or following the file as it grows.
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "detectors/monitor.h"
+#include "telemetry/ingest.h"
+#include "telemetry/reader.h"
+#include "telemetry/tensorboard.h"
+#include "telemetry/writer.h"
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace hlat::cli {
+namespace po = boost::program_options;
+using namespace hlat::telemetry;
+
+namespace {
+
+constexpr int kExitHalted = 3;  // as hlat train: a supervisor must not restart a halted run
+
+volatile std::sig_atomic_t g_ingest_stop = 0;
+extern "C" void stop_following(int) { g_ingest_stop = 1; }
+
+// What --on-halt asks for when a halt is requested (a halt-policy alert or the page).
+struct OnHalt {
+    std::string how = "none";  // none, exit, signal
+    pid_t pid = 0;
+    int signal = SIGTERM;
+};
+
+OnHalt parse_on_halt(const std::string& text) {
+    OnHalt h;
+    if (text.empty() || text == "none") return h;
+    if (text == "exit") return h.how = "exit", h;
+    if (text.rfind("signal:", 0) == 0) {
+        h.how = "signal";
+        std::string rest = text.substr(7);
+        size_t colon = rest.find(':');
+        try {
+            h.pid = (pid_t)std::stol(rest.substr(0, colon));
+            if (colon != std::string::npos) h.signal = std::stoi(rest.substr(colon + 1));
+        } catch (const std::exception&) {
+            h.pid = 0;
+        }
+        if (h.pid > 0 && h.signal > 0) return h;
+    }
+    throw std::runtime_error(fmt::format("--on-halt \"{}\": use exit, signal:PID or signal:PID:SIGNAL", text));
+}
+
+struct Options {
+    std::string store, run, file, pattern;
+    LogFormat format = LogFormat::Jsonl;
+    bool auto_format = true, follow = false, resume = false;
+    double idle_exit = 0.0;
+    KeyMap rename;
+    nlohmann::json config, meta = nlohmann::json::object();
+    std::string precision;
+    OnHalt on_halt;
+};
+
+// --meta precision=bf16,bytes_per_param=10: precision is a column of the run, the rest its meta.
+void parse_meta(const std::string& text, Options& o) {
+    for (auto& [key, value] : parse_key_map(text)) {
+        if (key == "precision") {
+            o.precision = value;
+            continue;
+        }
+        char* end = nullptr;
+        double v = std::strtod(value.c_str(), &end);
+        o.meta[key] = end && *end == '\0' ? nlohmann::json(v) : nlohmann::json(value);
+    }
+}
+
+RunRecord run_record(const Options& o, const std::string& name) {
+    RunRecord r;
+    r.name = name;
+    r.config = o.config.dump();
+    r.precision = o.precision;
+    r.source = "ingest";
+    r.started_at = now_seconds();
+    nlohmann::json meta = o.meta;
+    meta["format"] = format_name(o.format);
+    meta["halt"] = o.follow ? o.on_halt.how : "none";
+    if (o.on_halt.how == "signal") meta["halt_pid"] = o.on_halt.pid, meta["halt_signal"] = o.on_halt.signal;
+    r.meta = meta.dump();
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    r.host = host;
+    return r;
+}
+
+void warn_if_unwatched(const detectors::RunMonitor& m, const std::string& run, Reader& reader, int64_t id) {
+    if (m.watched()) return;
+    std::string keys;
+    for (const std::string& k : reader.keys(id)) keys += (keys.empty() ? "" : ", ") + k;
+    spdlog::warn("run \"{}\" has none of the keys the detectors read (loss, grad_norm, ...): its keys are {}; "
+                 "name them with --map, e.g. --map train_loss=loss",
+                 run, keys.empty() ? "none" : keys);
+}
+
+// A finished import: its start and stop are the first and last record's
+// times, so uptime is that of the log, not of the import.
+void import_points(Writer& writer, const Options& o, const std::string& name, std::vector<MetricPoint> points,
+                   std::vector<Event> events) {
+    double first = points.empty() ? now_seconds() : points.front().wall_time, last = first;
+    int64_t last_step = 0;
+    for (const MetricPoint& p : points) {
+        first = std::min(first, p.wall_time), last = std::max(last, p.wall_time);
+        last_step = std::max(last_step, p.step);
+    }
+    int64_t id = writer.open_run(run_record(o, name), o.resume);
+    writer.event(id, {"start", points.empty() ? 0 : points.front().step, first, "ingest " + o.file});
+    writer.flush();
+    Reader reader(o.store);
+    detectors::RunMonitor monitor(writer, reader, *reader.find_run(name));
+    size_t n = points.size();
+    auto fired = monitor.ingest(std::move(points), std::move(events));
+    writer.event(id, {"stop", last_step, last, "ingest finished"});
+    writer.set_status(id, "finished", now_seconds());
+    writer.flush();
+    Reader after(o.store);
+    warn_if_unwatched(monitor, name, after, id);
+    spdlog::info("ingested {} values up to step {} into run \"{}\" of {}: {} alerts", n, last_step, name, o.store,
+                 fired.size());
+}
+
+int import_tensorboard(const Options& o) {
+    std::vector<TensorBoardRun> runs = read_tensorboard(o.file, o.rename);  // everything parsed before any write
+    Writer writer(o.store);
+    for (TensorBoardRun& r : runs) {
+        std::string name = r.folder.empty() ? o.run : o.run + "/" + r.folder;
+        import_points(writer, o, name, std::move(r.points), {});
+    }
+    return 0;
+}
+
+int import_lines(const Options& o, LineParser& parser, std::ifstream& in) {
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ParsedBatch batch = parser.parse(text, now_seconds());  // a bad line: nothing written
+    if (batch.records == 0)
+        throw IngestError(fmt::format("{}: no line is a record of format {}{}", o.file, format_name(o.format),
+                                      o.format == LogFormat::Pattern ? " (does --pattern match its lines?)" : ""));
+    if (batch.skipped) spdlog::info("{}: {} lines are not records and were skipped", o.file, batch.skipped);
+    Writer writer(o.store);
+    import_points(writer, o, o.run, std::move(batch.points), std::move(batch.events));
+    return 0;
+}
+
+}  // namespace
+
+namespace {
+
+// A followed log must not die at a bad line (monitoring would end at the very
+// step that matters): the chunk is parsed line by line instead, and each bad
+// line is logged and recorded as an ingest_error event.
+ParsedBatch parse_leniently(LineParser& parser, const std::string& chunk, Writer& writer, int64_t id) {
+    try {
+        return parser.parse(chunk, now_seconds());
+    } catch (const IngestError&) {
+    }
+    ParsedBatch all;
+    size_t pos = 0;
+    while (pos < chunk.size()) {
+        size_t nl = chunk.find('\n', pos);
+        std::string line = chunk.substr(pos, nl == std::string::npos ? std::string::npos : nl + 1 - pos);
+        pos = nl == std::string::npos ? chunk.size() : nl + 1;
+        try {
+            ParsedBatch b = parser.parse(line, now_seconds());
+            all.records += b.records, all.skipped += b.skipped;
+            for (auto& p : b.points) all.points.push_back(std::move(p));
+            for (auto& e : b.events) all.events.push_back(std::move(e));
+        } catch (const IngestError& e) {
+            parser.skip_lines(1);
+            spdlog::error("{} (line skipped; following goes on)", e.what());
+            writer.event(id, {"ingest_error", std::max<int64_t>(0, parser.last_step()), now_seconds(), e.what()});
+        }
+    }
+    return all;
+}
+
+int follow_lines(const Options& o, LineParser& parser, std::ifstream& in) {
+    Writer writer(o.store);
+    bool existed = Reader(o.store).find_run(o.run).has_value();
+    int64_t id = writer.open_run(run_record(o, o.run), o.resume);
+    writer.event(id, {existed ? "restart" : "start", 0, now_seconds(), "ingest --follow " + o.file});
+    writer.flush();
+    Reader reader(o.store);
+    detectors::RunMonitor monitor(writer, reader, *reader.find_run(o.run));
+    std::signal(SIGINT, stop_following);
+    std::signal(SIGTERM, stop_following);
+    std::string pending, status = "finished", halt_reason;
+    auto last_growth = std::chrono::steady_clock::now();
+    long values = 0;
+    for (;;) {
+        char buf[1 << 16];
+        in.read(buf, sizeof buf);
+        if (std::streamsize n = in.gcount(); n > 0) {
+            pending.append(buf, n);
+            last_growth = std::chrono::steady_clock::now();
+        }
+        bool at_end = in.eof();
+        in.clear();
+        if (size_t cut = pending.rfind('\n'); cut != std::string::npos) {  // a partial last line waits
+            ParsedBatch b = parse_leniently(parser, pending.substr(0, cut + 1), writer, id);
+            pending.erase(0, cut + 1);
+            values += (long)b.points.size();
+            monitor.ingest(std::move(b.points), std::move(b.events));
+            writer.flush();
+        }
+        if (halt_reason.empty()) {
+            halt_reason = monitor.halt_reason();
+            if (auto who = reader.pending_halt(id); halt_reason.empty() && who) halt_reason = "requested by " + *who;
+            if (!halt_reason.empty()) {
+                writer.mark_halt_handled(id);
+                writer.event(id, {"halt", std::max<int64_t>(0, parser.last_step()), now_seconds(), halt_reason});
+                writer.flush();
+                spdlog::error("halt: {}{}", halt_reason,
+                              o.on_halt.how == "none" ? " (--on-halt none: nothing is stopped)" : "");
+                if (o.on_halt.how == "exit") break;
+                if (o.on_halt.how == "signal" && ::kill(o.on_halt.pid, o.on_halt.signal) != 0)
+                    spdlog::error("cannot signal process {}: {}", o.on_halt.pid, std::strerror(errno));
+            }
+        }
+        // After signalling, the trainer's last lines are read until it is gone.
+        if (!halt_reason.empty() && o.on_halt.how == "signal" && ::kill(o.on_halt.pid, 0) != 0 && at_end) break;
+        if (g_ingest_stop) {
+            status = "stopped";
+            break;
+        }
+        double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_growth).count();
+        if (o.idle_exit > 0 && idle >= o.idle_exit) break;
+        if (at_end) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    bool halted = !halt_reason.empty() && o.on_halt.how != "none";
+    if (!halted) writer.event(id, {"stop", std::max<int64_t>(0, parser.last_step()), now_seconds(), "ingest " + status});
+    writer.set_status(id, halted ? "halted" : status, now_seconds());
+    writer.flush();
+    warn_if_unwatched(monitor, o.run, reader, id);
+    spdlog::info("ingested {} values up to step {} into run \"{}\" of {}", values, parser.last_step(), o.run, o.store);
+    return halted ? kExitHalted : 0;
+}
+
+Options parse_ingest_options(const po::variables_map& vm) {
+    Options o;
+    o.store = vm["store"].as<std::string>();
+    o.run = vm["run"].as<std::string>();
+    o.file = vm["file"].as<std::string>();
+    if (o.run.empty() || o.file.empty()) throw std::runtime_error("--run and a file to ingest are required");
+    std::string format = vm["format"].as<std::string>();
+    o.auto_format = format == "auto";
+    if (!o.auto_format) o.format = format_from_name(format);
+    o.pattern = vm["pattern"].as<std::string>();
+    if (!o.pattern.empty() && o.auto_format) o.auto_format = false, o.format = LogFormat::Pattern;
+    o.rename = parse_key_map(vm["map"].as<std::string>());
+    parse_meta(vm["meta"].as<std::string>(), o);
+    o.follow = vm.count("follow") > 0;
+    o.resume = vm.count("resume") > 0;
+    o.idle_exit = vm["idle-exit"].as<double>();
+    o.on_halt = parse_on_halt(vm["on-halt"].as<std::string>());
+    if (!o.follow && o.on_halt.how != "none") throw std::runtime_error("--on-halt needs --follow");
+    o.config = nlohmann::json::parse(vm["config"].as<std::string>(), nullptr, false);
+    if (o.config.is_discarded() || !o.config.is_object()) throw std::runtime_error("--config is not a JSON object");
+    RunRecord probe;
+    probe.config = o.config.dump();
+    detectors::detectors_of(probe);  // a bad detectors section is an error before anything is written
+    return o;
+}
+
+}  // namespace
+
+int ingest_command(int argc, char** argv) {
+    po::options_description opts("hlat ingest options");
+    opts.add_options()
+        ("help,h", "print this help")
+        ("store", po::value<std::string>()->default_value("runs/hlat.db"), "telemetry store (created if missing)")
+        ("run", po::value<std::string>()->default_value(""), "run name (required); a TensorBoard log directory "
+         "gives one run per folder, NAME/FOLDER")
+        ("file", po::value<std::string>()->default_value(""), "the log: a file, or a TensorBoard log directory")
+        ("format", po::value<std::string>()->default_value("auto"),
+         "auto (from the content, then the extension), jsonl, csv, llmc, tensorboard or pattern")
+        ("pattern", po::value<std::string>()->default_value(""),
+         "for console logs: e.g. \"step: {step} loss: {loss} grad_norm: {grad_norm}\" (implies --format pattern)")
+        ("map", po::value<std::string>()->default_value(""), "rename keys: LOG_NAME=HLAT_NAME,... e.g. train_loss=loss")
+        ("meta", po::value<std::string>()->default_value(""),
+         "what the log does not say: precision=bf16,bytes_per_param=10,world_size=8")
+        ("config", po::value<std::string>()->default_value("{}"),
+         "JSON to record as the run's config; its \"detectors\" section sets the detectors")
+        ("resume", "add to an existing run of that name")
+        ("follow", "keep reading as the file grows, until SIGINT/SIGTERM, --idle-exit or a halt")
+        ("idle-exit", po::value<double>()->default_value(0.0),
+         "with --follow: stop after this many seconds without new lines; 0 never")
+        ("on-halt", po::value<std::string>()->default_value("none"),
+         "with --follow, when a detector with the halt policy fires or the page asks for a halt: exit (with code 3) "
+         "or signal:PID[:SIGNAL] (default SIGTERM, then exit 3 once PID is gone)");
+    po::positional_options_description positional;
+    positional.add("file", 1);
+    auto parsed = parse_options(argc, argv, opts,
+                                "usage: hlat ingest --run NAME [--store FILE] [--format F] [--follow] LOG\n\n"
+                                "Imports another trainer's log through the run's detectors (alerts are stored, sent "
+                                "to the\nwebhook and counted as for hlat train). JSONL: {\"step\": 10, \"loss\": 2.31, "
+                                "\"time\": 1700000000.5},\nbare NaN/Infinity allowed, null is a missing value. CSV: a "
+                                "header with a step column. llm.c's\nmain.log, TensorBoard event files (a file or a log "
+                                "directory), console lines with --pattern.\nA bad line rejects the whole import (with "
+                                "--follow: that line is skipped and recorded).\nExit codes: 0 done, 1 error, 3 halted "
+                                "(with --follow --on-halt).",
+                                "", &positional);
+    if (!parsed) return 0;
+    Options o = parse_ingest_options(*parsed);
+    if (o.auto_format && (std::filesystem::is_directory(o.file) || o.file.find("tfevents") != std::string::npos))
+        o.format = LogFormat::TensorBoard, o.auto_format = false;
+    if (o.format == LogFormat::TensorBoard) {
+        if (o.follow) throw std::runtime_error("--follow reads text logs; import TensorBoard event files once they are written");
+        return import_tensorboard(o);
+    }
+    std::ifstream in(o.file, std::ios::binary);
+    if (!in) throw std::runtime_error(fmt::format("cannot open {}", o.file));
+    if (o.auto_format) {
+        std::string head(4096, '\0');
+        in.read(head.data(), (std::streamsize)head.size());
+        head.resize((size_t)in.gcount());
+        in.clear();
+        in.seekg(0);
+        // A file being followed may still be empty: JSONL, the client's format, unless it says otherwise.
+        o.format = o.follow && head.empty() ? LogFormat::Jsonl : detect_format(o.file, head);
+        if (o.format == LogFormat::TensorBoard) return import_tensorboard(o);
+    }
+    LineParser parser(o.file, o.format, o.pattern, o.rename);
+    return o.follow ? follow_lines(o, parser, in) : import_lines(o, parser, in);
+}
+
+}  // namespace hlat::cli

@@ -1,0 +1,185 @@
+#include "web/ingest_api.h"
+
+#include "detectors/monitor.h"
+#include "telemetry/ingest.h"
+#include "telemetry/reader.h"
+#include "telemetry/writer.h"
+#include "web/json_reply.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+namespace hlat::web {
+
+using json = nlohmann::json;
+using namespace hlat::telemetry;
+
+namespace {
+
+json parse_body(const std::string& body) {
+    if (body.empty()) return json::object();
+    json j = json::parse(body, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) throw BadRequest("the body is not a JSON object");
+    return j;
+}
+
+const std::vector<std::string> kEndStatuses = {"finished", "halted", "crashed", "stopped"};
+
+}  // namespace
+
+std::optional<std::string> halt_route(const RunRecord& run) {
+    if (run.source == "hlat") return "the trainer halts after its current step";
+    json meta = json::parse(run.meta, nullptr, false);
+    std::string how = meta.is_object() ? meta.value("halt", "") : "";
+    if (how == "client")
+        return "the client raises hlat.HaltRequested at the next log() or should_stop() of every rank";
+    if (how == "exit") return "hlat ingest --follow stops and exits with code 3 for its wrapper to stop the trainer";
+    if (how == "signal")
+        return fmt::format("hlat ingest --follow sends signal {} to process {}", meta.value("halt_signal", 15),
+                           meta.value("halt_pid", 0));
+    return std::nullopt;
+}
+
+IngestEndpoints::IngestEndpoints(std::string store) : store_(std::move(store)) {}
+IngestEndpoints::~IngestEndpoints() = default;
+
+Writer& IngestEndpoints::writer() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!writer_) writer_ = std::make_unique<Writer>(store_);
+    return *writer_;
+}
+
+detectors::RunMonitor& IngestEndpoints::monitor(Reader& reader, const RunRecord& run) {
+    auto it = monitors_.find(run.id);
+    if (it == monitors_.end())
+        it = monitors_.emplace(run.id, std::make_unique<detectors::RunMonitor>(*writer_, reader, run)).first;
+    return *it->second;
+}
+
+json IngestEndpoints::run_state(Reader& reader, const RunRecord& run) {
+    if (auto who = reader.pending_halt(run.id)) {
+        bool detector = who->rfind("detector", 0) == 0;
+        return {{"state", "halt"}, {"halt", {{"by", detector ? "detector" : "person"}, {"reason", *who}}}};
+    }
+    return {{"state", run.status}};
+}
+
+Response IngestEndpoints::start(const std::string& name, const std::string& body) {
+    json j = parse_body(body);
+    RunRecord r;
+    r.name = name;
+    r.source = "client";
+    r.started_at = now_seconds();
+    r.config = j.value("config", json::object()).dump();
+    r.precision = j.value("precision", "");
+    json meta = j.value("meta", json::object());
+    if (!meta.is_object()) throw BadRequest("meta must be a JSON object");
+    meta["halt"] = "client";
+    r.meta = meta.dump();
+    r.host = j.value("host", "");
+    try {
+        detectors::detectors_of(r);  // a bad detectors section is the client's error, now
+    } catch (const std::exception& e) {
+        throw BadRequest(e.what());
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!writer_) writer_ = std::make_unique<Writer>(store_);
+    Reader reader(store_);
+    auto existing = reader.find_run(name);
+    bool resume = j.value("resume", false);
+    if (existing && !resume)
+        return error(409, fmt::format("run \"{}\" already exists; resume it (resume=True) or choose another name", name));
+    int64_t id = writer_->open_run(r, resume);
+    writer_->event(id, {existing ? "restart" : "start", j.value("step", 0), now_seconds(), "hlat python client"});
+    writer_->flush();
+    monitors_.erase(id);  // the config (and its detectors) may have changed
+    return reply(200, {{"run", name}, {"state", "running"}, {"resumed", existing.has_value()}});
+}
+
+Response IngestEndpoints::ingest(const std::string& name, const std::string& body) {
+    // All lines are parsed before anything is written: a bad line rejects the request whole.
+    LineParser parser("request", LogFormat::Jsonl);
+    ParsedBatch batch = parser.parse(body, now_seconds());
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!writer_) writer_ = std::make_unique<Writer>(store_);
+    std::unique_ptr<Reader> reader = std::make_unique<Reader>(store_);
+    auto run = reader->find_run(name);
+    if (!run || (run->status != "running" && run->status != "halted")) {
+        // A new run, or one that comes back (stale, finished): running again.
+        RunRecord r;
+        r.name = name;
+        r.source = run ? run->source : "ingest";
+        r.started_at = now_seconds();
+        int64_t id = writer_->open_run(r, /*resume=*/true);
+        writer_->event(id, {run ? "restart" : "start", std::max<int64_t>(0, parser.last_step()), now_seconds(), "ingest"});
+        writer_->flush();
+        reader = std::make_unique<Reader>(store_);
+        run = reader->find_run(name);
+    }
+    detectors::RunMonitor& m = monitor(*reader, *run);
+    size_t values = batch.points.size();
+    std::vector<detectors::Fired> fired = m.ingest(std::move(batch.points), std::move(batch.events));
+    writer_->flush();
+    json alerts = json::array();
+    for (const detectors::Fired& f : fired)
+        alerts.push_back({{"kind", f.alert.kind}, {"step", f.alert.step}, {"severity", f.alert.severity},
+                          {"message", f.alert.message}, {"policy", detectors::policy_name(f.policy)}});
+    Reader after(store_);
+    json out = run_state(after, *after.find_run(name));
+    out["run"] = name;
+    out["values"] = values;
+    out["last_step"] = parser.last_step();
+    out["alerts"] = alerts;
+    return reply(200, out);
+}
+
+Response IngestEndpoints::finish(const std::string& name, const std::string& body) {
+    json j = parse_body(body);
+    std::string status = j.value("status", "finished");
+    if (std::find(kEndStatuses.begin(), kEndStatuses.end(), status) == kEndStatuses.end())
+        throw BadRequest(fmt::format("status \"{}\" is not one of finished, halted, crashed, stopped", status));
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!writer_) writer_ = std::make_unique<Writer>(store_);
+    Reader reader(store_);
+    auto run = reader.find_run(name);
+    if (!run) return error(404, fmt::format("no run named \"{}\"", name));
+    std::string kind = status == "crashed" ? "crash" : status == "halted" ? "halt" : "stop";
+    writer_->event(run->id, {kind, j.value("step", (int64_t)0), now_seconds(), j.value("detail", "")});
+    writer_->set_status(run->id, status, now_seconds());
+    writer_->mark_halt_handled(run->id);
+    writer_->flush();
+    monitors_.erase(run->id);
+    return reply(200, {{"run", name}, {"state", status}});
+}
+
+Response IngestEndpoints::state(const std::string& name) {
+    Reader reader(store_);
+    auto run = reader.find_run(name);
+    if (!run) return error(404, fmt::format("no run named \"{}\"", name));
+    json out = run_state(reader, *run);
+    out["run"] = name;
+    return reply(200, out);
+}
+
+int IngestEndpoints::mark_stale(double after_seconds) {
+    Reader reader(store_);
+    int marked = 0;
+    double now = now_seconds();
+    for (const RunSummary& s : reader.runs()) {
+        if (s.run.status != "running" || s.run.source == "hlat") continue;
+        Reader::Activity a = reader.last_activity(s.run.id);
+        if (now - a.wall_time < after_seconds) continue;
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!writer_) writer_ = std::make_unique<Writer>(store_);
+        // Dated at the last sign of life, so uptime ends the segment there.
+        writer_->event(s.run.id, {"stale", std::max<int64_t>(0, a.step), a.wall_time,
+                                  fmt::format("no records for {:.0f} s", now - a.wall_time)});
+        writer_->set_status(s.run.id, "stale", now);
+        writer_->flush();
+        monitors_.erase(s.run.id);
+        marked++;
+    }
+    return marked;
+}
+
+}  // namespace hlat::web

@@ -1,0 +1,61 @@
+// The endpoints of runs that hlat does not train (the Python client, curl):
+//   POST /api/v1/runs/{run}/start   {"config": {...}, "precision": "bf16", "meta": {...}, "resume": false}
+//   POST /api/v1/runs/{run}/ingest  JSON lines as `hlat ingest` reads them; the reply carries the run's state
+//   POST /api/v1/runs/{run}/finish  {"status": "finished|halted|crashed|stopped", "step": N, "detail": "..."}
+//   GET  /api/v1/runs/{run}/state   {"state": "running|halt|<status>", "halt": {"by", "reason"}}
+// Every batch goes through the run's detectors (detectors/monitor.h) before it
+// is committed. A run fed from outside that sends nothing for stale_after
+// seconds is marked stale, and running again at its next batch.
+#pragma once
+
+#include "web/api.h"
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+namespace hlat::telemetry {
+class Writer;
+class Reader;
+struct RunRecord;
+}  // namespace hlat::telemetry
+namespace hlat::detectors {
+class RunMonitor;
+}
+
+namespace hlat::web {
+
+class IngestEndpoints {
+  public:
+    explicit IngestEndpoints(std::string store);
+    ~IngestEndpoints();
+
+    Response start(const std::string& run, const std::string& body);
+    Response ingest(const std::string& run, const std::string& body);
+    Response finish(const std::string& run, const std::string& body);
+    Response state(const std::string& run);
+    // Marks running runs fed from outside (not hlat's trainer, which has
+    // heartbeats and a supervisor) that have shown no life for `after`
+    // seconds stale; returns how many.
+    int mark_stale(double after_seconds);
+    // The one writer of the server, opened at first use.
+    telemetry::Writer& writer();
+
+  private:
+    detectors::RunMonitor& monitor(telemetry::Reader& reader, const telemetry::RunRecord& run);
+    nlohmann::json run_state(telemetry::Reader& reader, const telemetry::RunRecord& run);
+
+    std::string store_;
+    std::mutex mutex_;  // one batch at a time: detectors see steps in order
+    std::unique_ptr<telemetry::Writer> writer_;
+    std::map<int64_t, std::unique_ptr<detectors::RunMonitor>> monitors_;
+};
+
+// What a halt requested from the page does for this kind of run, as a
+// sentence; nullopt when nothing would receive it (a log imported once).
+std::optional<std::string> halt_route(const telemetry::RunRecord& run);
+
+}  // namespace hlat::web
