@@ -335,16 +335,21 @@ void LineParser::parse_line(std::string_view line, long number, const std::vecto
                 if (colon == std::string_view::npos || colon == 0) throw bad(fmt::format("\"{}\" is not KEY:VALUE", token));
                 std::string_view key = token.substr(0, colon), value = token.substr(colon + 1);
                 // A unit after the number (120ms, 3.5%) joins the name: train_time_ms.
-                size_t unit = value.size();
-                while (unit > 0 && (std::isalpha((unsigned char)value[unit - 1]) || value[unit - 1] == '%')) unit--;
-                std::string_view suffix = value.substr(unit);
                 std::string lower_value = lowercase(value);
-                if (lower_value == "nan" || lower_value == "inf" || lower_value == "-inf") suffix = {}, unit = value.size();
+                size_t unit = value.size();
+                if (lower_value.rfind("nan", 0) == 0 || lower_value.rfind("inf", 0) == 0) unit = 3;
+                else if (lower_value.rfind("-inf", 0) == 0) unit = 4;
+                else
+                    while (unit > 0 && (std::isalpha((unsigned char)value[unit - 1]) || value[unit - 1] == '%')) unit--;
+                std::string_view suffix = value.substr(unit);
                 double v;
                 if (!parse_number(value.substr(0, unit), &v))
                     throw bad(fmt::format("\"{}\" is not a number in \"{}\"", value, token));
                 std::string name(key);
-                if (!suffix.empty()) name += "_" + (suffix == "%" ? std::string("pct") : std::string(suffix));
+                if (!suffix.empty()) {
+                    name += '_';
+                    name += suffix == "%" ? std::string_view("pct") : suffix;
+                }
                 r.take(key == "s" ? "step" : rename(name), v);
             }
             return;

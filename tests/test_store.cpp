@@ -198,7 +198,7 @@ TEST(Store, Version1StoresAreMigratedKeepingTheirData) {
     sqlite3_open(dir.file("s.db").c_str(), &raw);
     // What a version 1 store looked like: no halt requests, evals without tokens.
     ASSERT_EQ(sqlite3_exec(raw,
-                           "DROP TABLE halt_requests; ALTER TABLE evals DROP COLUMN tokens; "
+                           "DROP TABLE halt_requests; ALTER TABLE evals DROP COLUMN tokens; ALTER TABLE runs DROP COLUMN meta; "
                            "INSERT INTO runs(id, name, status, started_at) VALUES (7, 'old', 'finished', 0); "
                            "INSERT INTO evals(run_id, step, task, metric, value, wall_time) "
                            "VALUES (7, 99, 'heldout', 'loss', 2.5, 0); PRAGMA user_version = 1",
@@ -267,7 +267,7 @@ TEST(Store, BadStoresAreRefusedWithAReason) {
     sqlite3_exec(raw, "PRAGMA user_version = 99", nullptr, nullptr, nullptr);
     sqlite3_close(raw);
     e = store_error([&] { Reader r(dir.file("new.db")); });
-    EXPECT_NE(e.find("schema version 99, newer than this hlat understands (3)"), std::string::npos) << e;
+    EXPECT_NE(e.find("schema version 99, newer than this hlat understands (4)"), std::string::npos) << e;
     e = store_error([&] { Writer w(dir.file("new.db")); });
     EXPECT_NE(e.find("schema version 99"), std::string::npos) << e;
 }

@@ -37,6 +37,7 @@ class WebApi : public ::testing::Test {
         Writer w(dir_->file("s.db"));
         RunRecord r;
         r.name = "long";
+        r.source = "hlat";
         r.precision = "fp32";
         r.started_at = 1000.0;
         int64_t id = w.open_run(r, false);
@@ -137,6 +138,59 @@ TEST_F(WebApi, IngestIsAllOrNothing) {
     ASSERT_EQ(r.status, 200) << r.body;
     Reader reader(dir_->file("s.db"));
     EXPECT_EQ(reader.series(reader.find_run("pushed")->id, "loss", 0, 10).size(), 2u);
+}
+
+// An external trainer's life through the API: start with a halt policy, a
+// batch whose spike the detectors halt on (the reply says so), a person's
+// halt reaching a clean run, finish, and a run that goes silent turning stale.
+TEST_F(WebApi, ExternalRunsAreWatchedAndToldToHalt) {
+    json start = {{"config", {{"lr", 3e-4}, {"detectors", {{"grad_spike", {{"policy", "halt"}}}}}}},
+                  {"precision", "bf16"}, {"meta", {{"world_size", 8}}}};
+    auto r = api.handle(post("/api/v1/runs/client/start", "secret-token", start.dump()));
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(api.handle(post("/api/v1/runs/client/start", "secret-token", start.dump())).status, 409)
+        << "a second start without resume";
+    std::string lines;
+    for (int s = 0; s < 30; s++) lines += fmt::format("{{\"step\": {}, \"loss\": 2.0, \"grad_norm\": 1.0}}\n", s);
+    r = api.handle(post("/api/v1/runs/client/ingest", "secret-token", lines));
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(json::parse(r.body)["state"], "running");
+    r = api.handle(post("/api/v1/runs/client/ingest", "secret-token", "{\"step\": 30, \"loss\": 2.5, \"grad_norm\": NaN}\n"
+                                                                      "{\"step\": 31, \"loss\": 2.0, \"grad_norm\": 40.0}\n"));
+    json reply = json::parse(r.body);
+    ASSERT_EQ(reply["state"], "halt") << r.body;
+    EXPECT_EQ(reply["halt"]["by"], "detector");
+    EXPECT_NE(reply["halt"]["reason"].get<std::string>().find("nonfinite at step 30"), std::string::npos) << r.body;
+    EXPECT_EQ(reply["alerts"].size(), 2u) << "nonfinite and grad_spike";
+    EXPECT_EQ(json::parse(api.handle(get("/api/v1/runs/client/state")).body)["state"], "halt");
+    r = api.handle(post("/api/v1/runs/client/finish", "secret-token", R"({"status": "halted", "step": 32})"));
+    ASSERT_EQ(r.status, 200) << r.body;
+    Reader reader(dir_->file("s.db"));
+    auto run = reader.find_run("client");
+    EXPECT_EQ(run->status, "halted");
+    EXPECT_EQ(run->precision, "bf16");
+    EXPECT_EQ(reader.alerts(run->id).size(), 2u);
+    EXPECT_FALSE(reader.pending_halt(run->id).has_value()) << "finish handles the halt";
+
+    ASSERT_EQ(api.handle(post("/api/v1/runs/clean/start", "secret-token", "{}")).status, 200);
+    ASSERT_EQ(api.handle(post("/api/v1/runs/clean/ingest", "secret-token", "{\"step\": 0, \"loss\": 2.0}\n")).status, 200);
+    r = api.handle(post("/api/v1/runs/clean/halt", "secret-token"));
+    ASSERT_EQ(r.status, 202) << r.body;
+    EXPECT_NE(r.body.find("HaltRequested"), std::string::npos) << "the page says what the client does: " << r.body;
+    reply = json::parse(api.handle(post("/api/v1/runs/clean/ingest", "secret-token", "{\"step\": 1, \"loss\": 2.0}\n")).body);
+    EXPECT_EQ(reply["state"], "halt");
+    EXPECT_EQ(reply["halt"]["by"], "person");
+
+    EXPECT_EQ(api.handle(post("/api/v1/runs/pushed2/ingest", "secret-token", "{\"step\": 0, \"loss\": 1.0}\n")).status, 200);
+    r = api.handle(post("/api/v1/runs/pushed2/halt", "secret-token"));
+    EXPECT_EQ(r.status, 409) << "nothing receives a halt of a run fed by plain HTTP ingest: " << r.body;
+    EXPECT_GE(api.mark_stale(0.0), 1);
+    EXPECT_EQ(Reader(dir_->file("s.db")).find_run("pushed2")->status, "stale");
+    EXPECT_EQ(Reader(dir_->file("s.db")).find_run("long")->status, "running") << "hlat's own trainer has a supervisor";
+    api.handle(post("/api/v1/runs/pushed2/ingest", "secret-token", "{\"step\": 1, \"loss\": 1.0}\n"));
+    Reader again(dir_->file("s.db"));
+    EXPECT_EQ(again.find_run("pushed2")->status, "running") << "a stale run that sends again is running";
+    EXPECT_EQ(again.uptime(again.find_run("pushed2")->id).restarts, 1);
 }
 
 // One raw HTTP request, sent exactly as written (no client normalizes the path).

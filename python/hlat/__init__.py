@@ -1,0 +1,20 @@
+"""hlat for Python: stream any training loop into hlat.
+
+    import hlat
+    run = hlat.init("my-run", url="http://127.0.0.1:8080", token=TOKEN, config=cfg)
+    for step in range(steps):
+        ...
+        run.log({"loss": loss, "grad_norm": norm, "lr": lr}, step=step)  # raises hlat.HaltRequested
+    run.finish()
+
+`log` never waits on the network: values are queued and a background thread
+sends them in batches to `hlat serve`, whose detectors answer with the run's
+state. A halt (a detector with the halt policy, or a person on the page)
+raises HaltRequested at the next `log` or `should_stop` on every rank.
+PyTorch probes (gradient norms, replica hashes, TP drift, causality) are in
+`hlat.torch`.
+"""
+from .client import HaltRequested, Run, init
+
+__all__ = ["HaltRequested", "Run", "init"]
+__version__ = "0.1.0"

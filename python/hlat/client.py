@@ -1,0 +1,383 @@
+"""The client core: standard library only.
+
+A Run queues each log() on the caller's thread (a dict copy and a deque
+append) and a sender thread posts batches of JSON lines to
+POST /api/v1/runs/{run}/ingest. Each reply carries the run's state; a halt
+sets a flag that the next log() or should_stop() turns into HaltRequested,
+agreed across ranks when torch.distributed is initialised. Without a server,
+store= writes a local store through `hlat ingest --follow`.
+"""
+import collections
+import http.client
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+
+HALT_EXIT_CODE = 3  # `hlat ingest --follow --on-halt exit` and a halted `hlat train`
+
+
+class HaltRequested(Exception):
+    """The run must stop: a detector with the halt policy fired, or a person asked.
+
+    `reason` says who and why, e.g. "detector grad_spike at step 31: ...".
+    Checkpoint, then call run.finish() (it records the run as halted).
+    """
+
+    def __init__(self, reason):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _HttpTransport:
+    """Posts to `hlat serve` over one kept-alive connection."""
+
+    def __init__(self, url, token, timeout):
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme != "http" or not parsed.hostname:
+            raise ValueError(f"hlat url {url!r}: expected http://HOST:PORT")
+        self.host, self.port = parsed.hostname, parsed.port or 80
+        self.prefix = parsed.path.rstrip("/")
+        self.token, self.timeout = token, timeout
+        self.conn = None
+
+    def request(self, method, path, body=b"", content_type="application/json"):
+        headers = {"Content-Type": content_type, "X-HLAT-Token": self.token or ""}
+        for attempt in range(2):  # a kept-alive connection the server closed: reconnect once
+            if self.conn is None:
+                self.conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            try:
+                self.conn.request(method, self.prefix + path, body=body, headers=headers)
+                response = self.conn.getresponse()
+                text = response.read().decode("utf-8", "replace")
+                status = response.status
+                break
+            except (OSError, http.client.HTTPException):
+                self.conn.close()
+                self.conn = None
+                if attempt == 1:
+                    raise
+        try:
+            payload = json.loads(text) if text else {}
+        except ValueError:
+            payload = {"error": text}
+        if status >= 400:
+            raise _ServerError(status, payload.get("error", text))
+        return payload
+
+    def close(self):
+        if self.conn is not None:
+            self.conn.close()
+
+
+class _ServerError(Exception):
+    def __init__(self, status, message):
+        super().__init__(f"hlat serve answered {status}: {message}")
+        self.status = status
+
+
+def _quote(name):
+    return urllib.parse.quote(name, safe="")
+
+
+def _dist():
+    """torch.distributed when it is initialised with more than one rank, else None."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist
+    return None
+
+
+class Run:
+    """One training run as hlat sees it. Create it with hlat.init()."""
+
+    def __init__(self, name, url=None, token=None, store=None, config=None, precision=None, meta=None,
+                 detectors=None, resume=False, rank=None, world_size=None, send_interval=0.02, timeout=10.0,
+                 sync_every=1, max_lag_steps=None, hlat_binary=None):
+        self.name = name
+        dist = _dist()
+        self.rank = rank if rank is not None else (dist.get_rank() if dist else int(os.environ.get("RANK", 0)))
+        self.world_size = world_size if world_size is not None else (
+            dist.get_world_size() if dist else int(os.environ.get("WORLD_SIZE", 1)))
+        self.sync_every = max(1, int(sync_every))
+        self.send_interval = send_interval
+        self.max_lag_steps = max_lag_steps
+        self._answered = -1        # the newest step whose batch hlat has answered
+        self._queue = collections.deque()
+        self._wake = threading.Event()
+        self._halt_reason = None   # set by the sender thread on rank 0
+        self._halted = None        # the reason every rank agreed on
+        self._last_step = 0
+        self._closed = False
+        self._error = None
+        self.stats = {"batches": 0, "values": 0, "retries": 0, "alerts": 0}
+        self.alerts = []           # alerts the server raised on this run's records
+        self._transport = self._local = None
+        if self.rank != 0:
+            return  # only rank 0 talks to hlat; the others take part in the collectives
+        config = dict(config or {})
+        if detectors is not None:
+            config["detectors"] = detectors
+        meta = dict(meta or {})
+        meta.setdefault("world_size", self.world_size)
+        if url and store:
+            raise ValueError("hlat.init: give url= (a running hlat serve) or store= (a local store), not both")
+        if store:
+            self._local = _LocalStore(name, store, config, precision, meta, resume, hlat_binary)
+        else:
+            url = url or os.environ.get("HLAT_URL", "http://127.0.0.1:8080")
+            token = token if token is not None else os.environ.get("HLAT_TOKEN", "")
+            self._transport = _HttpTransport(url, token, timeout)
+            self._transport.request("POST", f"/api/v1/runs/{_quote(name)}/start", json.dumps(
+                {"config": config, "precision": precision or "", "meta": meta, "resume": bool(resume),
+                 "host": socket.gethostname()}).encode())
+        self._sender = threading.Thread(target=self._send_loop, name="hlat-sender", daemon=True)
+        self._sender.start()
+
+    # -- the training thread ------------------------------------------------
+
+    def log(self, values, step):
+        """Queues values (numbers or 0-d tensors, NaN and inf kept) for `step`.
+
+        Never waits on the network. Raises HaltRequested once a halt is known
+        (on every rank at the same step, with torch.distributed).
+        """
+        step = int(step)
+        self._last_step = step
+        if self.rank == 0:
+            self._queue.append((step, dict(values)))
+            if not self._wake.is_set():
+                self._wake.set()
+            if self.max_lag_steps is not None:
+                self._wait_for_answers(step - self.max_lag_steps - 1)
+        if self._should_stop(step):
+            raise HaltRequested(self._halted)
+
+    def _wait_for_answers(self, step):
+        """With max_lag_steps: waits (only when hlat lags) until every step <= `step` is answered,
+        so a halt raised on step s reaches the loop by step s + max_lag_steps + 1 at the latest."""
+        deadline = time.monotonic() + 10.0
+        while self._answered < step and self._queue and time.monotonic() < deadline and self._sender.is_alive():
+            time.sleep(0.0002)
+
+    def event(self, kind, detail, step):
+        """Records an event (e.g. a replica_mismatch with the ranks and tensor)."""
+        if self.rank == 0:
+            self._queue.append((int(step), {"event": kind, "detail": detail}))
+            self._wake.set()
+
+    def should_stop(self, step=None):
+        """True once a halt is requested; the same answer on every rank."""
+        return self._should_stop(self._last_step if step is None else int(step))
+
+    def halt_reason(self):
+        return self._halted
+
+    def flush(self, timeout=30.0):
+        """Waits until everything queued so far has been sent (rank 0)."""
+        if self.rank != 0:
+            return
+        deadline = time.monotonic() + timeout
+        self._wake.set()
+        while (self._queue or self._busy) and time.monotonic() < deadline and self._sender.is_alive():
+            time.sleep(0.002)
+        if self._queue:
+            raise TimeoutError(f"hlat: {len(self._queue)} records still unsent after {timeout} s")
+
+    def finish(self, status=None, detail=""):
+        """Sends what is queued and ends the run: finished, or halted after a HaltRequested."""
+        if self._closed:
+            return
+        status = status or ("halted" if self._halted else "finished")
+        if self.rank == 0:
+            self.flush()
+            self._closed = True
+            self._wake.set()
+            self._sender.join(timeout=5)
+            body = json.dumps({"status": status, "step": self._last_step, "detail": detail or (self._halted or "")})
+            if self._transport:
+                self._transport.request("POST", f"/api/v1/runs/{_quote(self.name)}/finish", body.encode())
+                self._transport.close()
+            if self._local:
+                self._local.close(status)
+        self._closed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        if kind is None or issubclass(kind, HaltRequested):
+            self.finish()
+        else:
+            self.finish("crashed", detail=f"{kind.__name__}: {value}")
+        return False
+
+    # -- halts -------------------------------------------------------------
+
+    def _should_stop(self, step):
+        if self._halted:
+            return True
+        reason = self._halt_reason
+        if self._local and reason is None:
+            reason = self._local.halt_reason()
+        dist = _dist()
+        if dist is not None:
+            if step % self.sync_every:
+                return False
+            reason = self._agree(dist, reason)
+        if reason:
+            self._halted = reason
+        return bool(reason)
+
+    def _agree(self, dist, reason):
+        """Rank 0 knows; every rank learns at the same step (one small broadcast)."""
+        import torch
+        device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+        flag = torch.tensor([1 if reason else 0], dtype=torch.int32, device=device)
+        dist.broadcast(flag, src=0)
+        if not int(flag.item()):
+            return None
+        box = [reason]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    # -- the sender thread -------------------------------------------------
+
+    _busy = False
+
+    def _send_loop(self):
+        while True:
+            self._wake.wait(timeout=0.5)
+            self._wake.clear()
+            if self.send_interval:
+                time.sleep(self.send_interval)  # let a step's log calls gather into one batch
+            while self._queue:
+                self._busy = True
+                try:
+                    self._send_batch()
+                except Exception as e:  # the training thread must not die of a monitoring error
+                    self._error = e
+                    print(f"hlat: sending failed ({e}); retrying", file=sys.stderr)
+                    self.stats["retries"] += 1
+                    time.sleep(min(5.0, 0.2 * self.stats["retries"]))
+                finally:
+                    self._busy = False
+            if self._closed:
+                return
+
+    def _send_batch(self):
+        items = list(self._queue)  # popped only once sent: a failed post keeps them
+        lines, values, tensors = _to_lines(items)
+        body = "".join(lines).encode()
+        if self._local:
+            self._local.write(body)
+        else:
+            reply = self._transport.request("POST", f"/api/v1/runs/{_quote(self.name)}/ingest", body,
+                                            "application/x-ndjson")
+            self._take_reply(reply)
+        for _ in items:
+            self._queue.popleft()
+        self._answered = max(self._answered, items[-1][0])
+        self.stats["batches"] += 1
+        self.stats["values"] += values
+
+    def _take_reply(self, reply):
+        for alert in reply.get("alerts", []):
+            self.alerts.append(alert)
+            self.stats["alerts"] += 1
+            print(f"hlat: ALERT {alert['kind']} at step {alert['step']}: {alert['message']}", file=sys.stderr)
+        if reply.get("state") == "halt" and self._halt_reason is None:
+            halt = reply.get("halt", {})
+            self._halt_reason = halt.get("reason", "halt requested")
+
+
+def _to_lines(items):
+    """One JSON line per step (consecutive logs of a step merged); tensors to floats in one transfer."""
+    merged = []
+    for step, values in items:
+        if merged and merged[-1][0] == step and "event" not in values and "event" not in merged[-1][1]:
+            merged[-1][1].update(values)
+        else:
+            merged.append((step, dict(values)))
+    tensors = [(i, k) for i, (_, v) in enumerate(merged) for k, x in v.items() if hasattr(x, "detach")]
+    if tensors:
+        import torch
+        flat = torch.stack([merged[i][1][k].detach().float().reshape(()) for i, k in tensors]).cpu().tolist()
+        for (i, k), x in zip(tensors, flat):
+            merged[i][1][k] = x
+    lines, values = [], 0
+    for step, v in merged:
+        record = {"step": step}
+        for k, x in v.items():
+            record[k] = x if isinstance(x, str) else float(x)
+        values += len(v)
+        lines.append(json.dumps(record) + "\n")  # NaN and Infinity bare: hlat reads them
+    return lines, values, len(tensors)
+
+
+class _LocalStore:
+    """store=: JSON lines into a file that `hlat ingest --follow` reads into the store."""
+
+    def __init__(self, name, store, config, precision, meta, resume, hlat_binary):
+        binary = hlat_binary or os.environ.get("HLAT_BINARY") or shutil.which("hlat")
+        if not binary:
+            raise FileNotFoundError("hlat.init(store=...): the hlat binary is not on PATH; pass hlat_binary= "
+                                    "or set HLAT_BINARY")
+        self.dir = tempfile.mkdtemp(prefix="hlat-client-")
+        self.path = os.path.join(self.dir, "records.jsonl")
+        self.file = open(self.path, "ab", buffering=0)
+        meta_arg = ",".join(f"{k}={v}" for k, v in meta.items())
+        if precision:
+            meta_arg = f"precision={precision}" + ("," + meta_arg if meta_arg else "")
+        cmd = [binary, "ingest", "--store", store, "--run", name, "--follow", "--format", "jsonl",
+               "--on-halt", "exit", "--config", json.dumps(config), self.path]
+        if meta_arg:
+            cmd += ["--meta", meta_arg]
+        if resume:
+            cmd.append("--resume")
+        self.proc = subprocess.Popen(cmd)
+
+    def write(self, body):
+        self.file.write(body)
+
+    def halt_reason(self):
+        code = self.proc.poll()
+        if code == HALT_EXIT_CODE:
+            return "halt requested (hlat ingest --follow exited with the halt code; see the run's alerts)"
+        return None
+
+    def close(self, status):
+        self.file.close()
+        time.sleep(0.5)  # the follower polls every 0.2 s: let it read the last lines
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        self.proc.wait(timeout=30)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def init(name, url=None, token=None, store=None, config=None, precision=None, meta=None, detectors=None,
+         resume=False, rank=None, world_size=None, **options):
+    """Starts (or with resume=True continues) a run.
+
+    url/token: a running `hlat serve` (defaults: $HLAT_URL or http://127.0.0.1:8080, $HLAT_TOKEN);
+    store: a local store file instead, written through `hlat ingest --follow`.
+    config: the run's config (shown in the page and `hlat compare`); detectors: its detector
+    settings, as the "detectors" section of an hlat config (e.g. {"grad_spike": {"policy": "halt"}}).
+    precision and meta (bytes_per_param, ...): what hlat cannot know by itself.
+    rank/world_size: default to torch.distributed's, or $RANK/$WORLD_SIZE.
+    options: send_interval (s to gather a step's logs, default 0.02), timeout (s), sync_every (steps between
+    the ranks' halt agreements, default 1), max_lag_steps (log() waits when hlat has not answered the
+    steps before step - max_lag_steps: a bound on how late a halt arrives; default None, never waits),
+    hlat_binary (for store=).
+    """
+    return Run(name, url=url, token=token, store=store, config=config, precision=precision, meta=meta,
+               detectors=detectors, resume=resume, rank=rank, world_size=world_size, **options)
