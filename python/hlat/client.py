@@ -153,14 +153,19 @@ class Run:
         """
         step = int(step)
         self._last_step = step
-        if self.rank == 0:
-            self._queue.append((step, dict(values)))
-            if not self._wake.is_set():
-                self._wake.set()
-            if self.max_lag_steps is not None:
-                self._wait_for_answers(step - self.max_lag_steps - 1)
+        self.record(values, step)
+        if self.rank == 0 and self.max_lag_steps is not None:
+            self._wait_for_answers(step - self.max_lag_steps - 1)
         if self._should_stop(step):
             raise HaltRequested(self._halted)
+
+    def record(self, values, step):
+        """Queues values like log() without the halt check (and its collective): for probes
+        that only rank 0 reports from. Every rank may call it; the others' values are dropped."""
+        if self.rank == 0:
+            self._queue.append((int(step), dict(values)))
+            if not self._wake.is_set():
+                self._wake.set()
 
     def _wait_for_answers(self, step):
         """With max_lag_steps: waits (only when hlat lags) until every step <= `step` is answered,

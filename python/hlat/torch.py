@@ -81,7 +81,7 @@ def check_replicas(run, model, step, grads=False, group_key=0):
             first = named[differ[0]][0] if differ else "(a different set of tensors)"
             bad.append(f"rank {rank} differs from rank {ref_rank} in {len(differ)} {what} tensor(s), first "
                        f"\"{first}\"")
-    run.log({"replica_mismatch": float(len(bad))}, step=step)
+    run.record({"replica_mismatch": float(len(bad))}, step=step)
     if bad:
         run.event("replica_mismatch", "; ".join(bad), step)
     return len(bad)
@@ -104,8 +104,7 @@ def tp_drift(run, tensors, group, step):
     values = {"tp_drift": stacked.max() if len(names) else torch.tensor(0.0)}
     for n, i in zip(names, range(len(names))):
         values[f"tp_drift/{n}"] = stacked[i]
-    if run.rank == 0:
-        run.log(values, step=step)
+    run.record(values, step=step)
     return values
 
 
@@ -135,7 +134,7 @@ def probe_causality(run, model_fn, vocab_size, seq_len, step=0, batch=1, device=
     leak, position = causality_probe(model_fn, vocab_size, seq_len, batch, device)
     value = leak if leak > tolerance else 0.0
     if run.rank == 0:
-        run.log({"causality_leak": value, "causality_leak_position": float(position)}, step=step)
+        run.record({"causality_leak": value, "causality_leak_position": float(position)}, step=step)
         run.flush(timeout)
     if run.should_stop(step):
         raise HaltRequested(run.halt_reason())
