@@ -1,6 +1,8 @@
 """The replica check on a real DistributedDataParallel job (2 processes, gloo): one rank's
 gradient all-reduce skips one tensor (a comm hook) and replica_mismatch names that tensor
 within one check interval, halting both ranks at the same step; a clean job raises nothing."""
+import datetime
+import faulthandler
 import json
 import os
 import socket
@@ -43,8 +45,10 @@ def skipping_hook(target, fault_rank):
 
 
 def worker(rank, world, port, url, name, fault, out_dir):
+    faulthandler.dump_traceback_later(40, exit=True)  # a hang fails with every thread's stack, not silently
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
     torch.manual_seed(0)  # the same initial weights on both ranks, as DDP broadcasts anyway
     net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 1))
     model = torch.nn.parallel.DistributedDataParallel(net)
