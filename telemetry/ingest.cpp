@@ -283,95 +283,106 @@ ParsedBatch LineParser::parse(std::string_view text, double default_time) {
 }
 
 void LineParser::parse_line(std::string_view line, long number, const std::vector<std::string>& header, Record& r) {
-    auto bad = [&](const std::string& why) { return IngestError(fmt::format("{}:{}: {}", file_, number, why)); };
     switch (format_) {
-        case LogFormat::Csv: {
-            std::vector<std::string_view> cells = split_csv(line);
-            if (cells.size() != header.size())
-                throw bad(fmt::format("{} cells for {} columns", cells.size(), header.size()));
-            for (size_t i = 0; i < cells.size(); i++) {
-                std::string name = rename(header[i]);
-                if (cells[i].empty() && name != "step") continue;  // a missing value
-                double v;
-                if (!parse_number(cells[i], &v))
-                    throw bad(fmt::format("column \"{}\" is \"{}\", not a number", header[i], cells[i]));
-                r.take(name, v);
-            }
-            return;
-        }
-        case LogFormat::Jsonl: {
-            nlohmann::json j = nlohmann::json::parse(quote_bare_nonfinite(line), nullptr, false);
-            if (j.is_discarded()) throw bad("not valid JSON");
-            if (!j.is_object()) throw bad("not a JSON object");
-            for (auto it = j.begin(); it != j.end(); ++it) {
-                double v;
-                if (it->is_null()) continue;  // a missing value
-                if ((it.key() == "event" || it.key() == "detail") && it->is_string()) {
-                    (it.key() == "event" ? r.event : r.detail) = it->get<std::string>();
-                    continue;
-                }
-                if (it->is_number()) {
-                    v = it->get<double>();
-                } else if (!(it->is_string() && parse_number(it->get<std::string>(), &v))) {
-                    throw bad(fmt::format("field \"{}\" is {}, not a number", it.key(), it->dump()));
-                }
-                r.take(rename(it.key()), v);
-            }
-            return;
-        }
-        case LogFormat::Llmc: {
-            std::string_view s = trim(line);
-            if (s.rfind("s:", 0) != 0) {
-                r.matched = false;  // llm.c-style logs may carry other text (modded-nanogpt puts its code first)
-                return;
-            }
-            size_t pos = 0;
-            while (pos < s.size()) {
-                size_t end = s.find_first_of(" \t", pos);
-                std::string_view token = s.substr(pos, end == std::string_view::npos ? std::string_view::npos : end - pos);
-                pos = end == std::string_view::npos ? s.size() : s.find_first_not_of(" \t", end);
-                if (pos == std::string_view::npos) pos = s.size();
-                size_t colon = token.find(':');
-                if (colon == std::string_view::npos || colon == 0) throw bad(fmt::format("\"{}\" is not KEY:VALUE", token));
-                std::string_view key = token.substr(0, colon), value = token.substr(colon + 1);
-                // A unit after the number (120ms, 3.5%) joins the name: train_time_ms.
-                std::string lower_value = lowercase(value);
-                size_t unit = value.size();
-                if (lower_value.rfind("nan", 0) == 0 || lower_value.rfind("inf", 0) == 0) unit = 3;
-                else if (lower_value.rfind("-inf", 0) == 0) unit = 4;
-                else
-                    while (unit > 0 && (std::isalpha((unsigned char)value[unit - 1]) || value[unit - 1] == '%')) unit--;
-                std::string_view suffix = value.substr(unit);
-                double v;
-                if (!parse_number(value.substr(0, unit), &v))
-                    throw bad(fmt::format("\"{}\" is not a number in \"{}\"", value, token));
-                std::string name(key);
-                if (!suffix.empty()) {
-                    name += '_';
-                    name += suffix == "%" ? std::string_view("pct") : suffix;
-                }
-                r.take(key == "s" ? "step" : rename(name), v);
-            }
-            return;
-        }
-        case LogFormat::Pattern: {
-            std::string plain = strip_ansi(line);
-            std::smatch m;
-            if (!std::regex_search(plain, m, pattern_)) {
-                r.matched = false;
-                return;
-            }
-            for (size_t i = 0; i < pattern_names_.size(); i++) {
-                if (pattern_names_[i] == "_") continue;  // {_}: a number to match and leave
-                double v;
-                if (!parse_number(m[i + 1].str(), &v, true))
-                    throw bad(fmt::format("{{{}}} matched \"{}\", not a number", pattern_names_[i], m[i + 1].str()));
-                r.take(rename(pattern_names_[i]), v);
-            }
-            return;
-        }
+        case LogFormat::Csv: return parse_csv(line, number, header, r);
+        case LogFormat::Jsonl: return parse_jsonl(line, number, r);
+        case LogFormat::Llmc: return parse_llmc(line, number, r);
+        case LogFormat::Pattern: return parse_pattern(line, number, r);
         case LogFormat::TensorBoard: break;
     }
+}
+
+void LineParser::parse_csv(std::string_view line, long number, const std::vector<std::string>& header, Record& r) {
+    auto bad = [&](const std::string& why) { return IngestError(fmt::format("{}:{}: {}", file_, number, why)); };
+    std::vector<std::string_view> cells = split_csv(line);
+    if (cells.size() != header.size())
+        throw bad(fmt::format("{} cells for {} columns", cells.size(), header.size()));
+    for (size_t i = 0; i < cells.size(); i++) {
+        std::string name = rename(header[i]);
+        if (cells[i].empty() && name != "step") continue;  // a missing value
+        double v;
+        if (!parse_number(cells[i], &v))
+            throw bad(fmt::format("column \"{}\" is \"{}\", not a number", header[i], cells[i]));
+        r.take(name, v);
+    }
+    return;
+}
+
+void LineParser::parse_jsonl(std::string_view line, long number, Record& r) {
+    auto bad = [&](const std::string& why) { return IngestError(fmt::format("{}:{}: {}", file_, number, why)); };
+    nlohmann::json j = nlohmann::json::parse(quote_bare_nonfinite(line), nullptr, false);
+    if (j.is_discarded()) throw bad("not valid JSON");
+    if (!j.is_object()) throw bad("not a JSON object");
+    for (auto it = j.begin(); it != j.end(); ++it) {
+        double v;
+        if (it->is_null()) continue;  // a missing value
+        if ((it.key() == "event" || it.key() == "detail") && it->is_string()) {
+            (it.key() == "event" ? r.event : r.detail) = it->get<std::string>();
+            continue;
+        }
+        if (it->is_number()) {
+            v = it->get<double>();
+        } else if (!(it->is_string() && parse_number(it->get<std::string>(), &v))) {
+            throw bad(fmt::format("field \"{}\" is {}, not a number", it.key(), it->dump()));
+        }
+        r.take(rename(it.key()), v);
+    }
+    return;
+}
+
+void LineParser::parse_llmc(std::string_view line, long number, Record& r) {
+    auto bad = [&](const std::string& why) { return IngestError(fmt::format("{}:{}: {}", file_, number, why)); };
+    std::string_view s = trim(line);
+    if (s.rfind("s:", 0) != 0) {
+        r.matched = false;  // llm.c-style logs may carry other text (modded-nanogpt puts its code first)
+        return;
+    }
+    size_t pos = 0;
+    while (pos < s.size()) {
+        size_t end = s.find_first_of(" \t", pos);
+        std::string_view token = s.substr(pos, end == std::string_view::npos ? std::string_view::npos : end - pos);
+        pos = end == std::string_view::npos ? s.size() : s.find_first_not_of(" \t", end);
+        if (pos == std::string_view::npos) pos = s.size();
+        size_t colon = token.find(':');
+        if (colon == std::string_view::npos || colon == 0) throw bad(fmt::format("\"{}\" is not KEY:VALUE", token));
+        std::string_view key = token.substr(0, colon), value = token.substr(colon + 1);
+        // A unit after the number (120ms, 3.5%) joins the name: train_time_ms.
+        std::string lower_value = lowercase(value);
+        size_t unit = value.size();
+        if (lower_value.rfind("nan", 0) == 0 || lower_value.rfind("inf", 0) == 0) unit = 3;
+        else if (lower_value.rfind("-inf", 0) == 0) unit = 4;
+        else
+            while (unit > 0 && (std::isalpha((unsigned char)value[unit - 1]) || value[unit - 1] == '%')) unit--;
+        std::string_view suffix = value.substr(unit);
+        double v;
+        if (!parse_number(value.substr(0, unit), &v))
+            throw bad(fmt::format("\"{}\" is not a number in \"{}\"", value, token));
+        std::string name(key);
+        if (!suffix.empty()) {
+            name += '_';
+            name += suffix == "%" ? std::string_view("pct") : suffix;
+        }
+        r.take(key == "s" ? "step" : rename(name), v);
+    }
+    return;
+}
+
+void LineParser::parse_pattern(std::string_view line, long number, Record& r) {
+    auto bad = [&](const std::string& why) { return IngestError(fmt::format("{}:{}: {}", file_, number, why)); };
+    std::string plain = strip_ansi(line);
+    std::smatch m;
+    if (!std::regex_search(plain, m, pattern_)) {
+        r.matched = false;
+        return;
+    }
+    for (size_t i = 0; i < pattern_names_.size(); i++) {
+        if (pattern_names_[i] == "_") continue;  // {_}: a number to match and leave
+        double v;
+        if (!parse_number(m[i + 1].str(), &v, true))
+            throw bad(fmt::format("{{{}}} matched \"{}\", not a number", pattern_names_[i], m[i + 1].str()));
+        r.take(rename(pattern_names_[i]), v);
+    }
+    return;
 }
 
 }  // namespace hlat::telemetry

@@ -78,6 +78,10 @@ class LineParser {
   private:
     struct Record;
     void parse_line(std::string_view line, long number, const std::vector<std::string>& header, Record& out);
+    void parse_csv(std::string_view line, long number, const std::vector<std::string>& header, Record& out);
+    void parse_jsonl(std::string_view line, long number, Record& out);
+    void parse_llmc(std::string_view line, long number, Record& out);
+    void parse_pattern(std::string_view line, long number, Record& out);
     std::string rename(std::string_view name) const;
 
     std::string file_;
