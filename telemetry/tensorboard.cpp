@@ -1,12 +1,12 @@
 #include "telemetry/tensorboard.h"
 
-#include "tensorboard_event.pb.h"
+#include "telemetry/tensorboard_event.h"
 
 #include <boost/crc.hpp>
+#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -33,29 +33,24 @@ uint32_t read_u32(const char* p) {
     return v;
 }
 
-// The scalar a summary value holds, if it holds one.
-bool scalar_of(const tensorboard::Summary::Value& v, double* out) {
-    if (v.value_case() == tensorboard::Summary::Value::kSimpleValue) return *out = v.simple_value(), true;
-    if (v.value_case() != tensorboard::Summary::Value::kTensor) return false;
-    const std::string& plugin = v.metadata().plugin_data().plugin_name();
-    if (!plugin.empty() && plugin != "scalars") return false;
-    const tensorboard::TensorProto& t = v.tensor();
-    if (t.float_val_size() == 1) return *out = t.float_val(0), true;
-    if (t.double_val_size() == 1) return *out = t.double_val(0), true;
-    if (t.int_val_size() == 1) return *out = t.int_val(0), true;
-    if (t.int64_val_size() == 1) return *out = (double)t.int64_val(0), true;
-    const std::string& raw = t.tensor_content();
-    if (t.dtype() == 1 && raw.size() == 4) {
-        float f;
-        std::memcpy(&f, raw.data(), 4);
-        return *out = f, true;
-    }
-    if (t.dtype() == 2 && raw.size() == 8) {
-        double d;
-        std::memcpy(&d, raw.data(), 8);
-        return *out = d, true;
-    }
-    return false;
+// The Event decoder, loaded once. RTLD_DEEPBIND makes the module and the
+// libprotobuf-lite it pulls in resolve their symbols among themselves first,
+// never against the copy inside libsentencepiece (tensorboard_event.h).
+decltype(&hlat_tb_decode_event) event_decoder() {
+    static decltype(&hlat_tb_decode_event) decode = [] {
+        void* module = dlopen(HLAT_TENSORBOARD_MODULE, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+        if (!module)
+            throw IngestError(fmt::format("cannot read TensorBoard files: the decoder module did not load ({})",
+                                          dlerror()));
+        return reinterpret_cast<decltype(&hlat_tb_decode_event)>(dlsym(module, "hlat_tb_decode_event"));
+    }();
+    return decode;
+}
+
+using EventScalars = std::vector<std::pair<std::string, double>>;  // (tag, value) of one event
+
+void collect_scalar(void* ctx, const char* tag, size_t tag_size, double value) {
+    static_cast<EventScalars*>(ctx)->emplace_back(std::string(tag, tag_size), value);
 }
 
 void read_event_file(const std::string& path, const KeyMap& rename, std::vector<MetricPoint>& out) {
@@ -63,7 +58,8 @@ void read_event_file(const std::string& path, const KeyMap& rename, std::vector<
     if (!in) throw IngestError(fmt::format("cannot open {}", path));
     std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     size_t offset = 0;
-    tensorboard::Event event;
+    auto decode = event_decoder();
+    EventScalars scalars;
     while (offset < data.size()) {
         auto bad = [&](const std::string& why) {
             return IngestError(fmt::format("{}: record at byte offset {}: {}", path, offset, why));
@@ -79,16 +75,15 @@ void read_event_file(const std::string& path, const KeyMap& rename, std::vector<
         const char* record = data.data() + offset + 12;
         if (masked_crc32c(record, length) != read_u32(record + length))
             throw bad("the CRC of its data does not match (a corrupt file?)");
-        if (!event.ParseFromArray(record, (int)length)) throw bad("not an Event protobuf");
-        if (event.step() < 0) throw bad(fmt::format("negative step {}", event.step()));
-        if (event.has_summary())
-            for (const auto& v : event.summary().value()) {
-                double x;
-                if (!scalar_of(v, &x)) continue;
-                const std::string& tag = v.tag().empty() ? v.node_name() : v.tag();
-                auto it = rename.find(tag);
-                out.push_back({it == rename.end() ? tag : it->second, event.step(), x, event.wall_time()});
-            }
+        int64_t step;
+        double wall_time;
+        scalars.clear();
+        if (decode(record, length, &step, &wall_time, collect_scalar, &scalars) != 0) throw bad("not an Event protobuf");
+        if (step < 0) throw bad(fmt::format("negative step {}", step));
+        for (auto& [tag, x] : scalars) {
+            auto it = rename.find(tag);
+            out.push_back({it == rename.end() ? tag : it->second, step, x, wall_time});
+        }
         offset += 12 + length + 4;
     }
 }
