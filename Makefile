@@ -39,6 +39,7 @@ bench: data
 	bench/detector_matrix
 	bench/scaling
 	bench/uptime
+	bench/client_overhead
 
 clean:
 	rm -rf $(BUILD)
