@@ -174,6 +174,15 @@ TEST_F(WebApi, ExternalRunsAreWatchedAndToldToHalt) {
 
     ASSERT_EQ(api.handle(post("/api/v1/runs/clean/start", "secret-token", "{}")).status, 200);
     ASSERT_EQ(api.handle(post("/api/v1/runs/clean/ingest", "secret-token", "{\"step\": 0, \"loss\": 2.0}\n")).status, 200);
+    auto halt_route = [&](const std::string& name) {  // what the page's halt button says before it is pressed
+        json runs = json::parse(api.handle(get("/api/v1/runs")).body)["runs"];
+        for (const json& run : runs)
+            if (run["name"] == name) return run["halt_route"];
+        return json("no such run");
+    };
+    EXPECT_NE(halt_route("clean").get<std::string>().find("HaltRequested"), std::string::npos);
+    EXPECT_NE(halt_route("long").get<std::string>().find("saves a checkpoint"), std::string::npos);
+    EXPECT_TRUE(halt_route("client").is_null()) << "a run that has ended offers no halt";
     r = api.handle(post("/api/v1/runs/clean/halt", "secret-token"));
     ASSERT_EQ(r.status, 202) << r.body;
     EXPECT_NE(r.body.find("HaltRequested"), std::string::npos) << "the page says what the client does: " << r.body;
@@ -182,6 +191,7 @@ TEST_F(WebApi, ExternalRunsAreWatchedAndToldToHalt) {
     EXPECT_EQ(reply["halt"]["by"], "person");
 
     EXPECT_EQ(api.handle(post("/api/v1/runs/pushed2/ingest", "secret-token", "{\"step\": 0, \"loss\": 1.0}\n")).status, 200);
+    EXPECT_EQ(halt_route("pushed2"), "") << "nothing here can stop it: the page turns its halt button off";
     r = api.handle(post("/api/v1/runs/pushed2/halt", "secret-token"));
     EXPECT_EQ(r.status, 409) << "nothing receives a halt of a run fed by plain HTTP ingest: " << r.body;
     EXPECT_GE(api.mark_stale(0.0), 1);

@@ -58,7 +58,8 @@ json run_json(const RunSummary& s) {
             {"started_at", s.run.started_at},
             {"ended_at", s.run.ended_at},
             {"git_revision", s.run.git_revision},
-            {"config", parse_or_null(s.run.config)}};
+            {"config", parse_or_null(s.run.config)},
+            {"halt_route", s.run.status == "running" ? json(halt_route(s.run).value_or("")) : json(nullptr)}};
 }
 
 }  // namespace

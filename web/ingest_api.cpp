@@ -28,7 +28,7 @@ const std::vector<std::string> kEndStatuses = {"finished", "halted", "crashed", 
 }  // namespace
 
 std::optional<std::string> halt_route(const RunRecord& run) {
-    if (run.source == "hlat") return "the trainer halts after its current step";
+    if (run.source == "hlat") return "the trainer halts after its current step and saves a checkpoint";
     json meta = json::parse(run.meta, nullptr, false);
     std::string how = meta.is_object() ? meta.value("halt", "") : "";
     if (how == "client")

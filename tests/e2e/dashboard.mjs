@@ -180,9 +180,15 @@ try {
   check(true, "points written while the page is open arrive live");
 
   let answer = "wrong-token";
-  page.on("dialog", (d) => (d.type() === "prompt" ? d.accept(answer) : d.accept()));
+  let question = "";
+  page.on("dialog", (d) => {
+    if (d.type() === "confirm") question = d.message();
+    return d.type() === "prompt" ? d.accept(answer) : d.accept();
+  });
   await page.click("#halt");
   await page.getByText(/Halt refused/).waitFor({ timeout: 5000 });
+  check(question.includes("halts after its current step and saves a checkpoint"),
+        `the halt button says what a halt does to hlat's trainer ("${question}")`);
   check(liveExit === null, "the halt button without the token is refused and the trainer runs on");
   answer = token;
   await page.click("#halt");

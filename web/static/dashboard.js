@@ -38,6 +38,7 @@ const state = (window.hlatDashboard = {
   tokensPerStep: null,
   times: {},         // step -> wall time, from the loss series
   evals: [],         // {step, tokens, task, metric, value} from /evals
+  haltRoute: null,   // what a halt does for this run ("" when nothing here can stop it)
 });
 
 function ema(values, alpha) {
@@ -353,7 +354,8 @@ async function refresh() {
     const par = run.config?.parallel;
     const layout = par && par.dp * par.tp > 1 ? ` · DP ${par.dp} × TP ${par.tp}${par.zero1 ? " (ZeRO-1)" : ""}` : "";
     $("#run-steps").textContent = `${run.steps} steps · ${run.precision || "?"}${layout}`;
-    $("#halt").disabled = run.status !== "running";
+    state.haltRoute = run.halt_route;
+    showHaltButton(run.status);
     const width = Math.max(320, Math.floor($("#charts").clientWidth / 2) - 24);
     const { keys } = await fetchJson(api("/keys"));
     const wanted = [...new Set(PANELS.flatMap((p) => p.keys))].filter((k) => keys.includes(k));
@@ -401,7 +403,7 @@ function listen() {
     const { status } = JSON.parse(e.data);
     $("#run-status").textContent = status;
     $("#run-status").className = `status ${status}`;
-    $("#halt").disabled = status !== "running";
+    showHaltButton(status);
     loadUptime();
   });
 }
@@ -420,8 +422,21 @@ $("#smoothing").addEventListener("input", (e) => {
   draw();
 });
 $("#reset-zoom").addEventListener("click", () => { state.zoom = null; refresh(); });
+// The halt button says what a halt would do for this kind of run (hlat's own
+// trainer, the Python client, `ingest --follow --on-halt`), and is off for a
+// run that nothing here can stop (a log imported once).
+function showHaltButton(status) {
+  const button = $("#halt");
+  const route = state.haltRoute;
+  button.disabled = status !== "running" || !route;
+  button.title = status !== "running" ? `the run is ${status}`
+    : route ? `On halt, ${route}.`
+    : "Nothing here can stop this run: it is imported from a log. Halt its trainer by hand, " +
+      "or follow the log with `hlat ingest --follow --on-halt`.";
+}
+
 $("#halt").addEventListener("click", async () => {
-  if (!confirm(`Halt run "${runName}"? The trainer stops after its current step and checkpoints.`)) return;
+  if (!confirm(`Halt run "${runName}"? ${$("#halt").title}`)) return;
   const token = prompt("Access token (printed by `hlat serve` at start):");
   if (token === null) return;
   try {
