@@ -40,11 +40,13 @@ static RunRecord run_from_row(Statement& s) {
     r.started_at = s.column_double(8);
     r.ended_at = s.column_double(9);
     r.meta = s.column_text(10);
+    r.tags = s.column_text(11);
+    r.note = s.column_text(12);
     return r;
 }
 
 static const char* kRunColumns =
-    "id, name, config, precision, status, host, git_revision, source, started_at, ended_at, meta";
+    "id, name, config, precision, status, host, git_revision, source, started_at, ended_at, meta, tags, note";
 
 std::vector<RunSummary> Reader::runs() {
     std::vector<RunSummary> out;
@@ -112,21 +114,36 @@ namespace {
 
 // Accumulates points or block summaries into one bucket.
 struct BucketBuilder {
-    Bucket b{0, 0, INFINITY, -INFINITY, NAN, false};
+    Bucket b{0, 0, INFINITY, -INFINITY, NAN, false, NAN, NAN, NAN};
     bool empty = true;
-    void add(int64_t first_step, int64_t last_step, double min, double max, double last, bool has_nan) {
-        if (empty) b.first_step = first_step;
+    double sum = 0.0;
+    int64_t n = 0;  // values in sum (NaN never is)
+
+    // A raw point, or a whole block: its step range, summary and wall times.
+    void add(int64_t first_step, int64_t last_step, double min, double max, double last, bool has_nan,
+             double block_sum, int64_t values, double first_time, double last_time) {
+        if (empty || first_step < b.first_step) {
+            b.first_step = first_step;
+            b.first_time = first_time;
+        }
         empty = false;
         if (!std::isnan(min)) b.min = std::min(b.min, min);
         if (!std::isnan(max)) b.max = std::max(b.max, max);
         b.has_nan = b.has_nan || has_nan;
+        if (values > 0) sum += block_sum, n += values;
         if (last_step >= b.last_step) {
             b.last_step = last_step;
             b.last = last;
+            b.last_time = last_time;
         }
+    }
+    void add_point(const SeriesPoint& p) {
+        bool nan = std::isnan(p.value);
+        add(p.step, p.step, p.value, p.value, p.value, nan, nan ? 0.0 : p.value, nan ? 0 : 1, p.wall_time, p.wall_time);
     }
     Bucket finish() {
         if (b.min == INFINITY) b.min = b.max = NAN;  // only NaN in the bucket
+        if (n > 0) b.mean = sum / (double)n;
         return b;
     }
 };
@@ -167,31 +184,31 @@ std::vector<Bucket> Reader::downsample(int64_t run, const std::string& key, int6
         origin = first / width * width;
     }
     std::vector<BucketBuilder> acc((last - origin) / width + 1);
-    auto add_point = [&](int64_t step, double v) {
-        acc[(step - origin) / width].add(step, step, v, v, v, std::isnan(v));
-    };
+    auto add_point = [&](const SeriesPoint& p) { acc[(p.step - origin) / width].add_point(p); };
     if (!use_blocks) {
-        for (const SeriesPoint& p : series(run, key, first, last)) add_point(p.step, p.value);
+        for (const SeriesPoint& p : series(run, key, first, last)) add_point(p);
     } else {
         // Whole blocks inside the range from metric_blocks, the ragged ends from metrics.
         int64_t first_block = (first + kBlockSteps - 1) / kBlockSteps;
         int64_t last_block = (last + 1) / kBlockSteps - 1;
         if (first_block > last_block) {
-            for (const SeriesPoint& p : series(run, key, first, last)) add_point(p.step, p.value);
+            for (const SeriesPoint& p : series(run, key, first, last)) add_point(p);
         } else {
-            for (const SeriesPoint& p : series(run, key, first, first_block * kBlockSteps - 1)) add_point(p.step, p.value);
+            for (const SeriesPoint& p : series(run, key, first, first_block * kBlockSteps - 1)) add_point(p);
             Statement s = db_.prepare(
-                "SELECT block, min_value, max_value, last_step, last_value, has_nan FROM metric_blocks "
+                "SELECT block, min_value, max_value, last_step, last_value, has_nan, sum_value, n_values, first_time, "
+                "last_time FROM metric_blocks "
                 "WHERE run_id = ?1 AND key_id = ?2 AND block BETWEEN ?3 AND ?4 ORDER BY block");
             s.bind(1, run).bind(2, *key_).bind(3, first_block).bind(4, last_block);
             while (s.step()) {
                 int64_t block_start = s.column_int(0) * kBlockSteps;
-                acc[(block_start - origin) / width].add(block_start, s.column_int(3), s.column_double_or_nan(1),
-                                                        s.column_double_or_nan(2), s.column_double_or_nan(4),
-                                                        s.column_int(5) != 0);
+                acc[(block_start - origin) / width].add(
+                    block_start, s.column_int(3), s.column_double_or_nan(1), s.column_double_or_nan(2),
+                    s.column_double_or_nan(4), s.column_int(5) != 0, s.column_double_or_nan(6), s.column_int(7),
+                    s.column_double_or_nan(8), s.column_double_or_nan(9));
             }
             for (const SeriesPoint& p : series(run, key, (last_block + 1) * kBlockSteps, last))
-                add_point(p.step, p.value);
+                add_point(p);
         }
     }
     for (BucketBuilder& b : acc)

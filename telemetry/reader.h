@@ -19,12 +19,14 @@ struct SeriesPoint {
     double wall_time;
 };
 
-// One bucket of a downsampled series: min and max over its points (NaN
-// ignored), the value at its last step, and whether any point was NaN.
+// One bucket of a downsampled series: min, max and mean over its points (NaN
+// ignored), the value at its last step, whether any point was NaN, and the
+// wall times of its first and last steps (NaN where a store predates them).
 struct Bucket {
     int64_t first_step, last_step;
     double min, max, last;
     bool has_nan;
+    double mean, first_time, last_time;
 };
 
 // Training time over wall time, the paper's Table 1 measure: a run trains from

@@ -70,6 +70,8 @@ struct RunRecord {
     // bytes_per_param, world_size, halt ("trainer", "client", "exit", "signal",
     // "none": what a requested halt does), format. Absent means unknown.
     std::string meta = "{}";
+    std::string tags = "[]";  // JSON array of strings, set from the page
+    std::string note;         // free text, set from the page
     double started_at = 0.0;
     double ended_at = 0.0;  // 0 while running
 };

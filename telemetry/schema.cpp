@@ -114,6 +114,28 @@ const std::vector<const char*> kMigrations = {
     R"sql(
     ALTER TABLE runs ADD COLUMN meta TEXT NOT NULL DEFAULT '{}';
     )sql",
+    // 4 -> 5: the page draws each bucket's mean and places it in wall time
+    // (issue 17): blocks keep the sum and count of their non-NaN values and the
+    // wall times of their first and last steps. Runs get tags and a note.
+    R"sql(
+    ALTER TABLE metric_blocks ADD COLUMN sum_value REAL;
+    ALTER TABLE metric_blocks ADD COLUMN n_values INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE metric_blocks ADD COLUMN first_time REAL;
+    ALTER TABLE metric_blocks ADD COLUMN last_time REAL;
+    UPDATE metric_blocks SET
+        sum_value = (SELECT sum(value) FROM metrics m WHERE m.run_id = metric_blocks.run_id
+                     AND m.key_id = metric_blocks.key_id AND m.step BETWEEN block * 64 AND block * 64 + 63),
+        n_values = (SELECT count(value) FROM metrics m WHERE m.run_id = metric_blocks.run_id
+                    AND m.key_id = metric_blocks.key_id AND m.step BETWEEN block * 64 AND block * 64 + 63),
+        first_time = (SELECT wall_time FROM metrics m WHERE m.run_id = metric_blocks.run_id
+                      AND m.key_id = metric_blocks.key_id AND m.step BETWEEN block * 64 AND block * 64 + 63
+                      ORDER BY step ASC LIMIT 1),
+        last_time = (SELECT wall_time FROM metrics m WHERE m.run_id = metric_blocks.run_id
+                     AND m.key_id = metric_blocks.key_id AND m.step BETWEEN block * 64 AND block * 64 + 63
+                     ORDER BY step DESC LIMIT 1);
+    ALTER TABLE runs ADD COLUMN tags TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE runs ADD COLUMN note TEXT NOT NULL DEFAULT '';
+    )sql",
 };
 
 }  // namespace

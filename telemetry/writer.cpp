@@ -31,10 +31,14 @@ class Writer::Connection {
                                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6)")),
           refresh_block(db.prepare(
               "INSERT OR REPLACE INTO metric_blocks(run_id, key_id, block, min_value, max_value, last_step, "
-              "last_value, has_nan) "
+              "last_value, has_nan, sum_value, n_values, first_time, last_time) "
               "SELECT ?1, ?2, ?3, min(value), max(value), max(step), "
               "(SELECT value FROM metrics WHERE run_id = ?1 AND key_id = ?2 AND step BETWEEN ?4 AND ?5 "
-              "ORDER BY step DESC LIMIT 1), sum(value IS NULL) > 0 "
+              "ORDER BY step DESC LIMIT 1), sum(value IS NULL) > 0, sum(value), count(value), "
+              "(SELECT wall_time FROM metrics WHERE run_id = ?1 AND key_id = ?2 AND step BETWEEN ?4 AND ?5 "
+              "ORDER BY step ASC LIMIT 1), "
+              "(SELECT wall_time FROM metrics WHERE run_id = ?1 AND key_id = ?2 AND step BETWEEN ?4 AND ?5 "
+              "ORDER BY step DESC LIMIT 1) "
               "FROM metrics WHERE run_id = ?1 AND key_id = ?2 AND step BETWEEN ?4 AND ?5")),
           insert_event(db.prepare("INSERT INTO events(run_id, kind, step, wall_time, detail) VALUES (?1, ?2, ?3, ?4, ?5)")),
           insert_alert(db.prepare("INSERT INTO alerts(run_id, kind, severity, step, message, data, wall_time) "
@@ -219,6 +223,9 @@ void Writer::run() {
                             }
                         } else if constexpr (std::is_same_v<T, DeleteRun>) {
                             c.delete_run(item.run);
+                        } else if constexpr (std::is_same_v<T, Annotation>) {
+                            c.db.prepare("UPDATE runs SET tags = ?2, note = ?3 WHERE id = ?1")
+                                .bind(1, item.run).bind(2, p.tags_json).bind(3, p.note).run();
                         } else if constexpr (std::is_same_v<T, OpenRun>) {
                             opened.push_back({p.result, c.open_run(p.run, p.resume)});
                         } else if constexpr (std::is_same_v<T, Flush>) {
@@ -289,6 +296,11 @@ void Writer::mark_halt_handled(int64_t run) { push({run, HaltRequest{"", true}, 
 
 void Writer::delete_run(int64_t run) {
     push({run, DeleteRun{}, 1});
+    flush();
+}
+
+void Writer::annotate(int64_t run, const std::string& tags_json, const std::string& note) {
+    push({run, Annotation{tags_json, note}, 1});
     flush();
 }
 

@@ -61,6 +61,8 @@ class Writer {
     void mark_halt_handled(int64_t run);
     // Removes the run and everything recorded of it, and waits for the commit.
     void delete_run(int64_t run);
+    // A person's tags (a JSON array of strings) and free-text note on a run.
+    void annotate(int64_t run, const std::string& tags_json, const std::string& note);
 
     // Blocks until everything queued before it is committed. Rethrows an
     // error of the writer thread (disk full, locked store, ...).
@@ -86,8 +88,11 @@ class Writer {
         std::shared_ptr<std::promise<void>> done;
     };
     struct DeleteRun {};
+    struct Annotation {
+        std::string tags_json, note;
+    };
     using Payload = std::variant<std::vector<MetricPoint>, RankMetricPoint, Event, Alert, CheckpointRecord,
-                                 EvalRecord, Status, HaltRequest, OpenRun, Flush, DeleteRun>;
+                                 EvalRecord, Status, HaltRequest, OpenRun, Flush, DeleteRun, Annotation>;
     struct Item {
         int64_t run;
         Payload payload;

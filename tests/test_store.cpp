@@ -115,6 +115,53 @@ TEST(Store, DownsamplingKeepsEverySpike) {
     EXPECT_EQ(b[5].last, raw.back().value);
 }
 
+// What version 5 added (bucket means and times, run tags and notes).
+const std::string kDropVersion5 =
+    "ALTER TABLE metric_blocks DROP COLUMN sum_value; ALTER TABLE metric_blocks DROP COLUMN n_values; "
+    "ALTER TABLE metric_blocks DROP COLUMN first_time; ALTER TABLE metric_blocks DROP COLUMN last_time; "
+    "ALTER TABLE runs DROP COLUMN tags; ALTER TABLE runs DROP COLUMN note; ";
+
+// Each bucket's mean and its first and last wall times agree with the raw
+// points it covers, whether read from metric_blocks or from the rows, and a
+// version 4 store (blocks without them) gets them on migration.
+TEST(Store, BucketsCarryTheirMeanAndWallTimes) {
+    test::ScratchDir dir("store_bucket_mean");
+    std::string db = dir.file("s.db");
+    int64_t id;
+    {
+        Writer w(db);
+        id = w.open_run(run_named("timed"), false);
+        std::vector<MetricPoint> pts;
+        for (int i = 0; i < 10000; i++) pts.push_back({"loss", i, i == 4321 ? NAN : 3.0 + (i % 11) * 0.1, 1000.0 + 0.5 * i});
+        w.metrics(id, std::move(pts));
+    }
+    auto check = [&](const char* when) {
+        Reader r(db);
+        for (int buckets : {100, 5000}) {  // 128-step buckets from blocks; 2-step buckets from rows
+            for (const Bucket& b : r.downsample(id, "loss", 0, 9999, buckets)) {
+                auto raw = r.series(id, "loss", b.first_step, b.last_step);
+                double sum = 0;
+                int n = 0;
+                for (auto& p : raw)
+                    if (!std::isnan(p.value)) sum += p.value, n++;
+                ASSERT_NEAR(b.mean, sum / n, 1e-12) << when << ", " << buckets << " buckets, from " << b.first_step;
+                ASSERT_EQ(b.first_time, raw.front().wall_time) << when;
+                ASSERT_EQ(b.last_time, raw.back().wall_time) << when;
+            }
+        }
+    };
+    check("as written");
+    sqlite3* raw;
+    sqlite3_open(db.c_str(), &raw);
+    ASSERT_EQ(sqlite3_exec(raw,
+                           (kDropVersion5 + "PRAGMA user_version = 4").c_str(),
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(raw);
+    { Writer w(db); }  // migrates
+    check("after migrating a version 4 store");
+}
+
 TEST(Store, ResumedRunReplacesRecomputedStepsAndBlocks) {
     test::ScratchDir dir("store_resume");
     std::string db = dir.file("s.db");
@@ -198,10 +245,10 @@ TEST(Store, Version1StoresAreMigratedKeepingTheirData) {
     sqlite3_open(dir.file("s.db").c_str(), &raw);
     // What a version 1 store looked like: no halt requests, evals without tokens.
     ASSERT_EQ(sqlite3_exec(raw,
-                           "DROP TABLE halt_requests; ALTER TABLE evals DROP COLUMN tokens; ALTER TABLE runs DROP COLUMN meta; "
+                           (kDropVersion5 + "DROP TABLE halt_requests; ALTER TABLE evals DROP COLUMN tokens; ALTER TABLE runs DROP COLUMN meta; "
                            "INSERT INTO runs(id, name, status, started_at) VALUES (7, 'old', 'finished', 0); "
                            "INSERT INTO evals(run_id, step, task, metric, value, wall_time) "
-                           "VALUES (7, 99, 'heldout', 'loss', 2.5, 0); PRAGMA user_version = 1",
+                           "VALUES (7, 99, 'heldout', 'loss', 2.5, 0); PRAGMA user_version = 1").c_str(),
                            nullptr, nullptr, nullptr),
               SQLITE_OK);
     sqlite3_close(raw);
@@ -267,7 +314,7 @@ TEST(Store, BadStoresAreRefusedWithAReason) {
     sqlite3_exec(raw, "PRAGMA user_version = 99", nullptr, nullptr, nullptr);
     sqlite3_close(raw);
     e = store_error([&] { Reader r(dir.file("new.db")); });
-    EXPECT_NE(e.find("schema version 99, newer than this hlat understands (4)"), std::string::npos) << e;
+    EXPECT_NE(e.find("schema version 99, newer than this hlat understands (5)"), std::string::npos) << e;
     e = store_error([&] { Writer w(dir.file("new.db")); });
     EXPECT_NE(e.find("schema version 99"), std::string::npos) << e;
 }

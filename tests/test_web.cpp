@@ -4,6 +4,7 @@
 #include "telemetry/writer.h"
 #include "test_util.h"
 #include "web/api.h"
+#include "web/series_api.h"
 #include "web/server.h"
 
 #include <arpa/inet.h>
@@ -11,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <netinet/in.h>
 #include <sys/socket.h>
+
+#include <sstream>
 #include <unistd.h>
 
 #include <fstream>
@@ -138,6 +141,62 @@ TEST_F(WebApi, IngestIsAllOrNothing) {
     ASSERT_EQ(r.status, 200) << r.body;
     Reader reader(dir_->file("s.db"));
     EXPECT_EQ(reader.series(reader.find_run("pushed")->id, "loss", 0, 10).size(), 2u);
+}
+
+// What the page reads besides the series: spike episodes at full resolution,
+// CSV of the stored points, and a person's tags and note on a run.
+TEST_F(WebApi, EpisodesCsvAndAnnotations) {
+    auto r = api.handle(get("/api/v1/runs/long/episodes", {{"key", "loss"}, {"from", "600000"}, {"to", "700000"}}));
+    ASSERT_EQ(r.status, 200) << r.body;
+    json episodes = json::parse(r.body)["episodes"];
+    ASSERT_EQ(episodes.size(), 1u) << "the one planted spike, nothing of the ripple: " << r.body.substr(0, 300);
+    EXPECT_EQ(episodes[0], json({654321, 654321, 654321, 99.0}));
+
+    r = api.handle(get("/api/v1/runs/long/csv", {{"keys", "loss"}, {"from", "654320"}, {"to", "654322"}}));
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.content_type, "text/csv; charset=utf-8");
+    ASSERT_EQ(r.body.rfind("step,time,loss\n", 0), 0u) << r.body;
+    std::stringstream csv(r.body.substr(r.body.find('\n') + 1));
+    auto stored = Reader(dir_->file("s.db")).series(1, "loss", 654320, 654322);
+    ASSERT_EQ(stored.size(), 3u);
+    for (const SeriesPoint& p : stored) {  // every value reads back to the same double
+        std::string step, time, value;
+        std::getline(csv, step, ',');
+        std::getline(csv, time, ',');
+        std::getline(csv, value);
+        EXPECT_EQ(std::stoll(step), p.step);
+        EXPECT_EQ(std::stod(time), p.wall_time);
+        EXPECT_EQ(std::stod(value), p.value);
+    }
+    EXPECT_EQ(api.handle(get("/api/v1/runs/long/csv", {})).status, 400) << "keys are required";
+
+    EXPECT_EQ(api.handle(post("/api/v1/runs/long/annotate", "", R"({"tags": ["x"]})")).status, 401);
+    EXPECT_EQ(api.handle(post("/api/v1/runs/long/annotate", "secret-token", R"({"tags": "x"})")).status, 400);
+    EXPECT_EQ(api.handle(post("/api/v1/runs/long/annotate", "secret-token", R"({"tags": [""]})")).status, 400);
+    EXPECT_EQ(api.handle(post("/api/v1/runs/long/annotate", "secret-token", R"({"note": 3})")).status, 400);
+    r = api.handle(post("/api/v1/runs/long/annotate", "secret-token", R"({"tags": ["bf16", "baseline"], "note": "lr 3e-4"})"));
+    ASSERT_EQ(r.status, 200) << r.body;
+    ASSERT_EQ(api.handle(post("/api/v1/runs/long/annotate", "secret-token", R"({"note": "lr 3e-4, seed 1"})")).status, 200);
+    json run = json::parse(api.handle(get("/api/v1/runs")).body)["runs"][0];
+    EXPECT_EQ(run["tags"], json({"bf16", "baseline"})) << "a note alone keeps the tags";
+    EXPECT_EQ(run["note"], "lr 3e-4, seed 1");
+    api.handle(post("/api/v1/runs/long/annotate", "secret-token", R"({"tags": [], "note": ""})"));
+}
+
+TEST(SpikeEpisodes, ConsecutivePointsAboveTheThresholdAreOneEpisode) {
+    std::vector<SeriesPoint> pts;
+    for (int i = 0; i < 100; i++) pts.push_back({i, 1.0, 0.0});
+    pts[50].value = 1.5, pts[51].value = 3.0, pts[52].value = 1.3;  // one episode peaking at 51
+    pts[80].value = NAN;                                              // a NaN step is a spike
+    pts[90].value = 1.05;                                             // within the margin: quiet
+    auto e = web::spike_episodes(pts);
+    ASSERT_EQ(e.size(), 2u);
+    EXPECT_EQ(e[0].first_step, 50);
+    EXPECT_EQ(e[0].last_step, 52);
+    EXPECT_EQ(e[0].peak_step, 51);
+    EXPECT_EQ(e[0].peak, 3.0);
+    EXPECT_EQ(e[1].first_step, 80);
+    EXPECT_TRUE(web::spike_episodes(std::vector<SeriesPoint>(30, {0, 2.0, 0.0})).empty());
 }
 
 // An external trainer's life through the API: start with a halt policy, a

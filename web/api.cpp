@@ -2,6 +2,7 @@
 
 #include "web/ingest_api.h"
 #include "web/json_reply.h"
+#include "web/series_api.h"
 
 #include "detectors/postmortem.h"
 #include "telemetry/ingest.h"
@@ -33,17 +34,6 @@ json parse_or_null(const std::string& text) {
 }
 
 
-int64_t int_param(const Request& r, const std::string& name, int64_t fallback, int64_t lo, int64_t hi) {
-    auto it = r.query.find(name);
-    if (it == r.query.end()) return fallback;
-    int64_t v;
-    const std::string& s = it->second;
-    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec != std::errc() || end != s.data() + s.size() || v < lo || v > hi)
-        throw BadRequest(fmt::format("parameter {}={} must be an integer in [{}, {}]", name, s, lo, hi));
-    return v;
-}
-
 json run_json(const RunSummary& s) {
     return {{"name", s.run.name},
             {"status", s.run.status},
@@ -59,7 +49,9 @@ json run_json(const RunSummary& s) {
             {"ended_at", s.run.ended_at},
             {"git_revision", s.run.git_revision},
             {"config", parse_or_null(s.run.config)},
-            {"halt_route", s.run.status == "running" ? json(halt_route(s.run).value_or("")) : json(nullptr)}};
+            {"halt_route", s.run.status == "running" ? json(halt_route(s.run).value_or("")) : json(nullptr)},
+            {"tags", parse_or_null(s.run.tags)},
+            {"note", s.run.note}};
 }
 
 }  // namespace
@@ -109,6 +101,23 @@ Response Api::handle(const Request& r) {
     }
 }
 
+// A person's tags and note on a run: {"tags": ["a", ...], "note": "..."}; what
+// the body leaves out stays as it was.
+Response Api::annotate(const RunRecord& run, const std::string& body) {
+    json j = json::parse(body, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) throw BadRequest("the body is not a JSON object");
+    json tags = j.contains("tags") ? j["tags"] : json::parse(run.tags, nullptr, false);
+    if (!tags.is_array() || tags.size() > 32) throw BadRequest("tags must be an array of at most 32 strings");
+    for (const json& t : tags)
+        if (!t.is_string() || t.get<std::string>().empty() || t.get<std::string>().size() > 64)
+            throw BadRequest("each tag must be a string of 1 to 64 characters");
+    json note = j.contains("note") ? j["note"] : json(run.note);
+    if (!note.is_string() || note.get<std::string>().size() > 10000)
+        throw BadRequest("note must be a string of at most 10,000 characters");
+    ingest_->writer().annotate(run.id, tags.dump(), note.get<std::string>());
+    return reply(200, {{"run", run.name}, {"tags", tags}, {"note", note}});
+}
+
 // The post-mortem of `hlat compare --out`, the same HTML, for the runs named.
 Response Api::report(const Request& r) {
     if (r.method != "GET") return error(405, "use GET");
@@ -127,7 +136,7 @@ Response Api::report(const Request& r) {
 }
 
 Response Api::handle_run(const Request& r, const std::string& name, const std::string& what) {
-    bool post = what == "halt" || what == "ingest" || what == "start" || what == "finish";
+    bool post = what == "halt" || what == "ingest" || what == "start" || what == "finish" || what == "annotate";
     if (post != (r.method == "POST")) return error(405, post ? "use POST" : "use GET");
     if (post && (token_.empty() || r.token != token_))
         return error(401, "this changes state: send the token `hlat serve` printed, as X-HLAT-Token");
@@ -153,25 +162,10 @@ Response Api::handle_run(const Request& r, const std::string& name, const std::s
         return reply(202, {{"run", name}, {"halt", *route}});
     }
     if (what == "keys") return reply(200, {{"keys", reader.keys(run->id)}});
-    if (what == "series") {
-        auto key = r.query.find("key");
-        if (key == r.query.end() || key->second.empty()) throw BadRequest("parameter key is required");
-        const int64_t max = std::numeric_limits<int64_t>::max() / 2;
-        int64_t from = int_param(r, "from", 0, 0, max), to = int_param(r, "to", max, 0, max);
-        if (to < from) throw BadRequest(fmt::format("from={} is after to={}", from, to));
-        if (r.query.count("points")) {
-            int points = (int)int_param(r, "points", 0, 1, 100000);
-            json buckets = json::array();
-            for (const Bucket& b : reader.downsample(run->id, key->second, from, to, points))
-                buckets.push_back({b.first_step, b.last_step, number(b.min), number(b.max), number(b.last), b.has_nan});
-            return reply(200, {{"key", key->second}, {"columns", {"first", "last", "min", "max", "value", "has_nan"}},
-                               {"buckets", buckets}});
-        }
-        json rows = json::array();
-        for (const SeriesPoint& p : reader.series(run->id, key->second, from, to))
-            rows.push_back({p.step, number(p.value), p.wall_time});
-        return reply(200, {{"key", key->second}, {"columns", {"step", "value", "time"}}, {"points", rows}});
-    }
+    if (what == "series") return series_reply(reader, run->id, r);
+    if (what == "episodes") return episodes_reply(reader, run->id, r);
+    if (what == "csv") return csv_reply(reader, run->id, r);
+    if (what == "annotate") return annotate(*run, r.body);
     if (what == "alerts") {
         json out = json::array();
         for (const Alert& a : reader.alerts(run->id))

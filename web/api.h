@@ -3,7 +3,10 @@
 //   GET  /api/v1/runs                              runs with status, steps, last loss, tokens, uptime, alerts
 //   GET  /api/v1/runs/{run}/keys                   metric keys
 //   GET  /api/v1/runs/{run}/series?key=K[&from=A&to=B][&points=N]
-//        full points, or at most N buckets (min, max, last) over [A, B]
+//        full points, or at most N envelope buckets (min, max, mean, last, times) over [A, B]
+//   GET  /api/v1/runs/{run}/episodes?key=K[&from&to]  spike episodes at full resolution
+//   GET  /api/v1/runs/{run}/csv?keys=K1,K2[&from&to]  every stored point, as CSV
+//   POST /api/v1/runs/{run}/annotate               token; {"tags": [...], "note": "..."}
 //   GET  /api/v1/runs/{run}/alerts | events | checkpoints | evals
 //   POST /api/v1/runs/{run}/halt                   token; asks the trainer to halt (the reply says how it
 //                                                  reaches this kind of run; 409 when nothing would)
@@ -20,6 +23,7 @@
 
 namespace hlat::telemetry {
 class Writer;
+struct RunRecord;
 }
 
 namespace hlat::web {
@@ -54,6 +58,7 @@ class Api {
   private:
     Response handle_run(const Request& r, const std::string& run, const std::string& what);
     Response report(const Request& r);
+    Response annotate(const telemetry::RunRecord& run, const std::string& body);
     std::string store_, token_;
     std::unique_ptr<IngestEndpoints> ingest_;
 };

@@ -5,7 +5,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fmt/format.h>
+
+#include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -25,5 +29,18 @@ inline Response error(int status, const std::string& message) { return reply(sta
 struct BadRequest : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
+
+// The integer query parameter `name`, `fallback` when absent; BadRequest
+// unless it is a whole integer in [lo, hi].
+inline int64_t int_param(const Request& r, const std::string& name, int64_t fallback, int64_t lo, int64_t hi) {
+    auto it = r.query.find(name);
+    if (it == r.query.end()) return fallback;
+    int64_t v;
+    const std::string& s = it->second;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || end != s.data() + s.size() || v < lo || v > hi)
+        throw BadRequest(fmt::format("parameter {}={} must be an integer in [{}, {}]", name, s, lo, hi));
+    return v;
+}
 
 }  // namespace hlat::web

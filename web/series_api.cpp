@@ -1,0 +1,129 @@
+#include "web/series_api.h"
+
+#include "web/json_reply.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <deque>
+#include <limits>
+#include <map>
+#include <sstream>
+
+namespace hlat::web {
+
+using json = nlohmann::json;
+using namespace hlat::telemetry;
+
+namespace {
+
+const int64_t kMaxStep = std::numeric_limits<int64_t>::max() / 2;
+const size_t kMaxEpisodes = 5000;  // a noisy series is shaded everywhere long before this
+
+std::string required(const Request& r, const std::string& name) {
+    auto it = r.query.find(name);
+    if (it == r.query.end() || it->second.empty()) throw BadRequest(fmt::format("parameter {} is required", name));
+    return it->second;
+}
+
+std::pair<int64_t, int64_t> step_range(const Request& r) {
+    int64_t from = int_param(r, "from", 0, 0, kMaxStep), to = int_param(r, "to", kMaxStep, 0, kMaxStep);
+    if (to < from) throw BadRequest(fmt::format("from={} is after to={}", from, to));
+    return {from, to};
+}
+
+// CSV cell: a number as it was stored, "nan" and "inf"/"-inf" spelled out.
+std::string csv_number(double v) {
+    if (std::isnan(v)) return "nan";
+    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+    return fmt::format("{}", v);  // shortest text that reads back to the same double
+}
+
+}  // namespace
+
+std::vector<SpikeEpisode> spike_episodes(const std::vector<SeriesPoint>& points, size_t window, double margin) {
+    std::vector<SpikeEpisode> out;
+    std::deque<double> recent;
+    double sum = 0.0;
+    bool open = false;
+    for (const SeriesPoint& p : points) {
+        bool spike = !std::isfinite(p.value) || (recent.size() > 0 && p.value > sum / (double)recent.size() + margin);
+        if (spike) {
+            double height = std::isnan(p.value) ? std::numeric_limits<double>::infinity() : p.value;
+            if (!open) out.push_back({p.step, p.step, p.step, height});
+            SpikeEpisode& e = out.back();
+            e.last_step = p.step;
+            if (height > e.peak) e.peak = height, e.peak_step = p.step;
+        }
+        open = spike;
+        if (std::isfinite(p.value)) {
+            recent.push_back(p.value);
+            sum += p.value;
+            if (recent.size() > window) sum -= recent.front(), recent.pop_front();
+        }
+    }
+    return out;
+}
+
+Response series_reply(Reader& reader, int64_t run, const Request& r) {
+    std::string key = required(r, "key");
+    auto [from, to] = step_range(r);
+    if (r.query.count("points")) {
+        int points = (int)int_param(r, "points", 0, 1, 100000);
+        json buckets = json::array();
+        for (const Bucket& b : reader.downsample(run, key, from, to, points))
+            buckets.push_back({b.first_step, b.last_step, json_number(b.min), json_number(b.max), json_number(b.last),
+                               b.has_nan, json_number(b.mean), json_number(b.first_time), json_number(b.last_time)});
+        return reply(200, {{"key", key},
+                           {"columns", {"first", "last", "min", "max", "value", "has_nan", "mean", "first_time",
+                                        "last_time"}},
+                           {"buckets", buckets}});
+    }
+    json rows = json::array();
+    for (const SeriesPoint& p : reader.series(run, key, from, to)) rows.push_back({p.step, json_number(p.value), p.wall_time});
+    return reply(200, {{"key", key}, {"columns", {"step", "value", "time"}}, {"points", rows}});
+}
+
+Response episodes_reply(Reader& reader, int64_t run, const Request& r) {
+    std::string key = required(r, "key");
+    auto [from, to] = step_range(r);
+    // From the run's first step, so the threshold at `from` has its history.
+    std::vector<SpikeEpisode> all = spike_episodes(reader.series(run, key, 0, to));
+    json episodes = json::array();
+    for (const SpikeEpisode& e : all) {
+        if (e.last_step < from) continue;
+        if (episodes.size() == kMaxEpisodes) break;
+        episodes.push_back({e.first_step, e.last_step, e.peak_step, json_number(e.peak)});
+    }
+    return reply(200, {{"key", key},
+                       {"rule", "above the mean of the previous 20 finite values + 0.1, or not finite"},
+                       {"columns", {"first", "last", "peak_step", "peak"}},
+                       {"episodes", episodes},
+                       {"truncated", episodes.size() == kMaxEpisodes}});
+}
+
+Response csv_reply(Reader& reader, int64_t run, const Request& r) {
+    std::vector<std::string> keys;
+    std::stringstream list(required(r, "keys"));
+    for (std::string k; std::getline(list, k, ',');)
+        if (!k.empty()) keys.push_back(k);
+    auto [from, to] = step_range(r);
+    // step -> (wall time of its first point, one value per key)
+    std::map<int64_t, std::pair<double, std::vector<std::string>>> rows;
+    for (size_t i = 0; i < keys.size(); i++)
+        for (const SeriesPoint& p : reader.series(run, keys[i], from, to)) {
+            auto [it, added] = rows.try_emplace(p.step, p.wall_time, std::vector<std::string>(keys.size()));
+            it->second.second[i] = csv_number(p.value);
+        }
+    std::string out = "step,time";
+    for (const std::string& k : keys) out += "," + k;  // keys never hold commas: the API lists them split on ','
+    out += "\n";
+    for (const auto& [step, row] : rows) {
+        out += fmt::format("{},{}", step, csv_number(row.first));
+        for (const std::string& v : row.second) out += "," + v;
+        out += "\n";
+    }
+    return {200, "text/csv; charset=utf-8", out};
+}
+
+}  // namespace hlat::web

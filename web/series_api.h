@@ -1,0 +1,33 @@
+// The endpoints that read one run's series (api.h lists them all):
+//   series    every point, or at most N envelope buckets
+//             [first, last, min, max, last value, has_nan, mean, first time, last time]
+//   episodes  spike episodes at full resolution (spike_episodes below)
+//   csv       every stored point of some keys, one row per step
+#pragma once
+
+#include "telemetry/reader.h"
+#include "web/api.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace hlat::web {
+
+Response series_reply(telemetry::Reader& reader, int64_t run, const Request& r);
+Response episodes_reply(telemetry::Reader& reader, int64_t run, const Request& r);
+Response csv_reply(telemetry::Reader& reader, int64_t run, const Request& r);
+
+// A run of consecutive points above the spike threshold.
+struct SpikeEpisode {
+    int64_t first_step, last_step, peak_step;
+    double peak;
+};
+
+// The page's shading rule, applied to every stored point: a point is in a
+// spike when it exceeds the mean of the previous `window` finite values plus
+// `margin` (the HLAT paper's threshold for gradient-norm spikes: 20 and 0.1).
+// Non-finite points are spikes too (a NaN step is never quiet).
+std::vector<SpikeEpisode> spike_episodes(const std::vector<telemetry::SeriesPoint>& points, size_t window = 20,
+                                         double margin = 0.1);
+
+}  // namespace hlat::web
