@@ -70,6 +70,8 @@ void RunTelemetry::step(const StepStats& s) {
         {"forward_s", s.step, s.forward_seconds, t},
         {"backward_s", s.step, s.backward_seconds, t},
         {"optimizer_s", s.step, s.optimizer_seconds, t},
+        {"cpu_pct", s.step, usage_.cpu_percent(), t},
+        {"rss_mb", s.step, ProcessUsage::rss_mb(), t},
     };
     if (s.comm_seconds > 0) {
         m.push_back({"comm_s", s.step, s.comm_seconds, t});

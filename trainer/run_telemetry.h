@@ -8,6 +8,7 @@
 #include "telemetry/reader.h"
 #include "telemetry/writer.h"
 #include "trainer/config.h"
+#include "trainer/process_usage.h"
 #include "trainer/trainer.h"
 
 #include <memory>
@@ -54,6 +55,7 @@ class RunTelemetry {
     std::unique_ptr<telemetry::Reader> reader_;  // polls for halt requests
     int64_t run_ = 0;
     double last_heartbeat_ = 0.0;
+    ProcessUsage usage_;  // the system panel's CPU % and memory
 };
 
 // The run's name in the store: run.name, or the folder name of run.out_dir.

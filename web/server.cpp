@@ -264,7 +264,7 @@ void Server::stream(mg_connection* conn, const Request& r, const std::string& na
 Response Server::respond(const Request& r, const std::string& raw) {
     if (raw.rfind("/api/", 0) == 0) return api_->handle(r);
     if (r.method != "GET") return {405, "application/json", R"({"error": "use GET"})"};
-    std::string path = raw == "/" ? "/static/index.html" : raw;
+    std::string path = raw == "/" ? "/static/index.html" : raw == "/favicon.ico" ? "/static/favicon.svg" : raw;
     std::string file = path.rfind("/vendor/", 0) == 0
                            ? resolve_static(options_.vendor_dir, "/static/" + path.substr(8))
                            : resolve_static(options_.static_dir, path);

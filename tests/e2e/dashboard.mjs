@@ -137,16 +137,16 @@ try {
   await page.screenshot({ path: path.join(work, "dashboard.png"), fullPage: true });
 
   await page.goto(`${url}static/run.html?run=tp-drift-run`);
-  const driftPanel = '.chart[data-panel^="TP drift"] canvas';
+  const driftPanel = '.chart[data-panel="tp_drift"] canvas';
   await page.waitForSelector(driftPanel, { timeout: 10000 });
-  const drift = await page.evaluate(() => window.hlatDashboard.series.tp_drift.values);
+  const drift = await page.evaluate(() => window.hlatDashboard.series.tp_drift.line);
   check(drift.length === 8 && Math.max(...drift) > 0, `the TP drift panel shows the drift every 5 steps (${drift})`);
   const header = await page.locator("#run-steps").innerText();
   check(header.includes("DP 1 × TP 2"), `the header names the layout (${header})`);
   await page.screenshot({ path: path.join(work, "tp-drift.png"), fullPage: true });
   await page.goto(`${url}static/run.html?run=dp-bug-run`);
-  await page.waitForSelector('.chart[data-panel^="replica consistency"] canvas', { timeout: 10000 });
-  const mismatch = await page.evaluate(() => window.hlatDashboard.series.replica_mismatch.values.join(","));
+  await page.waitForSelector('.chart[data-panel="replicas"] canvas', { timeout: 10000 });
+  const mismatch = await page.evaluate(() => window.hlatDashboard.series.replica_mismatch.line.join(","));
   const bugAlerts = await page.evaluate(() => window.hlatDashboard.alerts.map((a) => `${a.kind}@${a.step}`));
   check(mismatch === "0,0,1,1,1,1,1,1" && bugAlerts.includes("replica_mismatch@14"),
         `the replica panel shows the replicas parting at the first check after the bug (${mismatch}; ${bugAlerts})`);

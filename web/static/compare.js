@@ -1,22 +1,13 @@
-// Overlay of several runs (the precision post-mortem starts here): one metric,
-// aligned by step or tokens, and the config fields in which the runs differ.
-const names = (new URLSearchParams(location.search).get("runs") || "").split(",").filter(Boolean);
+// Overlay of several runs (the precision post-mortem starts here): any metric
+// of any of them, each run as an envelope (bucket min..max band, mean line),
+// aligned by step, tokens or wall time since its start, and the config fields
+// in which the runs differ. The URL holds the view.
+import { COLORS, fetchJson as json, loadSeries, envelopeParts, yTicks } from "./series.js";
+
+const params = new URLSearchParams(location.search);
+const names = (params.get("runs") || "").split(",").filter(Boolean);
 const $ = (sel) => document.querySelector(sel);
-const COLORS = ["#1f6feb", "#d4770c", "#2da44e", "#8250df", "#cf222e", "#57606a"];
 const run = (name, path) => `/api/v1/runs/${encodeURIComponent(name)}${path}`;
-let chart = null;
-
-async function json(url) {
-  const r = await fetch(url);
-  const body = await r.json();
-  if (!r.ok) throw new Error(body.error || r.statusText);
-  return body;
-}
-
-function ema(values, alpha) {
-  let acc = null;
-  return values.map((v) => (v === null ? v : (acc = acc === null ? v : alpha * acc + (1 - alpha) * v)));
-}
 
 // Every config leaf as "section.field" -> value.
 function flatten(obj, prefix = "", out = {}) {
@@ -48,29 +39,52 @@ function showDiff(runs) {
   if (!keys.length) $("#diff tbody").textContent = "The configs are identical.";
 }
 
+// Exposed for the end-to-end test.
+const state = (window.hlatCompare = { series: [], chart: null, key: null });
+
+// x of a run's point: its step, its tokens seen, or seconds since its first point.
+function aligner(align, s, tokensPerStep) {
+  if (align === "tokens") return (i) => (s.steps[i] + 1) * tokensPerStep;
+  if (align === "time") return (i) => (s.times[i] === null ? null : s.times[i] - s.times[0]);
+  return (i) => s.steps[i];
+}
+
 async function draw() {
-  const key = $("#key").value, align = $("#align").value, alpha = Number($("#smoothing").value);
+  const key = $("#key").value, align = $("#align").value, smoothing = Number($("#smoothing").value);
+  history.replaceState(null, "", `?${new URLSearchParams({ runs: names.join(","), key, align, smooth: smoothing })}`);
+  const width = Math.max(480, $("#chart").clientWidth - 8);
   const series = await Promise.all(names.map(async (name) => {
+    const base = run(name, "");
     const [values, tokens] = await Promise.all([
-      json(run(name, `/series?key=${encodeURIComponent(key)}&points=1000`)),
-      align === "tokens" ? json(run(name, "/series?key=tokens_seen&points=1000")) : null,
+      loadSeries(base, key, { width }).catch(() => null),  // a run without this key is left out
+      align === "tokens" ? loadSeries(base, "tokens_seen", { width }).catch(() => null) : null,
     ]);
-    const perStep = tokens && tokens.buckets.length
-      ? tokens.buckets.at(-1)[4] / (tokens.buckets.at(-1)[1] + 1) : 1;
-    return values.buckets.map(([, last, , , v]) => [align === "tokens" ? (last + 1) * perStep : last, v]);
+    if (!values) return null;
+    const perStep = tokens && tokens.steps.length ? tokens.line.at(-1) / (tokens.steps.at(-1) + 1) : 1;
+    const x = aligner(align, values, perStep);
+    // Re-keyed by x so that runs with different step grids share one axis.
+    const out = { ...values, steps: values.steps.map((_, i) => x(i)) };
+    return { name, s: out };
   }));
-  const xs = [...new Set(series.flatMap((s) => s.map(([x]) => x)))].sort((a, b) => a - b);
-  const data = [xs, ...series.map((s) => {
-    const m = new Map(s);
-    return ema(xs.map((x) => (m.has(x) ? m.get(x) : null)), alpha);
-  })];
-  const opts = {
-    width: Math.max(480, $("#chart").clientWidth - 8), height: 420, title: key,
+  state.series = series;
+  const xs = [...new Set(series.flatMap((r) => (r ? r.s.steps.filter((x) => x !== null) : [])))].sort((a, b) => a - b);
+  const data = [xs];
+  const opts = [{ label: align }];
+  const bands = [];
+  series.forEach((r, i) => {
+    if (!r) return;
+    const parts = envelopeParts(r.s, xs, { color: COLORS[i % COLORS.length], smoothing, label: r.name, offset: data.length });
+    data.push(...parts.data);
+    opts.push(...parts.series);
+    bands.push(...parts.bands);
+  });
+  if (state.chart) state.chart.destroy();
+  state.chart = new uPlot({
+    width, height: 420, title: key, series: opts, bands,
     scales: { x: { time: false } },
-    series: [{ label: align }, ...names.map((n, i) => ({ label: n, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: true }))],
-  };
-  if (chart) chart.destroy();
-  chart = new uPlot(opts, data, $("#chart"));
+    axes: [{}, { size: 60, values: yTicks }],
+  }, data, $("#chart"));
+  state.key = key;
 }
 
 async function start() {
@@ -79,10 +93,18 @@ async function start() {
   const chosen = names.map((n) => runs.find((r) => r.name === n) ?? (() => { throw new Error(`no run "${n}"`); })());
   showDiff(chosen);
   $("#report").href = `/api/v1/report?runs=${names.map(encodeURIComponent).join(",")}`;
+  // Every key of any run: the common ones first, then the rest marked with the runs that have it.
   const keys = (await Promise.all(names.map((n) => json(run(n, "/keys"))))).map((k) => new Set(k.keys));
-  const common = [...keys[0]].filter((k) => keys.every((s) => s.has(k))).sort();
-  $("#key").replaceChildren(...common.map((k) => Object.assign(document.createElement("option"), { value: k, textContent: k })));
-  if (common.includes("loss")) $("#key").value = "loss";
+  const all = [...new Set(keys.flatMap((s) => [...s]))].sort();
+  const common = all.filter((k) => keys.every((s) => s.has(k)));
+  const partial = all.filter((k) => !common.includes(k));
+  const option = (k, note = "") => Object.assign(document.createElement("option"), { value: k, textContent: k + note });
+  $("#key").replaceChildren(...common.map((k) => option(k)),
+                            ...partial.map((k) => option(k, ` (${names.filter((_, i) => keys[i].has(k)).join(", ")})`)));
+  const wanted = params.get("key");
+  $("#key").value = wanted && all.includes(wanted) ? wanted : common.includes("loss") ? "loss" : all[0];
+  if (params.has("align")) $("#align").value = params.get("align");
+  if (params.has("smooth")) $("#smoothing").value = params.get("smooth");
   for (const el of ["#key", "#align", "#smoothing"]) $(el).addEventListener("change", () => draw().catch(fail));
   await draw();
 }

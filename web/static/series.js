@@ -1,0 +1,129 @@
+// What the run page and the compare view share: a series as envelopes (every
+// downsampled bucket keeps its min and max, so a one-step event shows at any
+// zoom), TensorBoard's smoothing, and the uPlot series that draw them.
+export const COLORS = ["#1f6feb", "#d4770c", "#2da44e", "#8250df", "#cf222e", "#57606a"];
+
+export async function fetchJson(url, options) {
+  const response = await fetch(url, options);
+  const body = await response.json();
+  if (!response.ok) throw new Error(body.error || response.statusText);
+  return body;
+}
+
+// A metric of one run over [from, to] (the whole run when absent), as
+//   { key, steps, line, min, max, times, bucketed, sparse }
+// At most `width` buckets: each is drawn at its last step, its line is the
+// bucket's mean, its band min..max, its time the wall time of its last step.
+// Ranges narrower than twice the width come as stored points (line = min = max).
+export async function loadSeries(runBase, key, { from, to, width }) {
+  const range = from !== undefined ? `&from=${from}&to=${to}` : "";
+  const narrow = from !== undefined && to - from + 1 <= width * 2;
+  const body = await fetchJson(`${runBase}/series?key=${encodeURIComponent(key)}${range}${narrow ? "" : `&points=${width}`}`);
+  const s = { key, steps: [], line: [], min: [], max: [], times: [], bucketed: !body.points };
+  if (body.points) {
+    for (const [step, value, time] of body.points) {
+      s.steps.push(step); s.line.push(value); s.min.push(value); s.max.push(value); s.times.push(time);
+    }
+  } else {
+    for (const [, last, min, max, value, , mean, , lastTime] of body.buckets) {
+      s.steps.push(last); s.line.push(mean ?? value); s.min.push(min); s.max.push(max); s.times.push(lastTime);
+    }
+  }
+  // Sparse: far fewer points than steps (or buckets) in its span, e.g. a
+  // held-out loss every 250 steps. Drawn as measured, never smoothed.
+  const span = s.steps.length > 1 ? s.steps.at(-1) - s.steps[0] + 1 : 1;
+  s.sparse = s.steps.length > 1 && s.steps.length < 0.5 * Math.min(span, width);
+  return s;
+}
+
+// JSON carries infinities as strings and NaN as null: numbers or null here.
+export const finite = (v) => (typeof v === "number" && Number.isFinite(v) ? v : null);
+
+// TensorBoard's smoothing: an exponential moving average debiased by
+// 1 - weight^n, so the start is not pulled toward zero; non-finite values
+// pass through without touching the average.
+export function smooth(values, weight) {
+  if (weight <= 0) return values;
+  let acc = 0, n = 0;
+  return values.map((v) => {
+    if (v === null || !Number.isFinite(v)) return v;
+    acc = acc * weight + (1 - weight) * v;
+    n++;
+    return acc / (1 - Math.pow(weight, n));
+  });
+}
+
+// uPlot series and bands for one metric on a chart whose x values are `xs`
+// (the union of the chart's steps): the min-max envelope as a band, the line
+// thin and, when smoothing and dense, the smoothed line on top.
+// Returns { data: [arrays], series: [options], bands: [{series: [i, j]}] } to
+// append after the chart's first `offset` series.
+export function envelopeParts(s, xs, { color, smoothing, label = s.key, log = false, offset }) {
+  const index = new Map(s.steps.map((step, j) => [step, j]));
+  const pick = (arr) => xs.map((x) => {
+    const j = index.get(x);
+    if (j === undefined) return null;
+    const v = finite(arr[j]);
+    return log && v !== null && v <= 0 ? null : v;
+  });
+  const line = pick(s.line), min = pick(s.min), max = pick(s.max);
+  // The envelope's edges are drawn too: a one-step spike in a bucket a pixel
+  // wide is a thin band, and its edge line is what the eye finds.
+  const edge = (name) => ({ label: name, class: "band-edge", stroke: color + "aa", width: 1, spanGaps: true,
+                            points: { show: false } });
+  const data = [max, min];
+  const series = [edge(`${label} max`), edge(`${label} min`)];
+  const bands = [{ series: [offset, offset + 1], fill: color + "33" }];
+  if (s.sparse) {
+    data.push(line);
+    series.push({ label, stroke: color, width: 2, spanGaps: true, points: { show: true, size: 5 } });
+  } else if (smoothing > 0) {
+    data.push(line, smooth(line, smoothing));
+    series.push({ label: `${label} (raw)`, stroke: color + "66", width: 1, spanGaps: true },
+                { label, stroke: color, width: 2, spanGaps: true });
+  } else {
+    data.push(line);
+    series.push({ label, stroke: color, width: 1.5, spanGaps: true });
+  }
+  return { data, series, bands };
+}
+
+// Axis labels that stay readable from 3e-5 (a learning rate) to 1e6 (tokens),
+// with as many decimals as the spacing between ticks needs.
+export function tick(v, incr) {
+  if (v === 0) return "0";
+  const a = Math.abs(v);
+  if (a >= 1e5 || a < 1e-2) return v.toExponential(1);
+  if (incr > 0) return v.toFixed(Math.min(6, Math.max(0, Math.ceil(-Math.log10(incr)))));
+  return Number(v.toPrecision(3)).toString();
+}
+export const yTicks = (u, vals, axis, space, incr) => vals.map((v) => (v === null ? "" : tick(v, incr)));
+
+// A y range over the values at x >= fromX only (the "ignore warmup" fit),
+// padded by 5%; uPlot's own range when nothing is left.
+export function rangeFrom(fromX) {
+  return (u, dataMin, dataMax) => {
+    if (fromX === null || fromX === undefined) return [dataMin, dataMax];
+    let lo = Infinity, hi = -Infinity;
+    const xs = u.data[0];
+    for (let i = 1; i < u.data.length; i++) {
+      if (u.series[i] && u.series[i].show === false) continue;
+      const ys = u.data[i];
+      for (let j = 0; j < xs.length; j++) {
+        const y = ys[j];
+        if (xs[j] >= fromX && y !== null && Number.isFinite(y)) { lo = Math.min(lo, y); hi = Math.max(hi, y); }
+      }
+    }
+    if (lo === Infinity) return [dataMin, dataMax];
+    const pad = (hi - lo) * 0.05 || Math.abs(hi) * 0.05 || 1;
+    return [lo - pad, hi + pad];
+  };
+}
+
+// Saves a chart's canvas as a PNG file.
+export function downloadPng(u, name) {
+  const a = document.createElement("a");
+  a.href = u.ctx.canvas.toDataURL("image/png");
+  a.download = `${name}.png`;
+  a.click();
+}

@@ -1,0 +1,47 @@
+// The uptime timeline of a run's page.
+import { fetchJson } from "./series.js";
+
+const $ = (sel) => document.querySelector(sel);
+
+// The uptime timeline: wall time from the first start to the last event;
+// training segments green (each start or restart to the stop, crash or halt
+// that ends it, or to its last event), downtime red, events as ticks.
+export async function loadUptime(api, status) {
+  const { events, uptime } = await fetchJson(api("/events"));
+  const bar = $("#uptime");
+  bar.replaceChildren();
+  if (!events.length) return;
+  // A run still going trains until now.
+  const running = status === "running";
+  const now = Date.now() / 1000;
+  const t0 = events[0].time, t1 = Math.max(events.at(-1).time, running ? now : 0, t0 + 1e-3);  // no zero-length axis
+  const pos = (t) => `${(100 * (t - t0)) / (t1 - t0)}%`;
+  for (let i = 0; i < events.length; i++) {
+    if (events[i].kind !== "start" && events[i].kind !== "restart") continue;
+    let end = events[i].time;
+    let j = i + 1;
+    for (; j < events.length && !["start", "restart"].includes(events[j].kind); j++) {
+      end = events[j].time;
+      if (["stop", "crash", "halt", "stale"].includes(events[j].kind)) break;
+    }
+    if (j >= events.length && running) end = now;
+    const seg = document.createElement("span");
+    seg.className = "segment";
+    seg.style.left = pos(events[i].time);
+    seg.style.width = `${(100 * (end - events[i].time)) / (t1 - t0)}%`;
+    bar.append(seg);
+  }
+  for (const e of events) {
+    if (e.kind === "heartbeat") continue;
+    const mark = document.createElement("span");
+    mark.className = `event ${e.kind}`;
+    mark.style.left = pos(e.time);
+    mark.title = `${e.kind} at step ${e.step}${e.detail ? ": " + e.detail : ""}`;
+    bar.append(mark);
+  }
+  const label = document.createElement("span");
+  label.className = "uptime-label";
+  label.textContent = `uptime ${(100 * uptime.ratio).toFixed(1)}% · ${uptime.restarts} restarts`;
+  bar.append(label);
+}
+
