@@ -236,6 +236,7 @@ function draw() {
     drawPanel(container, panel, width);
     if (panel.id === "loss") for (const p of evalPanels(state.evals)) drawEvalPanel(container, width, p, state);
   }
+  if (!state.drawn) state.firstDrawMs = performance.now();  // since navigation start (bench/web_dashboard)
   state.drawn++;
 }
 
