@@ -99,6 +99,22 @@ try {
   check(detect.status === 0 || detect.status === 3, `hlat detect --save stores the detectors' alerts (exit ${detect.status})`);
 
   const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  // The runs list: a tag and note set through the API, filtered by tag, sorted by name.
+  const tagged = await fetch(`${url}api/v1/runs/long-b/annotate`, { method: "POST", headers: { "X-HLAT-Token": "e2e-token" },
+    body: JSON.stringify({ tags: ["baseline"], note: "seed 2" }) });
+  check(tagged.status === 200, "a run's tags and note are set with the token");
+  await page.goto(url);
+  await page.getByRole("link", { name: "long-a" }).waitFor({ timeout: 10000 });
+  await page.fill("#filter", "baseline");
+  const filtered = await page.$$eval("#runs tbody tr", (rows) => rows.map((r) => r.children[1].textContent));
+  check(filtered.length === 1 && filtered[0].includes("long-b") && filtered[0].includes("baseline"),
+        `the runs list filters by tag (${filtered})`);
+  await page.fill("#filter", "");
+  await page.click('th[data-key="name"]');
+  await page.click('th[data-key="name"]');
+  const order = await page.$$eval("#runs tbody tr td:nth-child(2) a", (links) => links.map((a) => a.textContent));
+  check(order.join() === "long-b,long-a", `and sorts by name, descending on a second click (${order})`);
+
   await page.goto(`${url}static/run.html?run=long-a`);
   await page.waitForFunction(() => window.hlatDashboard?.drawn > 0 && window.hlatDashboard.charts.loss, null, { timeout: 15000 });
   const buckets = await page.evaluate(() => window.hlatDashboard.charts.loss.data[0].length);
