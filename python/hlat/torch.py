@@ -41,6 +41,41 @@ def param_norm(model, key="param_norm"):
     return {key: torch.linalg.vector_norm(torch.stack([n.float() for n in torch._foreach_norm(params)]))}
 
 
+class SystemMetrics:
+    """The page's system panel for an external trainer: this process's CPU % since the
+    previous call (100 = one core) and resident memory, and with CUDA the GPU's memory
+    in use and, where the driver's NVML is there, its utilisation. Same keys as hlat's
+    own trainer:  run.log({..., **system()}, step=step)  with  system = hlat.torch.SystemMetrics().
+    """
+
+    def __init__(self):
+        import resource
+        import time
+        self._resource, self._time = resource, time
+        self._last = (self._cpu(), time.monotonic())
+
+    def _cpu(self):
+        u = self._resource.getrusage(self._resource.RUSAGE_SELF)
+        return u.ru_utime + u.ru_stime
+
+    def __call__(self):
+        cpu, now = self._cpu(), self._time.monotonic()
+        (last_cpu, last_now), self._last = self._last, (cpu, now)
+        out = {"cpu_pct": 100.0 * (cpu - last_cpu) / (now - last_now) if now > last_now else 0.0}
+        try:
+            with open("/proc/self/statm") as f:
+                out["rss_mb"] = int(f.read().split()[1]) * self._resource.getpagesize() / 2**20
+        except (OSError, IndexError, ValueError):
+            pass
+        if torch.cuda.is_available():
+            out["gpu_mem_mb"] = torch.cuda.memory_allocated() / 2**20
+            try:
+                out["gpu_util_pct"] = float(torch.cuda.utilization())
+            except Exception:  # no NVML (pynvml) in this environment: memory only
+                pass
+        return out
+
+
 def tensor_hashes(tensors):
     """One int64 per tensor over its exact bits and their positions: any change of any bit shows."""
     out = []

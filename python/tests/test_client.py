@@ -88,6 +88,18 @@ class ClientEndToEnd(unittest.TestCase):
         runs = {r["name"]: r for r in self.server.get("/api/v1/runs")["runs"]}
         self.assertEqual(runs["pressed"]["status"], "halted")
 
+    def test_system_metrics_fill_the_pages_system_panel(self):
+        system = hlat.torch.SystemMetrics()
+        sum(i * i for i in range(300000))  # some CPU time to measure
+        values = system()
+        self.assertGreater(values["cpu_pct"], 1.0)
+        self.assertGreater(values["rss_mb"], 10.0)  # an interpreter with torch loaded
+        run = self.init("system")
+        run.log({"loss": 2.0, **values}, step=0)
+        run.finish()
+        keys = self.server.get("/api/v1/runs/system/keys")["keys"]
+        self.assertTrue({"cpu_pct", "rss_mb"} <= set(keys), keys)
+
     def test_nonfinite_values_are_kept(self):
         run = self.init("nan", detectors={"nonfinite": {"policy": "warn"}})
         for step in range(5):
