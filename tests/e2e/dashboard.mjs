@@ -4,25 +4,14 @@
 // point, and the halt button with and without the token; saves screenshots.
 // usage: node dashboard.mjs HLAT_BINARY WORK_DIR
 import { spawn, spawnSync } from "node:child_process";
-import { mkdirSync, rmSync, writeFileSync } from "node:fs";
-import { createRequire } from "node:module";
+import { writeFileSync } from "node:fs";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
-
-const here = path.dirname(fileURLToPath(import.meta.url));
-const require = createRequire(path.join(here, "../../web/package.json"));
-const { chromium } = require("playwright-core");
+import { check, finish, freshDir, launchChromium } from "./harness.mjs";
 
 const [hlat, work] = process.argv.slice(2);
-rmSync(work, { recursive: true, force: true });
-mkdirSync(work, { recursive: true });
+freshDir(work);
 const store = path.join(work, "hlat.db");
 const token = "e2e-token-0123456789abcdef";
-let passed = 0, failed = 0;
-function check(ok, what) {
-  if (ok) passed++; else failed++;
-  console.log(`${ok ? "ok  " : "FAIL"} ${what}`);
-}
 
 // A small model on a noisy Markov stream: quick, learnable, never trivially so
 // (a purely periodic stream would rightly trip the loss-floor detector).
@@ -110,11 +99,7 @@ const live = spawn(hlat, train("live-run", "long.json"), { stdio: "ignore" });
 let liveExit = null;
 const liveExited = new Promise((resolve) => live.on("exit", (code) => { liveExit = code; resolve(code); }));
 
-const browser = await chromium.launch({
-  executablePath: "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-});
+const browser = await launchChromium();
 try {
   const page = await browser.newPage({ viewport: { width: 1400, height: 1300 } });
   await page.goto(url);
@@ -207,5 +192,4 @@ try {
   server.kill("SIGTERM");
 }
 console.log(`screenshots in ${work}`);
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+finish();

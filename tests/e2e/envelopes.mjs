@@ -6,24 +6,13 @@
 // restores the view. Saves the screenshots README shows.
 // usage: node envelopes.mjs HLAT_BINARY WORK_DIR
 import { spawn, spawnSync } from "node:child_process";
-import { mkdirSync, rmSync, writeFileSync } from "node:fs";
-import { createRequire } from "node:module";
+import { writeFileSync } from "node:fs";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
-
-const here = path.dirname(fileURLToPath(import.meta.url));
-const require = createRequire(path.join(here, "../../web/package.json"));
-const { chromium } = require("playwright-core");
+import { check, finish, freshDir, launchChromium } from "./harness.mjs";
 
 const [hlat, work] = process.argv.slice(2);
-rmSync(work, { recursive: true, force: true });
-mkdirSync(work, { recursive: true });
+freshDir(work);
 const store = path.join(work, "hlat.db");
-let passed = 0, failed = 0;
-function check(ok, what) {
-  if (ok) passed++; else failed++;
-  console.log(`${ok ? "ok  " : "FAIL"} ${what}`);
-}
 
 // Two 20k-step logs: a decaying loss and a flat grad norm with small noise,
 // one-step spikes planted at known steps, a held-out loss every 250 steps and
@@ -54,11 +43,7 @@ for (const which of ["a", "b"]) {
   check(ingest.status === 0, `a 20,000-step log ingests as long-${which} ${ingest.stderr}`);
 }
 
-const browser = await chromium.launch({
-  executablePath: "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-});
+const browser = await launchChromium();
 const server = spawn(hlat, ["serve", "--store", store, "--port", "0", "--token", "e2e-token"], { stdio: ["ignore", "pipe", "inherit"] });
 const url = await new Promise((resolve, reject) => {
   server.stdout.on("data", (d) => { const m = /open (http:\/\/127\.0\.0\.1:\d+\/)/.exec(String(d)); if (m) resolve(m[1]); });
@@ -214,5 +199,4 @@ try {
   await browser.close();
   server.kill();
 }
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+finish();
