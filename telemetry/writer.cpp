@@ -73,6 +73,43 @@ class Writer::Connection {
         touched.insert({run, key, p.step / kBlockSteps});
     }
 
+    // One queued record of a run, by kind.
+    void write(int64_t run, const std::vector<MetricPoint>& points) {
+        for (const MetricPoint& m : points) write_metric(run, m);
+    }
+    void write(int64_t run, const RankMetricPoint& p) {
+        insert_rank.bind(1, run).bind(2, key_id(p.key)).bind(3, p.step).bind(4, p.rank).bind(5, p.value)
+            .bind(6, p.wall_time).run();
+    }
+    void write(int64_t run, const Event& e) {
+        insert_event.bind(1, run).bind(2, e.kind).bind(3, e.step).bind(4, e.wall_time).bind(5, e.detail).run();
+    }
+    void write(int64_t run, const Alert& a) {
+        insert_alert.bind(1, run).bind(2, a.kind).bind(3, a.severity).bind(4, a.step).bind(5, a.message)
+            .bind(6, a.data).bind(7, a.wall_time).run();
+    }
+    void write(int64_t run, const CheckpointRecord& c) {
+        insert_checkpoint.bind(1, run).bind(2, c.step).bind(3, c.path).bind(4, c.wall_time).run();
+    }
+    void write(int64_t run, const EvalRecord& e) {
+        insert_eval.bind(1, run).bind(2, e.step).bind(3, e.task).bind(4, e.metric).bind(5, e.value)
+            .bind(6, e.wall_time).bind(7, e.tokens).run();
+    }
+    void write(int64_t run, const Status& s) { update_status.bind(1, run).bind(2, s.status).bind(3, s.ended_at).run(); }
+    void write(int64_t run, const HaltRequest& h) {
+        if (h.handled)
+            db.prepare("UPDATE halt_requests SET handled_at = ?2 WHERE run_id = ?1 AND handled_at = 0")
+                .bind(1, run).bind(2, now_seconds()).run();
+        else
+            db.prepare("INSERT INTO halt_requests(run_id, requested_at, requested_by) VALUES (?1, ?2, ?3)")
+                .bind(1, run).bind(2, now_seconds()).bind(3, h.who).run();
+    }
+    void write(int64_t run, const DeleteRun&) { delete_run(run); }
+    void write(int64_t run, const Annotation& a) {
+        db.prepare("UPDATE runs SET tags = ?2, note = ?3 WHERE id = ?1").bind(1, run).bind(2, a.tags_json)
+            .bind(3, a.note).run();
+    }
+
     // Recomputes the summary of every block written in this transaction, from
     // the rows themselves, so a replaced step never leaves a stale min or max.
     void refresh_blocks() {
@@ -158,11 +195,41 @@ void Writer::push(Item item) {
     if (urgent || queued_rows_ >= options_.batch_rows) not_empty_.notify_one();
 }
 
+struct Writer::Committed {
+    std::vector<std::pair<std::shared_ptr<std::promise<int64_t>>, int64_t>> opened;  // run ids to hand back
+    std::vector<std::shared_ptr<std::promise<void>>> flushed;
+    long rows = 0;
+};
+
 void Writer::run() {
-    using Clock = std::chrono::steady_clock;
-    auto last_commit = Clock::now();
+    auto last_commit = std::chrono::steady_clock::now();
     for (;;) {
         std::deque<Item> batch;
+        if (!wait_for_batch(batch, last_commit)) return;
+        Committed done;
+        try {
+            commit(batch, done);
+        } catch (...) {
+            fail(batch, std::current_exception());
+            return;
+        }
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            stats_.rows_committed += done.rows;
+            stats_.commits++;
+        }
+        // After the stats: whoever waited on a flush sees them up to date.
+        for (auto& [promise, id] : done.opened) promise->set_value(id);
+        for (auto& flushed : done.flushed) flushed->set_value();
+        last_commit = std::chrono::steady_clock::now();
+    }
+}
+
+// Waits until a batch is due (enough rows, someone waiting on a flush or an
+// open, or flush_ms since the last commit) and takes the queue. False when
+// the writer stops with nothing left.
+bool Writer::wait_for_batch(std::deque<Item>& batch, std::chrono::steady_clock::time_point& last_commit) {
+    for (;;) {
         {
             std::unique_lock<std::mutex> lock(mutex_);
             auto urgent = [&] {
@@ -174,96 +241,52 @@ void Writer::run() {
             not_empty_.wait_until(lock, last_commit + std::chrono::milliseconds(options_.flush_ms), [&] {
                 return stop_ || queued_rows_ >= options_.batch_rows || urgent();
             });
-            if (queue_.empty()) {
-                if (stop_) return;
-                last_commit = Clock::now();
-                continue;
+            if (!queue_.empty()) {
+                batch.swap(queue_);
+                queued_rows_ = 0;
+                break;
             }
-            batch.swap(queue_);
-            queued_rows_ = 0;
+            if (stop_) return false;
         }
-        not_full_.notify_all();
-
-        std::vector<std::pair<std::shared_ptr<std::promise<int64_t>>, int64_t>> opened;
-        std::vector<std::shared_ptr<std::promise<void>>> flushed;
-        long rows = 0;
-        try {
-            Connection& c = *connection_;
-            Transaction t(c.db);
-            for (Item& item : batch) {
-                rows += (long)item.rows;
-                std::visit(
-                    [&](auto& p) {
-                        using T = std::decay_t<decltype(p)>;
-                        if constexpr (std::is_same_v<T, std::vector<MetricPoint>>) {
-                            for (const MetricPoint& m : p) c.write_metric(item.run, m);
-                        } else if constexpr (std::is_same_v<T, RankMetricPoint>) {
-                            c.insert_rank.bind(1, item.run).bind(2, c.key_id(p.key)).bind(3, p.step).bind(4, p.rank)
-                                .bind(5, p.value).bind(6, p.wall_time).run();
-                        } else if constexpr (std::is_same_v<T, Event>) {
-                            c.insert_event.bind(1, item.run).bind(2, p.kind).bind(3, p.step).bind(4, p.wall_time)
-                                .bind(5, p.detail).run();
-                        } else if constexpr (std::is_same_v<T, Alert>) {
-                            c.insert_alert.bind(1, item.run).bind(2, p.kind).bind(3, p.severity).bind(4, p.step)
-                                .bind(5, p.message).bind(6, p.data).bind(7, p.wall_time).run();
-                        } else if constexpr (std::is_same_v<T, CheckpointRecord>) {
-                            c.insert_checkpoint.bind(1, item.run).bind(2, p.step).bind(3, p.path).bind(4, p.wall_time).run();
-                        } else if constexpr (std::is_same_v<T, EvalRecord>) {
-                            c.insert_eval.bind(1, item.run).bind(2, p.step).bind(3, p.task).bind(4, p.metric)
-                                .bind(5, p.value).bind(6, p.wall_time).bind(7, p.tokens).run();
-                        } else if constexpr (std::is_same_v<T, Status>) {
-                            c.update_status.bind(1, item.run).bind(2, p.status).bind(3, p.ended_at).run();
-                        } else if constexpr (std::is_same_v<T, HaltRequest>) {
-                            if (p.handled) {
-                                c.db.prepare("UPDATE halt_requests SET handled_at = ?2 WHERE run_id = ?1 AND handled_at = 0")
-                                    .bind(1, item.run).bind(2, now_seconds()).run();
-                            } else {
-                                c.db.prepare("INSERT INTO halt_requests(run_id, requested_at, requested_by) VALUES (?1, ?2, ?3)")
-                                    .bind(1, item.run).bind(2, now_seconds()).bind(3, p.who).run();
-                            }
-                        } else if constexpr (std::is_same_v<T, DeleteRun>) {
-                            c.delete_run(item.run);
-                        } else if constexpr (std::is_same_v<T, Annotation>) {
-                            c.db.prepare("UPDATE runs SET tags = ?2, note = ?3 WHERE id = ?1")
-                                .bind(1, item.run).bind(2, p.tags_json).bind(3, p.note).run();
-                        } else if constexpr (std::is_same_v<T, OpenRun>) {
-                            opened.push_back({p.result, c.open_run(p.run, p.resume)});
-                        } else if constexpr (std::is_same_v<T, Flush>) {
-                            flushed.push_back(p.done);
-                        }
-                    },
-                    item.payload);
-            }
-            c.refresh_blocks();
-            t.commit();
-        } catch (...) {
-            std::exception_ptr e = std::current_exception();
-            connection_->touched.clear();
-            for (Item& item : batch) {
-                if (auto* o = std::get_if<OpenRun>(&item.payload)) o->result->set_exception(e);
-                if (auto* f = std::get_if<Flush>(&item.payload)) f->done->set_exception(e);
-            }
-            std::lock_guard<std::mutex> lock(mutex_);
-            error_ = e;
-            for (Item& item : queue_) {
-                if (auto* o = std::get_if<OpenRun>(&item.payload)) o->result->set_exception(e);
-                if (auto* f = std::get_if<Flush>(&item.payload)) f->done->set_exception(e);
-            }
-            queue_.clear();
-            queued_rows_ = 0;
-            not_full_.notify_all();
-            return;
-        }
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            stats_.rows_committed += rows;
-            stats_.commits++;
-        }
-        // After the stats: whoever waited on a flush sees them up to date.
-        for (auto& [promise, id] : opened) promise->set_value(id);
-        for (auto& done : flushed) done->set_value();
-        last_commit = Clock::now();
+        last_commit = std::chrono::steady_clock::now();
     }
+    not_full_.notify_all();
+    return true;
+}
+
+void Writer::commit(std::deque<Item>& batch, Committed& done) {
+    Connection& c = *connection_;
+    Transaction t(c.db);
+    for (Item& item : batch) {
+        done.rows += (long)item.rows;
+        std::visit(
+            [&](auto& p) {
+                using T = std::decay_t<decltype(p)>;
+                if constexpr (std::is_same_v<T, OpenRun>) done.opened.push_back({p.result, c.open_run(p.run, p.resume)});
+                else if constexpr (std::is_same_v<T, Flush>) done.flushed.push_back(p.done);
+                else c.write(item.run, p);
+            },
+            item.payload);
+    }
+    c.refresh_blocks();
+    t.commit();
+}
+
+// Nothing of the batch was committed: everyone waiting on it or on what is
+// still queued learns why, and later calls rethrow the error.
+void Writer::fail(std::deque<Item>& batch, std::exception_ptr e) {
+    connection_->touched.clear();
+    auto tell = [&](Item& item) {
+        if (auto* o = std::get_if<OpenRun>(&item.payload)) o->result->set_exception(e);
+        if (auto* f = std::get_if<Flush>(&item.payload)) f->done->set_exception(e);
+    };
+    for (Item& item : batch) tell(item);
+    std::lock_guard<std::mutex> lock(mutex_);
+    error_ = e;
+    for (Item& item : queue_) tell(item);
+    queue_.clear();
+    queued_rows_ = 0;
+    not_full_.notify_all();
 }
 
 int64_t Writer::open_run(const RunRecord& run, bool resume) {

@@ -7,6 +7,7 @@
 
 #include "telemetry/records.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -99,9 +100,15 @@ class Writer {
         size_t rows;
     };
     class Connection;
+    struct Committed;  // what a commit owes its waiters (writer.cpp)
 
     void push(Item item);
+    // The writer thread: wait for a batch, commit it in one transaction, then
+    // answer whoever waits on it; on an error, fail every waiter and stop.
     void run();
+    bool wait_for_batch(std::deque<Item>& batch, std::chrono::steady_clock::time_point& last_commit);
+    void commit(std::deque<Item>& batch, Committed& done);
+    void fail(std::deque<Item>& batch, std::exception_ptr e);
 
     std::string path_;
     WriterOptions options_;
