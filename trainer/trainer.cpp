@@ -96,15 +96,34 @@ static void append_tensor_norms(std::vector<std::pair<std::string, double>>& out
 }
 
 StepStats Trainer::step(bool tensor_norms, bool hash_grads) {
-    const int B = config_.run.batch_size, T = config_.run.seq_len, accum = config_.run.grad_accum;
     StepStats s{};
     s.step = step_;
     auto t_step = Clock::now();
-    const PrecisionConfig& precision = config_.precision;
+    accumulate_gradients(s);
+    if (parallel_) finish_reduction(s);
+    auto t0 = Clock::now();
+    if (parallel_) {
+        s.loss = parallel_->sum(s.loss, Group::Data) / parallel_->dp_size();
+        // Before clipping: a clip factor computed from different gradients
+        // would make every tensor differ and hide the one that was wrong.
+        if (hash_grads && parallel_->dp_size() > 1) s.grad_replicas = check_replicas(*parallel_, *model_, model_->grads());
+    }
+    clip_gradients(s, tensor_norms);
+    apply_update(s, tensor_norms);
+    s.optimizer_seconds = seconds_since(t0);
+    s.step_seconds = seconds_since(t_step);
+    if (parallel_) s.tp_comm_seconds = parallel_->take_tensor_comm_seconds();
+    count_tokens(s);
+    step_++;
+    return s;
+}
+
+void Trainer::accumulate_gradients(StepStats& s) {
+    const int B = config_.run.batch_size, T = config_.run.seq_len, accum = config_.run.grad_accum;
     const long n_params = model_->num_parameters();
     // Pure bf16 keeps bf16 weights: whatever was initialised or loaded is
     // rounded once (a no-op for weights that already are bf16 values).
-    if (precision.bf16_state() && !weights_rounded_) {
+    if (config_.precision.bf16_state() && !weights_rounded_) {
         bf16_round_inplace(model_->params(), n_params);
         weights_rounded_ = true;
     }
@@ -126,43 +145,47 @@ StepStats Trainer::step(bool tensor_norms, bool hash_grads) {
         if (reducer_ && micro == accum - 1) reducer_->arm(step_);
         model_->backward(loss_scale);
         // A bf16 accumulation buffer rounds after every micro-batch's sum.
-        if (precision.grad_accum_bf16) bf16_round_inplace(model_->grads(), n_params);
+        if (config_.precision.grad_accum_bf16) bf16_round_inplace(model_->grads(), n_params);
         s.backward_seconds += seconds_since(t0);
     }
-    auto t0 = Clock::now();
     s.loss = loss_sum / accum;
-    if (parallel_) {
-        CommStats comm = reducer_->finish();
-        s.comm_seconds = comm.seconds;
-        s.comm_exposed_seconds = comm.exposed_seconds;
-        s.backward_seconds += seconds_since(t0);
-        t0 = Clock::now();
-        s.loss = parallel_->sum(s.loss, Group::Data) / parallel_->dp_size();
-        // Before clipping: a clip factor computed from different gradients
-        // would make every tensor differ and hide the one that was wrong.
-        if (hash_grads && parallel_->dp_size() > 1) s.grad_replicas = check_replicas(*parallel_, *model_, model_->grads());
-    }
+}
+
+// The reduction overlaps the backward; what is left of it counts as backward time.
+void Trainer::finish_reduction(StepStats& s) {
+    auto t0 = Clock::now();
+    CommStats comm = reducer_->finish();
+    s.comm_seconds = comm.seconds;
+    s.comm_exposed_seconds = comm.exposed_seconds;
+    s.backward_seconds += seconds_since(t0);
+}
+
+// Injected gradient faults, per-tensor norms, the global norm and clipping.
+void Trainer::clip_gradients(StepStats& s, bool tensor_norms) {
+    const long n_params = model_->num_parameters();
     // ZeRO-1 leaves only this rank's range reduced: norms and clipping over it.
     const bool zero1 = reducer_ && reducer_->zero1();
     const long own_begin = zero1 ? reducer_->shard_begin() : 0, own_end = zero1 ? reducer_->shard_end() : n_params;
-    if (step_ == faults_.grad_spike_at) {
-        float f = (float)faults_.grad_spike_factor;
-        float* g = model_->grads();
-        for (long i = 0; i < model_->num_parameters(); i++) g[i] *= f;
-    }
-    if (step_ == faults_.nan_at) model_->grads()[model_->num_parameters() / 2] = NAN;
+    float* g = model_->grads();
+    if (step_ == faults_.grad_spike_at)
+        for (long i = 0; i < n_params; i++) g[i] *= (float)faults_.grad_spike_factor;
+    if (step_ == faults_.nan_at) g[n_params / 2] = NAN;
     // Per-tensor gradient norms need every tensor reduced: not under ZeRO-1.
-    if (tensor_norms && !zero1) append_tensor_norms(s.tensor_norms, *model_, model_->grads(), "grad_norm", parallel_);
+    if (tensor_norms && !zero1) append_tensor_norms(s.tensor_norms, *model_, g, "grad_norm", parallel_);
     // Pure bf16 stores bf16 gradients, before and after clipping.
-    if (precision.bf16_state()) bf16_round_inplace(model_->grads(), n_params);
+    const bool bf16 = config_.precision.bf16_state();
+    if (bf16) bf16_round_inplace(g, n_params);
     if (!parallel_) {
-        s.grad_norm = clip_grad_norm(model_->grads(), n_params, config_.optimizer.grad_clip, &s.clipped);
+        s.grad_norm = clip_grad_norm(g, n_params, config_.optimizer.grad_clip, &s.clipped);
     } else {
-        s.grad_norm = std::sqrt(job_sum_squares(*parallel_, *model_, model_->grads(), own_begin, own_end, zero1));
-        s.clipped = clip_to_norm(model_->grads() + own_begin, own_end - own_begin, s.grad_norm,
-                                 config_.optimizer.grad_clip);
+        s.grad_norm = std::sqrt(job_sum_squares(*parallel_, *model_, g, own_begin, own_end, zero1));
+        s.clipped = clip_to_norm(g + own_begin, own_end - own_begin, s.grad_norm, config_.optimizer.grad_clip);
     }
-    if (precision.bf16_state() && s.clipped) bf16_round_inplace(model_->grads(), n_params);
+    if (bf16 && s.clipped) bf16_round_inplace(g, n_params);
+}
+
+void Trainer::apply_update(StepStats& s, bool tensor_norms) {
+    const long n_params = model_->num_parameters();
     s.lr = learning_rate(config_.schedule, step_);
     if (faults_.lr_spike_from >= 0 && step_ >= faults_.lr_spike_from && step_ < faults_.lr_spike_from + faults_.lr_spike_steps)
         s.lr *= faults_.lr_spike_factor;
@@ -170,30 +193,28 @@ StepStats Trainer::step(bool tensor_norms, bool hash_grads) {
     // skipped and the detectors report it.
     s.update_skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
     if (!s.update_skipped) optimizer_->step(*model_, s.lr);
-    if (zero1) {
-        auto g0 = Clock::now();
+    if (reducer_ && reducer_->zero1()) {
+        auto t0 = Clock::now();
         reducer_->gather_params();
-        double gather = seconds_since(g0);
+        double gather = seconds_since(t0);
         s.comm_seconds += gather;
         s.comm_exposed_seconds += gather;
     }
     s.param_norm = parallel_ ? std::sqrt(job_sum_squares(*parallel_, *model_, model_->params(), 0, n_params, false))
                              : l2_norm(model_->params(), n_params);
     if (tensor_norms) append_tensor_norms(s.tensor_norms, *model_, model_->params(), "param_norm", parallel_);
-    s.optimizer_seconds = seconds_since(t0);
-    s.step_seconds = seconds_since(t_step);
-    if (parallel_) s.tp_comm_seconds = parallel_->take_tensor_comm_seconds();
+}
 
-    // Every data-parallel replica trains on its own tokens; TP ranks share theirs.
+// Every data-parallel replica trains on its own tokens; TP ranks share theirs.
+void Trainer::count_tokens(StepStats& s) {
     const int replicas = parallel_ ? parallel_->dp_size() : 1, processes = parallel_ ? parallel_->world_size() : 1;
-    long tokens = (long)B * T * accum * replicas;
+    const int T = config_.run.seq_len;
+    long tokens = (long)config_.run.batch_size * T * config_.run.grad_accum * replicas;
     tokens_seen_ += tokens;
     s.tokens_seen = tokens_seen_;
     s.tokens_per_second = tokens / s.step_seconds;
     if (peak_gflops_ > 0)
         s.mfu = flops_per_token(config_.model, T) * s.tokens_per_second / (peak_gflops_ * processes * 1e9);
-    step_++;
-    return s;
 }
 
 }  // namespace hlat

@@ -65,6 +65,13 @@ class Trainer {
     void set_next_step(int step, long tokens_seen) { step_ = step; tokens_seen_ = tokens_seen; }
 
   private:
+    // The phases of step(), in order.
+    void accumulate_gradients(StepStats& s);          // forward and backward of every micro-batch
+    void finish_reduction(StepStats& s);              // data-parallel gradient all-reduce
+    void clip_gradients(StepStats& s, bool tensor_norms);
+    void apply_update(StepStats& s, bool tensor_norms);  // AdamW, ZeRO-1 gather, parameter norms
+    void count_tokens(StepStats& s);
+
     TrainConfig config_;
     BatchSource& data_;
     double peak_gflops_;
