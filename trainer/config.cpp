@@ -133,6 +133,118 @@ const char* precision_mode_name(PrecisionMode m) {
     return "?";
 }
 
+namespace {
+
+constexpr long kMaxInt = std::numeric_limits<int>::max();
+
+// One parser per config section: each key read, checked and its range named.
+void parse_model(const json& j, ModelConfig& c) {
+    Section m(j, "model");
+    m.integer("vocab_size", c.vocab_size, 2, 1 << 24);
+    m.integer("dim", c.dim, 2, 65536);
+    m.integer("n_layers", c.n_layers, 1, 1024);
+    m.integer("n_heads", c.n_heads, 1, 1024);
+    m.integer("n_kv_heads", c.n_kv_heads, 1, 1024);
+    m.integer("hidden_dim", c.hidden_dim, 1, 1 << 20);
+    m.integer("max_seq_len", c.max_seq_len, 1, 1 << 20);
+    m.number("norm_eps", c.norm_eps, 0.0, 1.0, true);
+    m.number("rope_theta", c.rope_theta, 1.0, 1e12);
+    m.number("init_std", c.init_std, 0.0, 10.0, true);
+    std::string scaling = init_scaling_name(c.init_scaling);
+    m.string("init_scaling", scaling, {"per_layer", "total_layers", "none"});
+    c.init_scaling = scaling == "per_layer"      ? InitScaling::PerLayer
+                     : scaling == "total_layers" ? InitScaling::TotalLayers
+                                                 : InitScaling::None;
+    m.reject_unknown();
+}
+
+void parse_optimizer(const json& j, OptimizerConfig& c) {
+    Section o(j, "optimizer");
+    o.number("beta1", c.beta1, 0.0, 1.0);
+    o.number("beta2", c.beta2, 0.0, 1.0);
+    o.number("eps", c.eps, 0.0, 1.0, true);
+    o.number("weight_decay", c.weight_decay, 0.0, 10.0);
+    o.boolean("decay_norms_and_embeddings", c.decay_norms_and_embeddings);
+    o.number("grad_clip", c.grad_clip, 0.0, 1e9);
+    o.reject_unknown();
+}
+
+void parse_schedule(const json& j, ScheduleConfig& c) {
+    Section s(j, "schedule");
+    s.number("max_lr", c.max_lr, 0.0, 10.0);
+    s.number("min_lr", c.min_lr, 0.0, 10.0);
+    s.integer("warmup_steps", c.warmup_steps, 0, kMaxInt);
+    s.integer("total_steps", c.total_steps, 1, kMaxInt);
+    s.reject_unknown();
+}
+
+void parse_data(const json& j, DataConfig& c) {
+    Section d(j, "data");
+    d.strings("corpus", c.corpus);
+    d.string("text_field", c.text_field);
+    d.string("tokenizer", c.tokenizer);
+    d.number("heldout_percent", c.heldout_percent, 0.0, 50.0);
+    d.boolean("dedup_paragraphs", c.dedup_paragraphs);
+    d.integer("prefetch_batches", c.prefetch_batches, 1, 1024);
+    d.reject_unknown();
+}
+
+void parse_run(const json& j, RunConfig& c) {
+    Section r(j, "run");
+    r.integer("batch_size", c.batch_size, 1, 1 << 16);
+    r.integer("seq_len", c.seq_len, 1, 1 << 20);
+    r.integer("grad_accum", c.grad_accum, 1, 1 << 16);
+    r.seed("seed", c.seed);
+    r.integer("threads", c.threads, 1, 1024);
+    r.boolean("activation_checkpointing", c.activation_checkpointing);
+    r.string("data", c.data);
+    r.string("data_dtype", c.data_dtype, {"uint16", "uint32"});
+    r.number("peak_gflops", c.peak_gflops, 0.0, 1e9);
+    r.integer("log_every", c.log_every, 1, kMaxInt);
+    r.string("out_dir", c.out_dir);
+    r.string("name", c.name);
+    r.string("store", c.store);
+    r.integer("tensor_norms_every", c.tensor_norms_every, 0, kMaxInt);
+    r.integer("checkpoint_every", c.checkpoint_every, 0, kMaxInt);
+    r.integer("keep_checkpoints", c.keep_checkpoints, 0, kMaxInt);
+    r.integer("eval_every", c.eval_every, 0, kMaxInt);
+    r.integer("eval_batches", c.eval_batches, 1, 100000);
+    r.strings("inject", c.inject);
+    r.reject_unknown();
+}
+
+void parse_precision(const json& j, PrecisionConfig& c) {
+    Section p(j, "precision");
+    std::string mode = precision_mode_name(c.mode);
+    p.string("mode", mode, {"fp32", "bf16", "bf16_sr", "mixed"});
+    for (PrecisionMode pm : {PrecisionMode::Fp32, PrecisionMode::Bf16, PrecisionMode::Bf16Sr, PrecisionMode::Mixed})
+        if (mode == precision_mode_name(pm)) c.mode = pm;
+    auto dtype = [&](const char* key, bool& is_bf16) {
+        std::string v = is_bf16 ? "bf16" : "fp32";
+        p.string(key, v, {"fp32", "bf16"});
+        is_bf16 = v == "bf16";
+    };
+    dtype("softmax", c.softmax_bf16);
+    dtype("grad_accum", c.grad_accum_bf16);
+    dtype("reduce", c.reduce_bf16);
+    p.boolean("sr_moments", c.sr_moments);
+    p.boolean("sr_key_rank", c.sr_key_rank);
+    p.reject_unknown();
+}
+
+void parse_parallel(const json& j, ParallelConfig& c) {
+    Section par(j, "parallel");
+    par.integer("dp", c.dp, 1, 4096);
+    par.integer("tp", c.tp, 1, 64);
+    par.boolean("zero1", c.zero1);
+    par.integer("check_every", c.check_every, 0, kMaxInt);
+    par.boolean("hash_grads", c.hash_grads);
+    par.integer("resync_every", c.resync_every, 0, kMaxInt);
+    par.reject_unknown();
+}
+
+}  // namespace
+
 TrainConfig config_from_json(const json& j) {
     if (!j.is_object()) throw ConfigError("config must be a JSON object");
     static const std::set<std::string> sections = {"model", "optimizer", "schedule", "data", "run", "precision", "parallel", "detectors"};
@@ -142,99 +254,13 @@ TrainConfig config_from_json(const json& j) {
                 "unknown config section \"{}\"; expected model, optimizer, schedule, data, run, precision, parallel or detectors", it.key()));
     }
     TrainConfig c;
-    constexpr long kMaxInt = std::numeric_limits<int>::max();
-
-    Section m(j, "model");
-    m.integer("vocab_size", c.model.vocab_size, 2, 1 << 24);
-    m.integer("dim", c.model.dim, 2, 65536);
-    m.integer("n_layers", c.model.n_layers, 1, 1024);
-    m.integer("n_heads", c.model.n_heads, 1, 1024);
-    m.integer("n_kv_heads", c.model.n_kv_heads, 1, 1024);
-    m.integer("hidden_dim", c.model.hidden_dim, 1, 1 << 20);
-    m.integer("max_seq_len", c.model.max_seq_len, 1, 1 << 20);
-    m.number("norm_eps", c.model.norm_eps, 0.0, 1.0, true);
-    m.number("rope_theta", c.model.rope_theta, 1.0, 1e12);
-    m.number("init_std", c.model.init_std, 0.0, 10.0, true);
-    std::string scaling = init_scaling_name(c.model.init_scaling);
-    m.string("init_scaling", scaling, {"per_layer", "total_layers", "none"});
-    c.model.init_scaling = scaling == "per_layer"      ? InitScaling::PerLayer
-                           : scaling == "total_layers" ? InitScaling::TotalLayers
-                                                       : InitScaling::None;
-    m.reject_unknown();
-
-    Section o(j, "optimizer");
-    o.number("beta1", c.optimizer.beta1, 0.0, 1.0);
-    o.number("beta2", c.optimizer.beta2, 0.0, 1.0);
-    o.number("eps", c.optimizer.eps, 0.0, 1.0, true);
-    o.number("weight_decay", c.optimizer.weight_decay, 0.0, 10.0);
-    o.boolean("decay_norms_and_embeddings", c.optimizer.decay_norms_and_embeddings);
-    o.number("grad_clip", c.optimizer.grad_clip, 0.0, 1e9);
-    o.reject_unknown();
-
-    Section s(j, "schedule");
-    s.number("max_lr", c.schedule.max_lr, 0.0, 10.0);
-    s.number("min_lr", c.schedule.min_lr, 0.0, 10.0);
-    s.integer("warmup_steps", c.schedule.warmup_steps, 0, kMaxInt);
-    s.integer("total_steps", c.schedule.total_steps, 1, kMaxInt);
-    s.reject_unknown();
-
-    Section d(j, "data");
-    d.strings("corpus", c.data.corpus);
-    d.string("text_field", c.data.text_field);
-    d.string("tokenizer", c.data.tokenizer);
-    d.number("heldout_percent", c.data.heldout_percent, 0.0, 50.0);
-    d.boolean("dedup_paragraphs", c.data.dedup_paragraphs);
-    d.integer("prefetch_batches", c.data.prefetch_batches, 1, 1024);
-    d.reject_unknown();
-
-    Section r(j, "run");
-    r.integer("batch_size", c.run.batch_size, 1, 1 << 16);
-    r.integer("seq_len", c.run.seq_len, 1, 1 << 20);
-    r.integer("grad_accum", c.run.grad_accum, 1, 1 << 16);
-    r.seed("seed", c.run.seed);
-    r.integer("threads", c.run.threads, 1, 1024);
-    r.boolean("activation_checkpointing", c.run.activation_checkpointing);
-    r.string("data", c.run.data);
-    r.string("data_dtype", c.run.data_dtype, {"uint16", "uint32"});
-    r.number("peak_gflops", c.run.peak_gflops, 0.0, 1e9);
-    r.integer("log_every", c.run.log_every, 1, kMaxInt);
-    r.string("out_dir", c.run.out_dir);
-    r.string("name", c.run.name);
-    r.string("store", c.run.store);
-    r.integer("tensor_norms_every", c.run.tensor_norms_every, 0, kMaxInt);
-    r.integer("checkpoint_every", c.run.checkpoint_every, 0, kMaxInt);
-    r.integer("keep_checkpoints", c.run.keep_checkpoints, 0, kMaxInt);
-    r.integer("eval_every", c.run.eval_every, 0, kMaxInt);
-    r.integer("eval_batches", c.run.eval_batches, 1, 100000);
-    r.strings("inject", c.run.inject);
-    r.reject_unknown();
-
-    Section p(j, "precision");
-    std::string mode = precision_mode_name(c.precision.mode);
-    p.string("mode", mode, {"fp32", "bf16", "bf16_sr", "mixed"});
-    for (PrecisionMode pm : {PrecisionMode::Fp32, PrecisionMode::Bf16, PrecisionMode::Bf16Sr, PrecisionMode::Mixed})
-        if (mode == precision_mode_name(pm)) c.precision.mode = pm;
-    auto dtype = [&](const char* key, bool& is_bf16) {
-        std::string v = is_bf16 ? "bf16" : "fp32";
-        p.string(key, v, {"fp32", "bf16"});
-        is_bf16 = v == "bf16";
-    };
-    dtype("softmax", c.precision.softmax_bf16);
-    dtype("grad_accum", c.precision.grad_accum_bf16);
-    dtype("reduce", c.precision.reduce_bf16);
-    p.boolean("sr_moments", c.precision.sr_moments);
-    p.boolean("sr_key_rank", c.precision.sr_key_rank);
-    p.reject_unknown();
-
-    Section par(j, "parallel");
-    par.integer("dp", c.parallel.dp, 1, 4096);
-    par.integer("tp", c.parallel.tp, 1, 64);
-    par.boolean("zero1", c.parallel.zero1);
-    par.integer("check_every", c.parallel.check_every, 0, kMaxInt);
-    par.boolean("hash_grads", c.parallel.hash_grads);
-    par.integer("resync_every", c.parallel.resync_every, 0, kMaxInt);
-    par.reject_unknown();
-
+    parse_model(j, c.model);
+    parse_optimizer(j, c.optimizer);
+    parse_schedule(j, c.schedule);
+    parse_data(j, c.data);
+    parse_run(j, c.run);
+    parse_precision(j, c.precision);
+    parse_parallel(j, c.parallel);
     try {
         c.detectors = detectors::detectors_from_json(j.contains("detectors") ? j.at("detectors") : json());
     } catch (const detectors::DetectorConfigError& e) {
