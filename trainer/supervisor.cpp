@@ -129,6 +129,158 @@ void interruptible_sleep(double seconds) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
 }
 
+// How one launch of the job ended.
+struct JobEnd {
+    int status = 0;          // from waitpid
+    bool forwarded = false;  // a stop signal was passed on to it
+    bool hung = false;       // killed for want of a heartbeat
+};
+
+// One supervised job: its launches, what the store says of them, and the
+// crashes and downtime the supervisor records there.
+class Supervisor {
+  public:
+    Supervisor(const SupervisorOptions& o, std::string hlat, const TrainConfig& config)
+        : o_(o), hlat_(std::move(hlat)), config_(config), watch_(config.run.store, run_name(config)) {}
+
+    int run() {
+        const bool has_resume = std::find(o_.train_args.begin(), o_.train_args.end(), "--resume") != o_.train_args.end();
+        for (int attempt = 0;; attempt++) {
+            std::vector<std::string> argv = o_.launcher;
+            argv.push_back(hlat_);
+            argv.push_back("train");
+            argv.insert(argv.end(), o_.train_args.begin(), o_.train_args.end());
+            if (attempt > 0 && !has_resume) argv.push_back("--resume");
+            const double launched = now();
+            pid_t pid = launch(argv, attempt);
+            spdlog::info("supervisor: launch {} (pid {}): {}", attempt + 1, pid, fmt::join(argv, " "));
+            JobEnd end = wait_for(pid, launched);
+            if (std::optional<int> code = final_code(end, launched)) return *code;
+            restarts_++;
+            double wait = std::min(o_.backoff_max_seconds, o_.backoff_seconds * std::pow(2.0, restarts_ - 1));
+            spdlog::warn("supervisor: the job {}; restart {} of at most {} in {:.1f} s from the latest good checkpoint",
+                         how(end), restarts_, o_.max_restarts, wait);
+            interruptible_sleep(wait);
+            if (g_supervisor_signal) return exit_code(end);
+        }
+    }
+
+  private:
+    // Waits for the job to end: passes a stop signal on, kills a job that hangs.
+    JobEnd wait_for(pid_t pid, double launched) {
+        JobEnd end;
+        while (waitpid(pid, &end.status, WNOHANG) == 0) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+            if (g_supervisor_signal && !end.forwarded) {
+                spdlog::warn("supervisor: signal {}: stopping the job (it checkpoints first); no restart",
+                             (int)g_supervisor_signal);
+                kill(-pid, SIGTERM);
+                end.forwarded = true;
+            }
+            auto run = watch_.run();
+            if (!run) continue;
+            note_downtime(*run);
+            if (o_.hang_timeout_seconds > 0 && !end.hung && !end.forwarded) {
+                double last = std::max(launched, watch_.activity(*run).wall_time);
+                if (now() - last > o_.hang_timeout_seconds) {
+                    spdlog::error("supervisor: no heartbeat for {:.0f} s: the job hangs; killing it", now() - last);
+                    kill(-pid, SIGKILL);
+                    end.hung = true;
+                }
+            }
+        }
+        if (auto run = watch_.run()) note_downtime(*run);
+        return end;
+    }
+
+    // The supervisor's exit code when this end is final (finished, halted,
+    // stopped, failed before training, out of restarts); none to restart.
+    std::optional<int> final_code(const JobEnd& end, double launched) {
+        int code = exit_code(end);
+        if (!end.hung && code == 0) {
+            spdlog::info("supervisor: the job finished after {} restart(s)", restarts_);
+            return 0;
+        }
+        if (!end.hung && code == kExitHalted) {
+            spdlog::error("supervisor: a detector halted the job: not restarting");
+            return kExitHalted;
+        }
+        if (end.forwarded || g_supervisor_signal) {
+            spdlog::warn("supervisor: the job stopped ({}) after the stop request", how(end));
+            return code;
+        }
+        // A job that died before it registered its run never trained: a bad
+        // option, a missing file, a corrupt store. Relaunching cannot fix that.
+        if (!end.hung && !config_.run.store.empty() && !registered_since(launched)) {
+            spdlog::error("supervisor: the job failed before training started ({}); not restarting: see its "
+                          "output above",
+                          how(end));
+            return code ? code : 1;
+        }
+        record_crash(launched, how(end));
+        if (restarts_ >= o_.max_restarts) {
+            spdlog::error("supervisor: the job {}; {} restarts done, the limit: giving up", how(end), restarts_);
+            return 1;
+        }
+        return std::nullopt;
+    }
+
+    std::string how(const JobEnd& end) const {
+        return end.hung ? fmt::format("hung (no heartbeat for {:.0f} s), killed", o_.hang_timeout_seconds)
+                        : describe_status(end.status);
+    }
+
+    static int exit_code(const JobEnd& end) {
+        return WIFEXITED(end.status) ? WEXITSTATUS(end.status) : 128 + (WIFSIGNALED(end.status) ? WTERMSIG(end.status) : 0);
+    }
+
+    bool registered_since(double launched) {
+        bool registered = false;
+        if (auto run = watch_.run())
+            for (const telemetry::Event& e : watch_.events(*run))
+                registered |= (e.kind == "start" || e.kind == "restart") && e.wall_time >= launched;
+        return registered;
+    }
+
+    // A crash: said in the store unless the trainer already did. The job
+    // stopped training at its last sign of life, not when the supervisor
+    // noticed: the crash is dated then, so uptime does not count a hang.
+    void record_crash(double launched, const std::string& how) {
+        crash_time_ = now();
+        auto run = watch_.run();
+        if (!run) return;
+        std::vector<telemetry::Event> ev = watch_.events(*run);
+        bool recorded = !ev.empty() && ev.back().kind == "crash" && ev.back().wall_time >= launched;
+        telemetry::Reader::Activity last = watch_.activity(*run);
+        if (!recorded)
+            watch_.write_event(*run, "crash", last.step, fmt::format("hlat run: the job {}", how), "crashed",
+                               std::max(launched, last.wall_time));
+        crash_time_ = std::max(launched, last.wall_time);
+    }
+
+    // Once the relaunched job has registered its restart, the downtime is
+    // over: recorded at that restart, whether the job is still running or
+    // has already ended when the supervisor looks.
+    void note_downtime(int64_t run) {
+        if (crash_time_ <= 0) return;
+        for (const telemetry::Event& e : watch_.events(run))
+            if (e.kind == "restart" && e.wall_time > crash_time_) {
+                double down = e.wall_time - crash_time_;
+                watch_.write_event(run, "downtime", e.step, nlohmann::json{{"seconds", down}}.dump(), "", e.wall_time);
+                spdlog::info("supervisor: the job was down {:.1f} s", down);
+                crash_time_ = -1.0;
+                return;
+            }
+    }
+
+    const SupervisorOptions& o_;
+    std::string hlat_;
+    TrainConfig config_;
+    RunWatch watch_;
+    int restarts_ = 0;
+    double crash_time_ = -1.0;  // of the crash a relaunch is recovering from
+};
+
 }  // namespace
 
 int supervise(const SupervisorOptions& o) {
@@ -137,7 +289,6 @@ int supervise(const SupervisorOptions& o) {
     print.insert(print.end(), o.train_args.begin(), o.train_args.end());
     print.push_back("--print-config");
     TrainConfig config = config_from_json(nlohmann::json::parse(capture(print)));
-    RunWatch watch(config.run.store, run_name(config));
     if (config.run.store.empty())
         spdlog::warn("supervisor: the run has no store: crashes are restarted but hangs cannot be seen");
 
@@ -151,112 +302,7 @@ int supervise(const SupervisorOptions& o) {
             std::signal(SIGTERM, t);
         }
     } restore{old_int, old_term};
-
-    const bool has_resume = std::find(o.train_args.begin(), o.train_args.end(), "--resume") != o.train_args.end();
-    int restarts = 0;
-    double crash_time = -1.0;  // of the crash a relaunch is recovering from
-    for (int attempt = 0;; attempt++) {
-        std::vector<std::string> argv = o.launcher;
-        argv.push_back(hlat);
-        argv.push_back("train");
-        argv.insert(argv.end(), o.train_args.begin(), o.train_args.end());
-        if (attempt > 0 && !has_resume) argv.push_back("--resume");
-        const double launched = now();
-        pid_t pid = launch(argv, attempt);
-        spdlog::info("supervisor: launch {} (pid {}): {}", attempt + 1, pid, fmt::join(argv, " "));
-
-        // Once the relaunched job has registered its restart, the downtime is
-        // over: recorded at that restart, whether the job is still running or
-        // has already ended when the supervisor looks.
-        auto note_downtime = [&](int64_t run) {
-            if (crash_time <= 0) return;
-            for (const telemetry::Event& e : watch.events(run))
-                if (e.kind == "restart" && e.wall_time > crash_time) {
-                    double down = e.wall_time - crash_time;
-                    watch.write_event(run, "downtime", e.step, nlohmann::json{{"seconds", down}}.dump(), "",
-                                      e.wall_time);
-                    spdlog::info("supervisor: the job was down {:.1f} s", down);
-                    crash_time = -1.0;
-                    return;
-                }
-        };
-        int status = 0;
-        bool forwarded = false, hung = false;
-        while (waitpid(pid, &status, WNOHANG) == 0) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(200));
-            if (g_supervisor_signal && !forwarded) {
-                spdlog::warn("supervisor: signal {}: stopping the job (it checkpoints first); no restart",
-                             (int)g_supervisor_signal);
-                kill(-pid, SIGTERM);
-                forwarded = true;
-            }
-            auto run = watch.run();
-            if (!run) continue;
-            note_downtime(*run);
-            if (o.hang_timeout_seconds > 0 && !hung && !forwarded) {
-                double last = std::max(launched, watch.activity(*run).wall_time);
-                if (now() - last > o.hang_timeout_seconds) {
-                    spdlog::error("supervisor: no heartbeat for {:.0f} s: the job hangs; killing it",
-                                  now() - last);
-                    kill(-pid, SIGKILL);
-                    hung = true;
-                }
-            }
-        }
-        if (auto run = watch.run()) note_downtime(*run);
-        std::string how = hung ? fmt::format("hung (no heartbeat for {:.0f} s), killed", o.hang_timeout_seconds)
-                               : describe_status(status);
-        int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-        if (!hung && code == 0) {
-            spdlog::info("supervisor: the job finished after {} restart(s)", restarts);
-            return 0;
-        }
-        if (!hung && code == kExitHalted) {
-            spdlog::error("supervisor: a detector halted the job: not restarting");
-            return kExitHalted;
-        }
-        if (forwarded || g_supervisor_signal) {
-            spdlog::warn("supervisor: the job stopped ({}) after the stop request", how);
-            return code;
-        }
-        // A job that died before it registered its run never trained: a bad
-        // option, a missing file, a corrupt store. Relaunching cannot fix that.
-        if (!hung && !config.run.store.empty()) {
-            bool registered = false;
-            if (auto run = watch.run())
-                for (const telemetry::Event& e : watch.events(*run))
-                    registered |= (e.kind == "start" || e.kind == "restart") && e.wall_time >= launched;
-            if (!registered) {
-                spdlog::error("supervisor: the job failed before training started ({}); not restarting: see its "
-                              "output above",
-                              how);
-                return code ? code : 1;
-            }
-        }
-        // A crash: say so in the store unless the trainer already did. The job
-        // stopped training at its last sign of life, not when the supervisor
-        // noticed: the crash is dated then, so uptime does not count a hang.
-        crash_time = now();
-        if (auto run = watch.run()) {
-            std::vector<telemetry::Event> ev = watch.events(*run);
-            bool recorded = !ev.empty() && ev.back().kind == "crash" && ev.back().wall_time >= launched;
-            telemetry::Reader::Activity last = watch.activity(*run);
-            if (!recorded)
-                watch.write_event(*run, "crash", last.step, fmt::format("hlat run: the job {}", how), "crashed",
-                                  std::max(launched, last.wall_time));
-            crash_time = std::max(launched, last.wall_time);
-        }
-        if (restarts >= o.max_restarts) {
-            spdlog::error("supervisor: the job {}; {} restarts done, the limit: giving up", how, restarts);
-            return 1;
-        }
-        restarts++;
-        double wait = std::min(o.backoff_max_seconds, o.backoff_seconds * std::pow(2.0, restarts - 1));
-        spdlog::warn("supervisor: the job {}; restart {} of at most {} in {:.1f} s from the latest good checkpoint",
-                     how, restarts, o.max_restarts, wait);
-        interruptible_sleep(wait);
-        if (g_supervisor_signal) return code;
-    }
+    return Supervisor(o, hlat, config).run();
 }
 
 }  // namespace hlat
