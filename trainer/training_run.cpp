@@ -202,61 +202,122 @@ struct StopSignals {
     }
 };
 
-}  // namespace
+// One training run in phases: the build (parallel layout, resume decision,
+// data, trainer, weights, banner, store and metrics file), the step loop,
+// and the ending (final evaluation and checkpoint, the run's status).
+class TrainingRun {
+  public:
+    TrainingRun(const TrainConfig& config, const RunOptions& options);
+    int run();  // the process's exit code
 
-int run_training(const TrainConfig& config, const RunOptions& options) {
-    Parallel parallel(config.parallel.dp, config.parallel.tp);
+  private:
+    void decide_resume();
+    void build_trainer();
+    void log_banner() const;
+    void open_metrics_file();
+    int loop();  // a stop signal, or 0; halt_reason_ set when a halt ended it
+    void after_step(const StepStats& s);
+    void log_step(const StepStats& s, int done) const;
+    void checkpoint();
+    double evaluate();
+    void raise(telemetry::Alert alert, detectors::Policy policy);
+    void run_probe(int64_t step);
+    int finish_halted();
+    void finish_training();
+    int finish(int stop_signal);
+
+    const TrainConfig& config_;
+    const RunOptions& options_;
+    const int B_, T_, total_steps_;
+    Parallel parallel_;
+    std::optional<std::string> resume_dir_;
+    std::optional<CheckpointState> resume_state_;
+    std::unique_ptr<Data> data_;
+    double peak_ = 0.0;
+    bool peak_measured_ = false;
+    std::unique_ptr<Trainer> trainer_;
+    std::unique_ptr<RunTelemetry> store_;
+    std::ofstream metrics_;
+    detectors::DetectorSuite suite_;
+    std::unique_ptr<detectors::Webhook> webhook_;
+    std::string halt_reason_;
+    int first_ = 0;
+    double elapsed_ = 0.0, data_wait_ = 0.0;
+};
+
+TrainingRun::TrainingRun(const TrainConfig& config, const RunOptions& options)
+    : config_(config),
+      options_(options),
+      B_(config.run.batch_size),
+      T_(config.run.seq_len),
+      total_steps_(options.steps > 0 ? options.steps : config.schedule.total_steps),
+      parallel_(config.parallel.dp, config.parallel.tp),
+      suite_(config.detectors) {
     // Only rank 0 talks: it logs, writes the store and runs the detectors.
-    if (!parallel.is_root()) spdlog::set_level(spdlog::level::warn);
-    if (parallel.distributed()) log_layout(parallel);
-    if (parallel.distributed() && (!options.save_weights.empty() || !options.init_weights.empty()) &&
-        parallel.tp_size() > 1)
+    if (!parallel_.is_root()) spdlog::set_level(spdlog::level::warn);
+    if (parallel_.distributed()) log_layout(parallel_);
+    if (parallel_.distributed() && (!options.save_weights.empty() || !options.init_weights.empty()) &&
+        parallel_.tp_size() > 1)
         throw std::runtime_error("--init and --save take whole-model weights: not with --tp > 1 (checkpoints load at "
                                  "any layout)");
     set_thread_count(config.run.threads);
-    const ModelConfig& m = config.model;
-    const int B = config.run.batch_size, T = config.run.seq_len;
-    const int total_steps = options.steps > 0 ? options.steps : config.schedule.total_steps;
+    decide_resume();
+    build_trainer();
+    log_banner();
+    // Only rank 0 writes the store and the metrics file.
+    TrainConfig store_config = config;
+    if (!parallel_.is_root()) store_config.run.store = "";
+    store_ = std::make_unique<RunTelemetry>(store_config, options.resume, trainer_->next_step());
+    if (store_->enabled()) spdlog::info("store: {} (run \"{}\")", config.run.store, run_name(config));
+    open_metrics_file();
+    if (!config.detectors.webhook.empty() && parallel_.is_root())
+        webhook_ = std::make_unique<detectors::Webhook>(config.detectors.webhook, run_name(config));
+}
 
-    std::optional<std::string> resume_dir;
-    std::optional<CheckpointState> resume_state;
-    if (options.resume) {
-        std::vector<std::string> skipped;
-        resume_dir = latest_good_checkpoint(config.run.out_dir, &skipped);
-        for (const std::string& s : skipped) spdlog::warn("skipping checkpoint: {}", s);
-        if (resume_dir) {
-            resume_state = read_checkpoint_state(*resume_dir);
-        } else {
-            spdlog::warn("--resume: no good checkpoint in {}; starting from step 0", config.run.out_dir);
-        }
-    }
+void TrainingRun::decide_resume() {
+    if (!options_.resume) return;
+    std::vector<std::string> skipped;
+    resume_dir_ = latest_good_checkpoint(config_.run.out_dir, &skipped);
+    for (const std::string& s : skipped) spdlog::warn("skipping checkpoint: {}", s);
+    if (resume_dir_)
+        resume_state_ = read_checkpoint_state(*resume_dir_);
+    else
+        spdlog::warn("--resume: no good checkpoint in {}; starting from step 0", config_.run.out_dir);
+}
 
+// Data (at the resumed position), the trainer, and its weights: a
+// checkpoint's, --init's, or freshly initialised.
+void TrainingRun::build_trainer() {
     std::optional<LoaderState> loader_state;
-    if (resume_state) loader_state = resume_loader_state(*resume_state, parallel.dp_rank(), parallel.dp_size());
-    Data data = open_data(config, loader_state, parallel.dp_rank(), parallel.dp_size());
-    if (resume_state) check_resumable(config, *resume_state, data, options.allow_data_change, *resume_dir);
-    if (resume_state && data.token_file) data.token_file->seek(resume_state->tokens_seen, T);
+    if (resume_state_) loader_state = resume_loader_state(*resume_state_, parallel_.dp_rank(), parallel_.dp_size());
+    data_ = std::make_unique<Data>(open_data(config_, loader_state, parallel_.dp_rank(), parallel_.dp_size()));
+    if (resume_state_) check_resumable(config_, *resume_state_, *data_, options_.allow_data_change, *resume_dir_);
+    if (resume_state_ && data_->token_file) data_->token_file->seek(resume_state_->tokens_seen, T_);
 
-    double peak = config.run.peak_gflops;
-    bool measured = peak <= 0;
-    const bool bf16_matmuls = config.precision.bf16_compute();
-    if (measured) peak = measure_peak_gflops(bf16_matmuls);
-    Trainer trainer(config, *data.source, peak, &parallel);
-    Model& model = trainer.model();
-    if (resume_state) {
-        load_distributed_checkpoint(*resume_dir, trainer);
-        trainer.set_next_step(resume_state->step, resume_state->tokens_seen);
-        spdlog::info("resumed from {} at step {} ({} tokens seen)", *resume_dir, resume_state->step,
-                     resume_state->tokens_seen);
-    } else if (!options.init_weights.empty()) {
-        load_weights(model, options.init_weights);
-        spdlog::info("initial weights from {}", options.init_weights);
+    peak_ = config_.run.peak_gflops;
+    peak_measured_ = peak_ <= 0;
+    if (peak_measured_) peak_ = measure_peak_gflops(config_.precision.bf16_compute());
+    trainer_ = std::make_unique<Trainer>(config_, *data_->source, peak_, &parallel_);
+    if (resume_state_) {
+        load_distributed_checkpoint(*resume_dir_, *trainer_);
+        trainer_->set_next_step(resume_state_->step, resume_state_->tokens_seen);
+        spdlog::info("resumed from {} at step {} ({} tokens seen)", *resume_dir_, resume_state_->step,
+                     resume_state_->tokens_seen);
+    } else if (!options_.init_weights.empty()) {
+        load_weights(trainer_->model(), options_.init_weights);
+        spdlog::info("initial weights from {}", options_.init_weights);
     } else {
-        init_shard_weights(model, config.run.seed);
+        init_shard_weights(trainer_->model(), config_.run.seed);
     }
+}
 
+void TrainingRun::log_banner() const {
+    const TrainConfig& config = config_;
+    const ModelConfig& m = config.model;
+    const Model& model = trainer_->model();
+    const bool bf16_matmuls = config.precision.bf16_compute();
     spdlog::info("threads: {} (OpenMP, shared by oneDNN){}", config.run.threads,
-                 parallel.distributed() ? " per process" : "");
+                 parallel_.distributed() ? " per process" : "");
     spdlog::info("precision: {}{}", precision_mode_name(config.precision.mode),
                  bf16_matmuls ? fmt::format(" | bf16 matmuls: {} | softmax {} | grad accumulation {}",
                                             bf16_matmul_engine_name(), config.precision.softmax_bf16 ? "bf16" : "fp32",
@@ -264,20 +325,20 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
                               : "");
     spdlog::info("model: {} parameters, d {} | {} layers | {}/{} heads | hidden {} | vocab {}",
                  full_parameter_count(m), m.dim, m.n_layers, m.n_heads, m.n_kv_heads, m.hidden_dim, m.vocab_size);
-    if (parallel.distributed())
+    if (parallel_.distributed())
         spdlog::info("this rank holds {} parameters{}; gradient reduction {} in {}{}; optimizer state {:.1f} MiB per "
                      "rank{}",
                      model.num_parameters(), model.is_shard() ? " (its tensor-parallel shard)" : "",
                      config.parallel.zero1 ? "reduce-scatter + all-gather (ZeRO-1)" : "bucketed all-reduce",
                      config.precision.reduce_bf16 ? "bf16" : "fp32",
                      config.parallel.zero1 ? "" : ", overlapped with backward",
-                     trainer.optimizer().state_bytes() / 1048576.0,
-                     config.parallel.zero1 ? fmt::format(" (ZeRO-1: 1/{} of {:.1f} MiB)", parallel.dp_size(),
+                     trainer_->optimizer().state_bytes() / 1048576.0,
+                     config.parallel.zero1 ? fmt::format(" (ZeRO-1: 1/{} of {:.1f} MiB)", parallel_.dp_size(),
                                                          model.num_parameters() * 8.0 / 1048576.0)
                                            : "");
-    spdlog::info("batch {} x {} x {} accum{} = {} tokens/step", B, T, config.run.grad_accum,
-                 parallel.dp_size() > 1 ? fmt::format(" x {} replicas", parallel.dp_size()) : "",
-                 (long)B * T * config.run.grad_accum * parallel.dp_size());
+    spdlog::info("batch {} x {} x {} accum{} = {} tokens/step", B_, T_, config.run.grad_accum,
+                 parallel_.dp_size() > 1 ? fmt::format(" x {} replicas", parallel_.dp_size()) : "",
+                 (long)B_ * T_ * config.run.grad_accum * parallel_.dp_size());
     spdlog::info("activations: {:.1f} MiB{}", model.activation_bytes() / 1048576.0,
                  config.run.activation_checkpointing
                      ? fmt::format(" with attention recomputed ({:.1f} MiB without: saves {:.1f} MiB)",
@@ -286,192 +347,217 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
                                        1048576.0)
                      : "");
     spdlog::info("FLOPs/token: {:.3e} = 6N + 12*L*d*T with N = {} (no input embedding) | peak {:.1f} GFLOP/s ({})",
-                 flops_per_token(m, T), matmul_parameters(m), peak,
-                 measured ? (bf16_matmuls ? "measured by bf16 matmul probe" : "measured by sgemm probe") : "from config");
+                 flops_per_token(m, T_), matmul_parameters(m), peak_,
+                 peak_measured_ ? (bf16_matmuls ? "measured by bf16 matmul probe" : "measured by sgemm probe")
+                                : "from config");
+}
 
-    // Only rank 0 writes the store and the metrics file.
-    TrainConfig store_config = config;
-    if (!parallel.is_root()) store_config.run.store = "";
-    RunTelemetry store(store_config, options.resume, trainer.next_step());
-    if (store.enabled()) spdlog::info("store: {} (run \"{}\")", config.run.store, run_name(config));
+void TrainingRun::open_metrics_file() {
+    if (options_.metrics_jsonl.empty() || !parallel_.is_root()) return;
+    metrics_.open(options_.metrics_jsonl, std::ios::app);
+    if (!metrics_) throw std::runtime_error("cannot open " + options_.metrics_jsonl);
+    double entropy = data_->heldout_unigram_entropy;
+    metrics_ << nlohmann::json{{"event", "start"},
+                               {"step", trainer_->next_step()},
+                               {"threads", config_.run.threads},
+                               {"peak_gflops", peak_},
+                               {"peak_measured", peak_measured_},
+                               {"flops_per_token", flops_per_token(config_.model, T_)},
+                               {"parameters", full_parameter_count(config_.model)},
+                               {"heldout_unigram_entropy", std::isfinite(entropy) ? nlohmann::json(entropy)
+                                                                                  : nlohmann::json(nullptr)},
+                               {"config", config_to_json(config_)}}
+                    .dump()
+             << "\n";
+}
 
-    std::ofstream metrics;
-    if (!options.metrics_jsonl.empty() && parallel.is_root()) {
-        metrics.open(options.metrics_jsonl, std::ios::app);
-        if (!metrics) throw std::runtime_error("cannot open " + options.metrics_jsonl);
-        metrics << nlohmann::json{{"event", "start"},
-                                  {"step", trainer.next_step()},
-                                  {"threads", config.run.threads},
-                                  {"peak_gflops", peak},
-                                  {"peak_measured", measured},
-                                  {"flops_per_token", flops_per_token(m, T)},
-                                  {"parameters", full_parameter_count(m)},
-                                  {"heldout_unigram_entropy", std::isfinite(data.heldout_unigram_entropy)
-                                                                  ? nlohmann::json(data.heldout_unigram_entropy)
-                                                                  : nlohmann::json(nullptr)},
-                                  {"config", config_to_json(config)}}
-                       .dump()
-                << "\n";
+void TrainingRun::checkpoint() {
+    CheckpointState st;
+    st.step = trainer_->next_step();
+    st.tokens_seen = trainer_->tokens_seen();
+    st.config = config_to_json(config_);
+    st.corpus_fingerprint = data_->dataset ? data_->dataset->fingerprint : "";
+    st.tokenizer_fingerprint = data_->tokenizer ? data_->tokenizer->fingerprint() : "";
+    st.world_size = parallel_.dp_size();
+    st.tp_size = parallel_.tp_size();
+    // Every data-parallel rank's stream position; TP ranks of a replica share theirs.
+    std::vector<std::string> states =
+        parallel_.gather(data_->loader ? data_->loader->state().to_json().dump() : std::string(), Group::World);
+    if (data_->loader && parallel_.is_root()) {
+        for (size_t r = 0; r < states.size(); r += parallel_.tp_size())
+            st.loaders.push_back(LoaderState::from_json(nlohmann::json::parse(states[r])));
+        st.loader = st.loaders.front();
     }
+    store_->flush();
+    std::string tokenizer = data_->tokenizer ? data_->tokenizer->path() : "";
+    std::string dir = save_distributed_checkpoint(parallel_, *trainer_, st, config_.run.out_dir, tokenizer,
+                                                  config_.run.keep_checkpoints);
+    if (!parallel_.is_root()) return;
+    store_->checkpoint(st.step - 1, dir);
+    spdlog::info("checkpoint {}", dir);
+}
 
-    auto checkpoint = [&]() {
-        CheckpointState st;
-        st.step = trainer.next_step();
-        st.tokens_seen = trainer.tokens_seen();
-        st.config = config_to_json(config);
-        st.corpus_fingerprint = data.dataset ? data.dataset->fingerprint : "";
-        st.tokenizer_fingerprint = data.tokenizer ? data.tokenizer->fingerprint() : "";
-        st.world_size = parallel.dp_size();
-        st.tp_size = parallel.tp_size();
-        // Every data-parallel rank's stream position; TP ranks of a replica share theirs.
-        std::vector<std::string> states =
-            parallel.gather(data.loader ? data.loader->state().to_json().dump() : std::string(), Group::World);
-        if (data.loader && parallel.is_root()) {
-            for (size_t r = 0; r < states.size(); r += parallel.tp_size())
-                st.loaders.push_back(LoaderState::from_json(nlohmann::json::parse(states[r])));
-            st.loader = st.loaders.front();
-        }
-        store.flush();
-        std::string tokenizer = data.tokenizer ? data.tokenizer->path() : "";
-        std::string dir = save_distributed_checkpoint(parallel, trainer, st, config.run.out_dir, tokenizer,
-                                                      config.run.keep_checkpoints);
-        if (!parallel.is_root()) return;
-        store.checkpoint(st.step - 1, dir);
-        spdlog::info("checkpoint {}", dir);
-    };
-    auto evaluate = [&]() -> double {
-        if (data.eval_batches.empty()) return NAN;
-        double loss = heldout_loss(model, data.eval_batches, B, T);  // every rank: TP forward is collective
-        spdlog::info("step {:>6} | held-out loss {:.4f} (unigram entropy {:.3f})", trainer.next_step(), loss,
-                     data.heldout_unigram_entropy);
-        store.heldout_loss(trainer.next_step() - 1, loss, trainer.tokens_seen());
-        if (metrics.is_open())
-            metrics << nlohmann::json{{"event", "eval"}, {"step", trainer.next_step() - 1}, {"heldout_loss", loss}}.dump()
-                    << "\n"
-                    << std::flush;
-        return loss;
-    };
+double TrainingRun::evaluate() {
+    if (data_->eval_batches.empty()) return NAN;
+    double loss = heldout_loss(trainer_->model(), data_->eval_batches, B_, T_);  // every rank: TP forward is collective
+    spdlog::info("step {:>6} | held-out loss {:.4f} (unigram entropy {:.3f})", trainer_->next_step(), loss,
+                 data_->heldout_unigram_entropy);
+    store_->heldout_loss(trainer_->next_step() - 1, loss, trainer_->tokens_seen());
+    if (metrics_.is_open())
+        metrics_ << nlohmann::json{{"event", "eval"}, {"step", trainer_->next_step() - 1}, {"heldout_loss", loss}}.dump()
+                 << "\n"
+                 << std::flush;
+    return loss;
+}
 
-    // Detectors: every alert goes to the log, the store and the webhook; one
-    // whose policy is halt stops the run after this step.
-    detectors::DetectorSuite suite(config.detectors);
-    std::unique_ptr<detectors::Webhook> webhook;
-    if (!config.detectors.webhook.empty() && parallel.is_root())
-        webhook = std::make_unique<detectors::Webhook>(config.detectors.webhook, run_name(config));
-    std::string halt_reason;
-    auto raise = [&](telemetry::Alert alert, detectors::Policy policy) {
-        if (!parallel.is_root()) return;
-        alert.wall_time = telemetry::now_seconds();
-        bool halt = policy == detectors::Policy::Halt;
-        auto level = alert.severity == "critical" ? spdlog::level::err : spdlog::level::warn;
-        spdlog::log(level, "ALERT {} at step {}: {}{}", alert.kind, alert.step, alert.message, halt ? " -> halting" : "");
-        store.alert(alert);
-        if (metrics.is_open())
-            metrics << nlohmann::json{{"event", "alert"}, {"kind", alert.kind}, {"step", alert.step},
-                                      {"severity", alert.severity}, {"message", alert.message}}
-                           .dump()
-                    << "\n";
-        if (webhook) webhook->post(alert);
-        if (halt && halt_reason.empty()) halt_reason = fmt::format("{} at step {}: {}", alert.kind, alert.step, alert.message);
-    };
-    const detectors::LeakProbeConfig& probe = config.detectors.leak_probe;
-    auto run_probe = [&](int64_t step) {
-        if (probe.policy == detectors::Policy::Off) return;
-        if (auto leak = probe_causality(model, step)) raise(*leak, probe.policy);
-    };
+// Every alert goes to the log, the store, the metrics file and the webhook;
+// one whose policy is halt stops the run after this step.
+void TrainingRun::raise(telemetry::Alert alert, detectors::Policy policy) {
+    if (!parallel_.is_root()) return;
+    alert.wall_time = telemetry::now_seconds();
+    bool halt = policy == detectors::Policy::Halt;
+    auto level = alert.severity == "critical" ? spdlog::level::err : spdlog::level::warn;
+    spdlog::log(level, "ALERT {} at step {}: {}{}", alert.kind, alert.step, alert.message, halt ? " -> halting" : "");
+    store_->alert(alert);
+    if (metrics_.is_open())
+        metrics_ << nlohmann::json{{"event", "alert"}, {"kind", alert.kind}, {"step", alert.step},
+                                   {"severity", alert.severity}, {"message", alert.message}}
+                        .dump()
+                 << "\n";
+    if (webhook_) webhook_->post(alert);
+    if (halt && halt_reason_.empty())
+        halt_reason_ = fmt::format("{} at step {}: {}", alert.kind, alert.step, alert.message);
+}
 
-    ProcessFaults process_faults(parse_faults(config.run.inject), parallel.world_rank(),
+void TrainingRun::run_probe(int64_t step) {
+    const detectors::LeakProbeConfig& probe = config_.detectors.leak_probe;
+    if (probe.policy == detectors::Policy::Off) return;
+    if (auto leak = probe_causality(trainer_->model(), step)) raise(*leak, probe.policy);
+}
+
+int TrainingRun::loop() {
+    ProcessFaults process_faults(parse_faults(config_.run.inject), parallel_.world_rank(),
                                  ProcessFaults::attempt_from_env());
-    const int first = trainer.next_step();
-    double elapsed = 0.0, data_wait = 0.0;
-    int stop_signal = 0;
-    StopSignals signals;
-    try {
-        if (trainer.next_step() < total_steps) run_probe(trainer.next_step());
-        stop_signal = agree_on_stop(parallel, g_stop_signal, halt_reason);  // the probe may have halted on rank 0
-        while (trainer.next_step() < total_steps && !stop_signal && halt_reason.empty()) {
-            process_faults.before_step(trainer.next_step());
-            const int norms_every = config.run.tensor_norms_every;
-            bool norms = norms_every > 0 && trainer.next_step() % norms_every == 0;
-            bool hash_grads = config.parallel.hash_grads && is_check_step(config.parallel, trainer.next_step() + 1);
-            StepStats s = trainer.step(norms, hash_grads);
-            elapsed += s.step_seconds;
-            data_wait += s.data_seconds;
-            int done = s.step + 1;
-            store.step(s);
-            if (metrics.is_open()) metrics << step_json(s).dump() << "\n" << std::flush;
-            if (done % config.run.log_every == 0 || done == total_steps) {
-                double eta = elapsed / (done - first) * (total_steps - done);
-                std::string comm;
-                if (parallel.dp_size() > 1)
-                    comm = fmt::format(" | DP comm {:.1f} ms, {:.0f}% hidden", 1e3 * s.comm_seconds,
-                                       s.comm_seconds > 0 ? 100.0 * (1.0 - s.comm_exposed_seconds / s.comm_seconds) : 0.0);
-                if (parallel.tp_size() > 1)
-                    comm += fmt::format(" | TP comm {:.0f}% of the step", 100.0 * s.tp_comm_seconds / s.step_seconds);
-                spdlog::info("step {:>6}/{} | loss {:.4f} | grad norm {:.4f}{} | param norm {:.2f} | lr {:.3e} | "
-                             "{:.0f} tok/s | MFU {:.1f}%{} | data wait {:.1f}% | ETA {}",
-                             done, total_steps, s.loss, s.grad_norm, s.clipped ? " (clipped)" : "", s.param_norm,
-                             s.lr, s.tokens_per_second, 100.0 * s.mfu, comm, 100.0 * s.data_seconds / s.step_seconds,
-                             format_duration(eta));
-            }
-            double heldout = NAN;
-            if (config.run.eval_every > 0 && done % config.run.eval_every == 0) heldout = evaluate();
-            detectors::StepRecord record;
-            record.step = s.step;
-            record.loss = s.loss;
-            record.grad_norm = s.grad_norm;
-            record.param_norm = s.param_norm;
-            record.lr = s.lr;
-            record.heldout_loss = heldout;
-            check_consistency(parallel, config.parallel, model, s, store, record);
-            for (detectors::Fired& f : suite.observe(record)) raise(std::move(f.alert), f.policy);
-            if (done % probe.every == 0) run_probe(s.step);
-            if (parallel.is_root())
-                if (auto who = store.halt_requested())
-                    raise({"halt_request", "critical", s.step, fmt::format("halt requested by {}", *who),
-                           nlohmann::json{{"requested_by", *who}}.dump(), 0.0},
-                          detectors::Policy::Halt);
-            stop_signal = agree_on_stop(parallel, g_stop_signal, halt_reason);
-            if (!halt_reason.empty()) break;
-            if (config.run.checkpoint_every > 0 && done % config.run.checkpoint_every == 0 && done != total_steps)
-                checkpoint();
-        }
-        if (!halt_reason.empty()) {
-            // Keep the state if it is still finite (a skipped update leaves it so).
-            int nonfinite = std::isfinite(l2_norm(model.params(), model.num_parameters())) ? 0 : 1;
-            if (parallel.max(nonfinite, Group::World) == 0) {  // every rank agrees: the checkpoint is collective
-                checkpoint();
-            } else {
-                spdlog::error("no checkpoint at the halt: the weights are not finite; the last good one stays");
-            }
-            store.finish("halted", trainer.next_step() - 1, halt_reason);
-            spdlog::error("halted after step {}: {}", trainer.next_step(), halt_reason);
-            spdlog::info("{}", store.summary());
-            return kExitHalted;
-        }
-        if (trainer.next_step() > first) {
-            if (config.run.eval_every > 0 && trainer.next_step() % config.run.eval_every != 0) evaluate();
-            spdlog::info("trained steps {}..{}: {:.1f} s, data wait {:.2f}% of step time", first + 1,
-                         trainer.next_step(), elapsed, elapsed > 0 ? 100.0 * data_wait / elapsed : 0.0);
-        }
+    first_ = trainer_->next_step();
+    if (trainer_->next_step() < total_steps_) run_probe(trainer_->next_step());
+    int stop_signal = agree_on_stop(parallel_, g_stop_signal, halt_reason_);  // the probe may have halted on rank 0
+    while (trainer_->next_step() < total_steps_ && !stop_signal && halt_reason_.empty()) {
+        process_faults.before_step(trainer_->next_step());
+        const int norms_every = config_.run.tensor_norms_every;
+        bool norms = norms_every > 0 && trainer_->next_step() % norms_every == 0;
+        bool hash_grads = config_.parallel.hash_grads && is_check_step(config_.parallel, trainer_->next_step() + 1);
+        StepStats s = trainer_->step(norms, hash_grads);
+        after_step(s);
+        stop_signal = agree_on_stop(parallel_, g_stop_signal, halt_reason_);
+        if (!halt_reason_.empty()) break;
+        int done = s.step + 1;
+        if (config_.run.checkpoint_every > 0 && done % config_.run.checkpoint_every == 0 && done != total_steps_)
+            checkpoint();
+    }
+    return stop_signal;
+}
+
+// What follows every step: the store and metrics file, the log line, the
+// held-out evaluation, consistency checks, detectors, probe, halt requests.
+void TrainingRun::after_step(const StepStats& s) {
+    elapsed_ += s.step_seconds;
+    data_wait_ += s.data_seconds;
+    const int done = s.step + 1;
+    store_->step(s);
+    if (metrics_.is_open()) metrics_ << step_json(s).dump() << "\n" << std::flush;
+    if (done % config_.run.log_every == 0 || done == total_steps_) log_step(s, done);
+    double heldout = NAN;
+    if (config_.run.eval_every > 0 && done % config_.run.eval_every == 0) heldout = evaluate();
+    detectors::StepRecord record;
+    record.step = s.step;
+    record.loss = s.loss;
+    record.grad_norm = s.grad_norm;
+    record.param_norm = s.param_norm;
+    record.lr = s.lr;
+    record.heldout_loss = heldout;
+    check_consistency(parallel_, config_.parallel, trainer_->model(), s, *store_, record);
+    for (detectors::Fired& f : suite_.observe(record)) raise(std::move(f.alert), f.policy);
+    if (done % config_.detectors.leak_probe.every == 0) run_probe(s.step);
+    if (parallel_.is_root())
+        if (auto who = store_->halt_requested())
+            raise({"halt_request", "critical", s.step, fmt::format("halt requested by {}", *who),
+                   nlohmann::json{{"requested_by", *who}}.dump(), 0.0},
+                  detectors::Policy::Halt);
+}
+
+void TrainingRun::log_step(const StepStats& s, int done) const {
+    double eta = elapsed_ / (done - first_) * (total_steps_ - done);
+    std::string comm;
+    if (parallel_.dp_size() > 1)
+        comm = fmt::format(" | DP comm {:.1f} ms, {:.0f}% hidden", 1e3 * s.comm_seconds,
+                           s.comm_seconds > 0 ? 100.0 * (1.0 - s.comm_exposed_seconds / s.comm_seconds) : 0.0);
+    if (parallel_.tp_size() > 1)
+        comm += fmt::format(" | TP comm {:.0f}% of the step", 100.0 * s.tp_comm_seconds / s.step_seconds);
+    spdlog::info("step {:>6}/{} | loss {:.4f} | grad norm {:.4f}{} | param norm {:.2f} | lr {:.3e} | "
+                 "{:.0f} tok/s | MFU {:.1f}%{} | data wait {:.1f}% | ETA {}",
+                 done, total_steps_, s.loss, s.grad_norm, s.clipped ? " (clipped)" : "", s.param_norm, s.lr,
+                 s.tokens_per_second, 100.0 * s.mfu, comm, 100.0 * s.data_seconds / s.step_seconds,
+                 format_duration(eta));
+}
+
+int TrainingRun::finish_halted() {
+    // Keep the state if it is still finite (a skipped update leaves it so).
+    const Model& model = trainer_->model();
+    int nonfinite = std::isfinite(l2_norm(model.params(), model.num_parameters())) ? 0 : 1;
+    if (parallel_.max(nonfinite, Group::World) == 0) {  // every rank agrees: the checkpoint is collective
         checkpoint();
+    } else {
+        spdlog::error("no checkpoint at the halt: the weights are not finite; the last good one stays");
+    }
+    store_->finish("halted", trainer_->next_step() - 1, halt_reason_);
+    spdlog::error("halted after step {}: {}", trainer_->next_step(), halt_reason_);
+    spdlog::info("{}", store_->summary());
+    return kExitHalted;
+}
+
+// The final held-out evaluation (unless the last step had one) and checkpoint.
+void TrainingRun::finish_training() {
+    if (trainer_->next_step() > first_) {
+        if (config_.run.eval_every > 0 && trainer_->next_step() % config_.run.eval_every != 0) evaluate();
+        spdlog::info("trained steps {}..{}: {:.1f} s, data wait {:.2f}% of step time", first_ + 1,
+                     trainer_->next_step(), elapsed_, elapsed_ > 0 ? 100.0 * data_wait_ / elapsed_ : 0.0);
+    }
+    checkpoint();
+}
+
+int TrainingRun::finish(int stop_signal) {
+    if (stop_signal) {
+        spdlog::warn("stopped by signal {} after step {}", stop_signal, trainer_->next_step());
+        store_->finish("stopped", trainer_->next_step() - 1, fmt::format("signal {}", stop_signal));
+    } else {
+        store_->finish("finished", trainer_->next_step() - 1, "reached its steps");
+    }
+    spdlog::info("{}", store_->summary());
+    if (!options_.save_weights.empty() && parallel_.is_root()) {
+        save_weights(trainer_->model(), options_.save_weights);
+        spdlog::info("saved weights to {}", options_.save_weights);
+    }
+    return stop_signal ? 128 + stop_signal : 0;
+}
+
+int TrainingRun::run() {
+    StopSignals signals;
+    int stop_signal = 0;
+    try {
+        stop_signal = loop();
+        if (!halt_reason_.empty()) return finish_halted();
+        finish_training();
     } catch (const std::exception& e) {
-        store.finish("crashed", trainer.next_step() - 1, e.what());
+        store_->finish("crashed", trainer_->next_step() - 1, e.what());
         throw;
     }
-    int sig = stop_signal;
-    if (sig) {
-        spdlog::warn("stopped by signal {} after step {}", sig, trainer.next_step());
-        store.finish("stopped", trainer.next_step() - 1, fmt::format("signal {}", sig));
-    } else {
-        store.finish("finished", trainer.next_step() - 1, "reached its steps");
-    }
-    spdlog::info("{}", store.summary());
-    if (!options.save_weights.empty() && parallel.is_root()) {
-        save_weights(model, options.save_weights);
-        spdlog::info("saved weights to {}", options.save_weights);
-    }
-    return sig ? 128 + sig : 0;
+    return finish(stop_signal);
+}
+
+}  // namespace
+
+int run_training(const TrainConfig& config, const RunOptions& options) {
+    return TrainingRun(config, options).run();
 }
 
 }  // namespace hlat
