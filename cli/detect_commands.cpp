@@ -145,59 +145,42 @@ int spikes_command(int argc, char** argv) {
     return 0;
 }
 
-int compare_command(int argc, char** argv) {
-    po::options_description opts("hlat compare options");
-    opts.add_options()("help,h", "print this help")(
-        "store", po::value<std::string>()->default_value("runs/hlat.db"), "telemetry store")(
-        "runs", po::value<std::string>()->default_value(""), "runs to compare, comma-separated")(
-        "out", po::value<std::string>()->default_value(""), "also write a self-contained HTML report here")(
-        "json", "print the numbers as one JSON object (last line) instead of the table");
-    auto parsed = parse_options(argc, argv, opts,
-                                "usage: hlat compare --store FILE --runs A,B[,...] [--out report.html] [--json]\n\nThe post-mortem "
-                                "of runs side by side: losses, loss variance, grad-norm trend, spike\nepisodes, alerts, "
-                                "throughput, state bytes per parameter, and the config differences.");
-    if (!parsed) return 0;
-    const po::variables_map& vm = *parsed;
-    std::vector<std::string> names;
-    std::stringstream list(vm["runs"].as<std::string>());
-    for (std::string n; std::getline(list, n, ',');)
-        if (!n.empty()) names.push_back(n);
-    if (names.empty()) throw std::runtime_error("--runs names no run");
-    telemetry::Reader reader(vm["store"].as<std::string>());
-    auto runs = detectors::postmortem(reader, names);
-    auto diffs = detectors::config_differences(reader, names);
-    if (!vm["out"].as<std::string>().empty())
-        write_file_atomic(vm["out"].as<std::string>(), {detectors::postmortem_html(runs, diffs)});
-    if (vm.count("json")) {
-        // NaN (a number that does not exist, like the held-out loss of a run
-        // without evaluations) is null.
-        auto number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
-        nlohmann::json out = nlohmann::json::object();
-        for (const auto& r : runs) {
-            nlohmann::json alerts = r.alerts;
-            nlohmann::json evals = nlohmann::json::object();  // the last checkpoint's value of each
-            for (const auto& [key, points] : r.evals)
-                evals[key] = {{"step", points.back().step}, {"tokens", points.back().tokens},
-                              {"value", number(points.back().value)}, {"stderr", number(points.back().stderr_)}};
-            out[r.name] = {{"precision", r.precision},
-                           {"status", r.status},
-                           {"steps", r.steps},
-                           {"final_loss", number(r.final_loss)},
-                           {"best_loss", number(r.best_loss)},
-                           {"final_heldout", number(r.final_heldout)},
-                           {"loss_variance", number(r.loss_variance)},
-                           {"loss_gap_vs_first", number(r.loss_gap)},
-                           {"loss_gap_std", number(r.loss_gap_std)},
-                           {"grad_trend", number(r.grad_trend)},
-                           {"spike_episodes", r.spike_episodes},
-                           {"alerts", alerts},
-                           {"tokens_per_s", number(r.tokens_per_s)},
-                           {"state_bytes_per_param", number(r.state_bytes_per_param)},
-                           {"evals", evals}};
-        }
-        fmt::print("{}\n", out.dump());
-        return 0;
+namespace {
+
+// `hlat compare --json`: one object, a key per run.
+nlohmann::json compare_json(const std::vector<detectors::RunPostmortem>& runs) {
+    // NaN (a number that does not exist, like the held-out loss of a run
+    // without evaluations) is null.
+    auto number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& r : runs) {
+        nlohmann::json alerts = r.alerts;
+        nlohmann::json evals = nlohmann::json::object();  // the last checkpoint's value of each
+        for (const auto& [key, points] : r.evals)
+            evals[key] = {{"step", points.back().step}, {"tokens", points.back().tokens},
+                          {"value", number(points.back().value)}, {"stderr", number(points.back().stderr_)}};
+        out[r.name] = {{"precision", r.precision},
+                       {"status", r.status},
+                       {"steps", r.steps},
+                       {"final_loss", number(r.final_loss)},
+                       {"best_loss", number(r.best_loss)},
+                       {"final_heldout", number(r.final_heldout)},
+                       {"loss_variance", number(r.loss_variance)},
+                       {"loss_gap_vs_first", number(r.loss_gap)},
+                       {"loss_gap_std", number(r.loss_gap_std)},
+                       {"grad_trend", number(r.grad_trend)},
+                       {"spike_episodes", r.spike_episodes},
+                       {"alerts", alerts},
+                       {"tokens_per_s", number(r.tokens_per_s)},
+                       {"state_bytes_per_param", number(r.state_bytes_per_param)},
+                       {"evals", evals}};
     }
+    return out;
+}
+
+// `hlat compare`'s table, the last checkpoint evaluations and the config differences.
+void print_comparison(const std::vector<detectors::RunPostmortem>& runs,
+                      const std::map<std::string, std::vector<std::string>>& diffs) {
     auto num = [](double v, const char* spec) { return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : std::string("-"); };
     size_t w = 4;
     for (const auto& r : runs) w = std::max(w, r.name.size());
@@ -240,6 +223,38 @@ int compare_command(int argc, char** argv) {
             fmt::print("\n");
         }
     }
+}
+
+}  // namespace
+
+int compare_command(int argc, char** argv) {
+    po::options_description opts("hlat compare options");
+    opts.add_options()("help,h", "print this help")(
+        "store", po::value<std::string>()->default_value("runs/hlat.db"), "telemetry store")(
+        "runs", po::value<std::string>()->default_value(""), "runs to compare, comma-separated")(
+        "out", po::value<std::string>()->default_value(""), "also write a self-contained HTML report here")(
+        "json", "print the numbers as one JSON object (last line) instead of the table");
+    auto parsed = parse_options(argc, argv, opts,
+                                "usage: hlat compare --store FILE --runs A,B[,...] [--out report.html] [--json]\n\nThe post-mortem "
+                                "of runs side by side: losses, loss variance, grad-norm trend, spike\nepisodes, alerts, "
+                                "throughput, state bytes per parameter, and the config differences.");
+    if (!parsed) return 0;
+    const po::variables_map& vm = *parsed;
+    std::vector<std::string> names;
+    std::stringstream list(vm["runs"].as<std::string>());
+    for (std::string n; std::getline(list, n, ',');)
+        if (!n.empty()) names.push_back(n);
+    if (names.empty()) throw std::runtime_error("--runs names no run");
+    telemetry::Reader reader(vm["store"].as<std::string>());
+    auto runs = detectors::postmortem(reader, names);
+    auto diffs = detectors::config_differences(reader, names);
+    if (!vm["out"].as<std::string>().empty())
+        write_file_atomic(vm["out"].as<std::string>(), {detectors::postmortem_html(runs, diffs)});
+    if (vm.count("json")) {
+        fmt::print("{}\n", compare_json(runs).dump());
+        return 0;
+    }
+    print_comparison(runs, diffs);
     if (!vm["out"].as<std::string>().empty()) fmt::print("\nreport: {}\n", vm["out"].as<std::string>());
     return 0;
 }
