@@ -281,7 +281,7 @@ class Run:
 
     def _send_batch(self):
         items = list(self._queue)  # popped only once sent: a failed post keeps them
-        lines, values, tensors = _to_lines(items)
+        lines, values = _to_lines(items)
         body = "".join(lines).encode()
         if self._local:
             self._local.write(body)
@@ -326,7 +326,7 @@ def _to_lines(items):
             record[k] = x if isinstance(x, str) else float(x)
         values += len(v)
         lines.append(json.dumps(record) + "\n")  # NaN and Infinity bare: hlat reads them
-    return lines, values, len(tensors)
+    return lines, values
 
 
 class _LocalStore:

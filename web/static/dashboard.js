@@ -5,7 +5,7 @@
 // zooms to them; grad-norm spike episodes are shaded from the full-resolution
 // data (server side). Every key the run has can be drawn (the metric picker);
 // the URL holds the view, so a link restores it.
-import { COLORS, fetchJson, loadSeries, envelopeParts, tick, yTicks, rangeFrom, downloadPng } from "./series.js";
+import { COLORS, fetchJson, loadSeries, envelopeParts, yTicks, rangeFrom, downloadPng } from "./series.js";
 import { evalPanels, drawEvalPanel } from "./eval_panels.js";
 import { loadUptime } from "./uptime.js";
 
@@ -373,7 +373,9 @@ async function load() {
 // Live: new points, alerts and status arrive as events. Appended to the
 // series as points (the next load turns them into buckets again).
 function listen() {
-  const source = new EventSource(api(`/stream?keys=${encodeURIComponent([...DEFAULT_KEYS, "tokens_seen"].join(","))}` +
+  // The default layout's keys and whatever the picker shows (custom keys included).
+  const keys = [...new Set([...DEFAULT_KEYS, ...(state.shown ?? []), "tokens_seen"])];
+  const source = new EventSource(api(`/stream?keys=${encodeURIComponent(keys.join(","))}` +
                                      `&after=${Math.max(state.lastStep, -1)}`));
   source.addEventListener("open", () => { state.streaming = true; showStatus(state.status); });
   source.addEventListener("error", () => { state.streaming = false; showStatus(state.status); });
