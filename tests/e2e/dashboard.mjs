@@ -163,6 +163,20 @@ try {
   await page.waitForFunction((b) => Math.max(...window.hlatDashboard.series.loss.steps) > b + 5, before,
                              { timeout: 10000 });
   check(true, "points written while the page is open arrive live");
+  // A page left open on a fast run must not grow without bound: old charts are
+  // destroyed (uPlot's cursor sync group would otherwise hold each one and its
+  // data) and the live points are fetched again as buckets.
+  await page.waitForFunction(() => window.hlatDashboard.drawn > 10 && window.hlatDashboard.lastStep > 20000, null,
+                             { timeout: 60000 });
+  const live = await page.evaluate(() => ({
+    synced: uPlot.sync("hlat-run").plots.length,
+    charts: Object.keys(window.hlatDashboard.charts).filter((k) => !k.startsWith("eval:")).length,
+    points: window.hlatDashboard.series.loss.steps.length,
+    last: window.hlatDashboard.lastStep,
+  }));
+  check(live.synced === live.charts && live.points < live.last / 2,
+        `a live page keeps only its charts (${live.synced} synced, ${live.charts} drawn) and re-buckets ` +
+        `(${live.points} loss points for ${live.last} steps)`);
 
   let answer = "wrong-token";
   let question = "";

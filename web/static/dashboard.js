@@ -5,7 +5,7 @@
 // zooms to them; grad-norm spike episodes are shaded from the full-resolution
 // data (server side). Every key the run has can be drawn (the metric picker);
 // the URL holds the view, so a link restores it.
-import { COLORS, fetchJson, loadSeries, envelopeParts, yTicks, rangeFrom, downloadPng } from "./series.js";
+import { COLORS, fetchJson, loadSeries, appendLive, envelopeParts, yTicks, rangeFrom, downloadPng } from "./series.js";
 import { evalPanels, drawEvalPanel } from "./eval_panels.js";
 import { loadUptime } from "./uptime.js";
 
@@ -55,6 +55,7 @@ const state = (window.hlatDashboard = {
   evals: [],
   haltRoute: null,   // what a halt does for this run ("" when nothing here can stop it)
   drawn: 0,          // draws so far (the bench waits for the first)
+  loadFailed: false, // the message shows a load error (cleared by the next good load)
 });
 
 // The view in the URL: run, drawn keys (when not the default), zoom,
@@ -229,6 +230,9 @@ function drawPanel(container, panel, width) {
 
 function draw() {
   const container = $("#charts");
+  // Destroyed, not just dropped: the cursor sync group holds every chart it
+  // has seen, and with it each one's data (a live page redraws many times a second).
+  for (const chart of Object.values(state.charts)) chart.destroy();
   container.replaceChildren();
   state.charts = {};
   const width = Math.max(320, Math.floor(container.clientWidth / 2) - 24);
@@ -356,6 +360,7 @@ async function load() {
     const range = state.zoom ? { from: state.zoom[0], to: state.zoom[1] } : {};
     const wanted = [...new Set(["tokens_seen", ...state.shown])].filter((k) => state.keys.includes(k));
     const loaded = await Promise.all(wanted.map((k) => loadSeries(runBase, k, { ...range, width })));
+    if (!state.zoom) for (const s of loaded) carryLivePoints(state.series[s.key], s);
     state.series = Object.fromEntries(loaded.map((s) => [s.key, s]));
     const tok = state.series.tokens_seen;
     if (tok && tok.steps.length) state.tokensPerStep = tok.line.at(-1) / (tok.steps.at(-1) + 1);
@@ -364,10 +369,32 @@ async function load() {
       ? (await fetchJson(api(`/episodes?key=grad_norm${q}`))).episodes : [];
     await Promise.all([loadAlerts(), loadUptime(api, run.status), loadEvals()]);
     draw();
-    $("#message").textContent = "";
+    if (state.loadFailed) $("#message").textContent = "";  // other messages (a halt's answer) stay
+    state.loadFailed = false;
   } catch (e) {
+    state.loadFailed = true;
     $("#message").textContent = `Cannot load the run: ${e.message}`;
   }
+}
+
+// Points that arrived live while a load was in flight, after its last step.
+function carryLivePoints(old, fresh) {
+  if (!old) return;
+  const last = fresh.steps.length ? fresh.steps.at(-1) : -1;
+  for (let i = 0; i < old.steps.length; i++) {
+    if (old.steps[i] <= last) continue;
+    fresh.steps.push(old.steps[i]); fresh.line.push(old.line[i]);
+    fresh.min.push(old.min[i]); fresh.max.push(old.max[i]); fresh.times.push(old.times[i]);
+  }
+}
+
+// Live points fold into buckets as wide as the loaded ones; once the run has
+// grown so much that a series holds far more buckets than the chart has
+// pixels, it is fetched again as wider buckets (at most every few seconds).
+let rebucketing = null;
+function rebucketSoon() {
+  if (rebucketing) return;
+  rebucketing = new Promise((resolve) => setTimeout(resolve, 3000)).then(load).finally(() => { rebucketing = null; });
 }
 
 // Live: new points, alerts and status arrive as events. Appended to the
@@ -387,8 +414,9 @@ function listen() {
     if (!s || !state.shown.has(key)) return;
     for (const [step, value, time] of points) {
       if (state.zoom && step > state.zoom[1]) continue;
-      s.steps.push(step); s.line.push(value); s.min.push(value); s.max.push(value); s.times.push(time);
+      appendLive(s, step, value, time);
     }
+    if (s.steps.length > 4 * $("#charts").clientWidth) rebucketSoon();
     scheduleDraw();
   });
   source.addEventListener("alert", () => loadAlerts().then(scheduleDraw));

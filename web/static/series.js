@@ -11,7 +11,7 @@ export async function fetchJson(url, options) {
 }
 
 // A metric of one run over [from, to] (the whole run when absent), as
-//   { key, steps, line, min, max, times, bucketed, sparse }
+//   { key, steps, line, min, max, times, bucketed, sparse, bucketSteps }
 // At most `width` buckets: each is drawn at its last step, its line is the
 // bucket's mean, its band min..max, its time the wall time of its last step.
 // Ranges narrower than twice the width come as stored points (line = min = max).
@@ -33,7 +33,30 @@ export async function loadSeries(runBase, key, { from, to, width }) {
   // held-out loss every 250 steps. Drawn as measured, never smoothed.
   const span = s.steps.length > 1 ? s.steps.at(-1) - s.steps[0] + 1 : 1;
   s.sparse = s.steps.length > 1 && s.steps.length < 0.5 * Math.min(span, width);
+  s.bucketSteps = s.bucketed && s.steps.length > 1 ? Math.max(1, Math.round(span / s.steps.length)) : 1;
   return s;
+}
+
+// A point that arrived live. It folds into a trailing bucket as wide as the
+// loaded ones (min, max, running mean, last step and time), so a page left
+// open on a fast run grows by buckets, not by steps; a non-finite value always
+// gets an element of its own.
+export function appendLive(s, step, value, time) {
+  const n = s.steps.length;
+  const fold = s.tailCount > 0 && step - s.tailStart < s.bucketSteps &&
+               Number.isFinite(value) && Number.isFinite(s.line[n - 1]);
+  if (!fold) {
+    s.steps.push(step); s.line.push(value); s.min.push(value); s.max.push(value); s.times.push(time);
+    s.tailStart = step;
+    s.tailCount = 1;
+    return;
+  }
+  s.tailCount++;
+  s.line[n - 1] += (value - s.line[n - 1]) / s.tailCount;
+  s.min[n - 1] = Math.min(s.min[n - 1], value);
+  s.max[n - 1] = Math.max(s.max[n - 1], value);
+  s.steps[n - 1] = step;
+  s.times[n - 1] = time;
 }
 
 // JSON carries infinities as strings and NaN as null: numbers or null here.
