@@ -1,6 +1,7 @@
 #include "detectors/postmortem.h"
 
 #include "detectors/detector.h"
+#include "detectors/report_chart.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -18,24 +19,17 @@ namespace {
 
 constexpr int64_t kAll = std::numeric_limits<int64_t>::max() / 2;
 
-std::vector<double> values(telemetry::Reader& r, int64_t run, const char* key) {
-    std::vector<double> out;
-    for (const auto& p : r.series(run, key, 0, kAll)) out.push_back(p.value);
+constexpr size_t kChartBuckets = 300;
+
+std::vector<std::pair<double, double>> points(telemetry::Reader& r, int64_t run, const char* key) {
+    std::vector<std::pair<double, double>> out;
+    for (const auto& p : r.series(run, key, 0, kAll)) out.push_back({(double)p.step, p.value});
     return out;
 }
 
-// Exponential moving average of (step, value) points, thinned to at most
-// `max_points`: a curve that shows the trend under batch-to-batch noise.
-std::vector<std::pair<double, double>> smoothed(const std::vector<std::pair<double, double>>& points, double beta,
-                                                size_t max_points) {
-    std::vector<std::pair<double, double>> out;
-    size_t every = std::max<size_t>(1, (points.size() + max_points - 1) / max_points);
-    double ema = NAN;
-    for (size_t i = 0; i < points.size(); i++) {
-        double v = points[i].second;
-        if (std::isfinite(v)) ema = std::isfinite(ema) ? beta * ema + (1 - beta) * v : v;
-        if (i % every == every - 1 || i + 1 == points.size()) out.push_back({points[i].first, ema});
-    }
+std::vector<double> values(telemetry::Reader& r, int64_t run, const char* key) {
+    std::vector<double> out;
+    for (const auto& p : r.series(run, key, 0, kAll)) out.push_back(p.value);
     return out;
 }
 
@@ -55,59 +49,17 @@ void flatten(const nlohmann::json& j, const std::string& prefix, std::map<std::s
     }
 }
 
-std::string escape(const std::string& s) {
-    std::string out;
-    for (char c : s) {
-        if (c == '<') out += "&lt;";
-        else if (c == '>') out += "&gt;";
-        else if (c == '&') out += "&amp;";
-        else if (c == '"') out += "&quot;";
-        else out += c;
-    }
-    return out;
-}
-
 std::string num(double v, const char* spec = "{:.4f}") { return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : "-"; }
 
 const char* kColors[] = {"#1f6feb", "#d4770c", "#2da44e", "#8250df", "#cf222e", "#57606a"};
 
-using Curve = std::vector<std::pair<double, double>>;
-
-// One chart: every run's curve as an SVG polyline over shared axes.
-std::string svg_chart(const std::string& title, const std::vector<RunPostmortem>& runs,
-                      const std::function<Curve(const RunPostmortem&)>& curve_of, bool log_scale,
-                      const char* x_label = "step") {
-    std::vector<Curve> curves;
-    for (const auto& r : runs) curves.push_back(curve_of(r));
-    const double W = 640, H = 260, L = 56, R = 12, T = 28, B = 30;
-    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
-    auto ty = [&](double v) { return log_scale ? std::log10(std::max(v, 1e-12)) : v; };
-    for (const auto& c : curves)
-        for (auto [x, y] : c)
-            if (std::isfinite(y)) x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, ty(y)), y1 = std::max(y1, ty(y));
-    std::string out = fmt::format(R"(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" role="img"><title>{}</title>)"
-                                  R"(<text x="{}" y="18" font-weight="600">{}</text>)",
-                                  W, H, escape(title), L, escape(title));
-    if (!std::isfinite(x0)) return out + "<text x=\"60\" y=\"120\">no data</text></svg>";
-    if (x1 == x0) x1 = x0 + 1;
-    if (y1 == y0) y1 = y0 + 1;
-    auto px = [&](double x) { return L + (x - x0) / (x1 - x0) * (W - L - R); };
-    auto py = [&](double y) { return T + (1 - (ty(y) - y0) / (y1 - y0)) * (H - T - B); };
-    out += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#ccc"/>)", L, T, W - L - R, H - T - B);
-    for (int i = 0; i <= 4; i++) {
-        double v = y0 + (y1 - y0) * i / 4, y = T + (1 - i / 4.0) * (H - T - B);
-        out += fmt::format(R"(<text x="{}" y="{}" font-size="11" text-anchor="end">{}</text>)", L - 4, y + 4,
-                           log_scale ? fmt::format("{:.3g}", std::pow(10, v)) : fmt::format("{:.3g}", v));
-    }
-    out += fmt::format(R"(<text x="{}" y="{}" font-size="11">{} {:.0f}</text><text x="{}" y="{}" font-size="11" text-anchor="end">{:.0f}</text>)",
-                       L, H - 10, x_label, x0, W - R, H - 10, x1);
-    for (size_t i = 0; i < runs.size(); i++) {
-        std::string points;
-        for (auto [x, y] : curves[i])
-            if (std::isfinite(y)) points += fmt::format("{:.1f},{:.1f} ", px(x), py(y));
-        out += fmt::format(R"(<polyline fill="none" stroke="{}" stroke-width="1.5" points="{}"/>)", kColors[i % 6], points);
-    }
-    return out + "</svg>";
+// Each run's curve in the run's colour; on charts by step, with its alerts marked.
+std::vector<ChartLine> chart_lines(const std::vector<RunPostmortem>& runs,
+                                   const std::function<Curve(const RunPostmortem&)>& curve_of, bool by_step) {
+    std::vector<ChartLine> lines;
+    for (size_t i = 0; i < runs.size(); i++)
+        lines.push_back({curve_of(runs[i]), kColors[i % 6], by_step ? runs[i].alert_steps : std::vector<int64_t>{}});
+    return lines;
 }
 
 // Checkpoint evaluations by "task/metric", each metric's "_stderr" row folded
@@ -136,10 +88,10 @@ std::string evals_html(const std::vector<RunPostmortem>& runs) {
         for (const auto& [k, _] : r.evals) keys.insert(k);
     if (keys.empty()) return "";
     std::string h = "<h2>Checkpoint evaluations</h2><table><tr><th>task/metric</th>";
-    for (const auto& r : runs) h += "<th>" + escape(r.name) + "</th>";
+    for (const auto& r : runs) h += "<th>" + html_escape(r.name) + "</th>";
     h += "</tr>";
     for (const std::string& k : keys) {
-        h += "<tr><td><code>" + escape(k) + "</code></td>";
+        h += "<tr><td><code>" + html_escape(k) + "</code></td>";
         for (const auto& r : runs) {
             auto it = r.evals.find(k);
             if (it == r.evals.end() || it->second.empty()) {
@@ -154,12 +106,15 @@ std::string evals_html(const std::vector<RunPostmortem>& runs) {
     }
     h += "</table><p>The last scored checkpoint of each run, ± one standard error.</p>";
     for (const std::string& k : keys) {
-        h += svg_chart(k + " by tokens seen", runs, [&](const RunPostmortem& r) {
+        h += svg_chart(k + " by tokens seen (band: ± one standard error)", chart_lines(runs, [&](const RunPostmortem& r) {
             Curve c;
             if (auto it = r.evals.find(k); it != r.evals.end())
-                for (const EvalPoint& p : it->second) c.push_back({(double)p.tokens, p.value});
+                for (const EvalPoint& p : it->second) {
+                    const double se = std::isfinite(p.stderr_) ? p.stderr_ : 0.0;
+                    c.push_back({(double)p.tokens, p.value - se, p.value + se, p.value});
+                }
             return c;
-        }, false, "tokens");
+        }, false), false, "tokens");
     }
     return h;
 }
@@ -207,7 +162,7 @@ std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vect
         p.spike_lengths = spike_episode_lengths(grad, 20, SpikeRule::Additive, 0.1);
         for (auto& [len, n] : p.spike_lengths) p.spike_episodes += n;
         if (p.spike_episodes) p.one_step_spike_share = (double)p.spike_lengths[1] / p.spike_episodes;
-        for (const auto& a : reader.alerts(run->id)) p.alerts[a.kind]++;
+        for (const auto& a : reader.alerts(run->id)) p.alerts[a.kind]++, p.alert_steps.push_back(a.step);
         if (!tps.empty()) {
             std::nth_element(tps.begin(), tps.begin() + tps.size() / 2, tps.end());
             p.tokens_per_s = tps[tps.size() / 2];
@@ -217,7 +172,7 @@ std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vect
         // mixed an fp32 master weight, its bf16 copy, an fp32 gradient and fp32 moments.
         static const std::map<std::string, double> bytes = {{"fp32", 16}, {"bf16", 8}, {"bf16_sr", 8}, {"mixed", 18}};
         if (bytes.count(p.precision)) p.state_bytes_per_param = bytes.at(p.precision);
-        p.loss_curve = smoothed(loss_points, 0.9, 300);
+        p.loss_curve = envelopes(loss_points, kChartBuckets);
         if (out.empty()) {
             for (auto [step, v] : loss_points) first_loss[(int64_t)step] = v;
         } else {
@@ -234,10 +189,10 @@ std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vect
                 p.loss_gap = sum / w;
                 for (size_t i = gap.size() - w; i < gap.size(); i++) sq += (gap[i].second - p.loss_gap) * (gap[i].second - p.loss_gap);
                 p.loss_gap_std = std::sqrt(sq / w);
-                p.gap_curve = smoothed(gap, 0.9, 300);
+                p.gap_curve = envelopes(gap, kChartBuckets);
             }
         }
-        for (const auto& b : reader.downsample(run->id, "grad_norm", 0, kAll, 300)) p.grad_curve.push_back({(double)b.last_step, b.max});
+        p.grad_curve = envelopes(points(reader, run->id, "grad_norm"), kChartBuckets);
         collect_evals(reader.evals(run->id), p.evals);
         out.push_back(std::move(p));
     }
@@ -287,7 +242,7 @@ code{font-size:12px}</style></head><body><h1>hlat post-mortem</h1>)";
                          R"(<td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td>)"
                          R"(<td class="n">{}</td><td class="n">{}</td>)"
                          R"(<td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td></tr>)",
-                         kColors[i % 6], escape(r.name), escape(r.precision), escape(r.status), r.steps, num(r.final_loss),
+                         kColors[i % 6], html_escape(r.name), html_escape(r.precision), html_escape(r.status), r.steps, num(r.final_loss),
                          num(r.best_loss), num(r.final_heldout), num(r.best_heldout), num(r.loss_variance, "{:.5f}"),
                          num(r.loss_gap, "{:+.4f}"), num(r.loss_gap_std, "{:.4f}"),
                          num(r.grad_trend, "{:.2f}x"), r.spike_episodes, num(100 * r.one_step_spike_share, "{:.0f}%"), alerts,
@@ -298,23 +253,26 @@ code{font-size:12px}</style></head><body><h1>hlat post-mortem</h1>)";
                      "over the last 50 (with one seed and data order the batch-to-batch swings cancel, leaving what the "
                      "setting did); grad-norm trend: mean of the last quarter over the second quarter; spike episodes by "
                      "the paper's rule (running mean of 20 + 0.1).</p>",
-                     runs.empty() ? "the first run" : escape(runs[0].name));
-    h += svg_chart("training loss (EMA 0.9)", runs, [](const RunPostmortem& r) { return r.loss_curve; }, false);
+                     runs.empty() ? "the first run" : html_escape(runs[0].name));
+    h += "<p>Charts by step: each band spans the lowest to the highest value of a bucket of steps (at most "
+         + std::to_string(kChartBuckets) + " buckets), the line is the bucket's mean, so a one-step spike shows "
+         "at any length; triangles mark the steps of alerts.</p>";
+    h += svg_chart("training loss", chart_lines(runs, [](const RunPostmortem& r) { return r.loss_curve; }, true), false);
     if (runs.size() > 1)
-        h += svg_chart(fmt::format("loss minus {}'s at the same step (EMA 0.9)", runs[0].name), runs,
-                       [](const RunPostmortem& r) { return r.gap_curve; }, false);
-    h += svg_chart("grad norm (bucket maxima, log scale)", runs, [](const RunPostmortem& r) { return r.grad_curve; }, true);
+        h += svg_chart(fmt::format("loss minus {}'s at the same step", runs[0].name),
+                       chart_lines(runs, [](const RunPostmortem& r) { return r.gap_curve; }, true), false);
+    h += svg_chart("grad norm (log scale)", chart_lines(runs, [](const RunPostmortem& r) { return r.grad_curve; }, true), true);
     h += evals_html(runs);
     h += "<h2>Config differences</h2>";
     if (differences.empty()) {
         h += "<p>The configs are identical.</p>";
     } else {
         h += "<table><tr><th>field</th>";
-        for (const auto& r : runs) h += "<th>" + escape(r.name) + "</th>";
+        for (const auto& r : runs) h += "<th>" + html_escape(r.name) + "</th>";
         h += "</tr>";
         for (const auto& [k, vals] : differences) {
-            h += "<tr><td><code>" + escape(k) + "</code></td>";
-            for (const auto& v : vals) h += "<td><code>" + escape(v) + "</code></td>";
+            h += "<tr><td><code>" + html_escape(k) + "</code></td>";
+            for (const auto& v : vals) h += "<td><code>" + html_escape(v) + "</code></td>";
             h += "</tr>";
         }
         h += "</table>";
@@ -323,13 +281,13 @@ code{font-size:12px}</style></head><body><h1>hlat post-mortem</h1>)";
     for (const auto& r : runs) {
         std::string lengths;
         for (auto& [len, n] : r.spike_lengths) lengths += fmt::format("{}: {}  ", len, n);
-        h += "<tr><td>" + escape(r.name) + "</td><td>" + (lengths.empty() ? "-" : lengths) + "</td></tr>";
+        h += "<tr><td>" + html_escape(r.name) + "</td><td>" + (lengths.empty() ? "-" : lengths) + "</td></tr>";
     }
     h += "</table><h2>Alerts</h2><table><tr><th>run</th><th>by kind</th></tr>";
     for (const auto& r : runs) {
         std::string kinds;
-        for (auto& [k, n] : r.alerts) kinds += fmt::format("{} × {}  ", escape(k), n);
-        h += "<tr><td>" + escape(r.name) + "</td><td>" + (kinds.empty() ? "none" : kinds) + "</td></tr>";
+        for (auto& [k, n] : r.alerts) kinds += fmt::format("{} × {}  ", html_escape(k), n);
+        h += "<tr><td>" + html_escape(r.name) + "</td><td>" + (kinds.empty() ? "none" : kinds) + "</td></tr>";
     }
     return h + "</table></body></html>\n";
 }

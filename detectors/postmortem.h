@@ -6,6 +6,7 @@
 // curves as inline SVG. Used by `hlat compare`.
 #pragma once
 
+#include "detectors/report_chart.h"
 #include "telemetry/reader.h"
 
 #include <map>
@@ -39,9 +40,10 @@ struct RunPostmortem {
     // the setting itself did. NaN for the first run.
     double loss_gap = NAN;            // mean of (loss - first run's loss) over the last `window` common steps
     double loss_gap_std = NAN;        // standard deviation of that difference: the noise the setting adds
-    // (step, value), at most ~300 points: the loss EMA-smoothed (0.9), the grad
-    // norm as bucket maxima, the smoothed loss gap.
-    std::vector<std::pair<double, double>> loss_curve, grad_curve, gap_curve;
+    std::vector<int64_t> alert_steps;
+    // By step, at most 300 envelopes each (min, max and mean of a bucket of
+    // steps): the training loss, the grad norm, the loss gap.
+    Curve loss_curve, grad_curve, gap_curve;
     // "task/metric" -> its evaluations in checkpoint order (standard errors
     // folded in; the trainer's own held-out loss is final_heldout above).
     std::map<std::string, std::vector<EvalPoint>> evals;

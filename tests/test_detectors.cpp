@@ -3,8 +3,10 @@
 // stops the run cleanly, and the webhook delivers.
 #include "detectors/config.h"
 #include "detectors/detector.h"
+#include "detectors/postmortem.h"
 #include "detectors/replay.h"
 #include "telemetry/reader.h"
+#include "telemetry/writer.h"
 #include "test_util.h"
 #include "trainer/checkpoint.h"
 #include "web/server.h"
@@ -119,6 +121,50 @@ std::string config_error(const nlohmann::json& j) {
         return e.what();
     }
     return "";
+}
+
+// The report's charts on a 20,000-step run with one-step spikes: with 300
+// buckets, each spike is the top of its bucket's band, and the alert steps
+// are marked on the charts by step.
+TEST(PostmortemReport, ChartsAreEnvelopesWithAlertMarkers) {
+    test::ScratchDir dir("postmortem_envelopes");
+    const std::map<int64_t, double> grad_spikes = {{1234, 4.29}, {8715, 2.02}, {15001, 1.5}};
+    {
+        telemetry::Writer w(dir.file("s.db"));
+        telemetry::RunRecord r;
+        r.name = "long";
+        r.precision = "bf16";
+        int64_t id = w.open_run(r, false);
+        std::vector<telemetry::MetricPoint> pts;
+        for (int64_t step = 0; step < 20000; step++) {
+            const double grad = grad_spikes.count(step) ? grad_spikes.at(step) : 0.5 + 0.01 * (step % 7);
+            pts.push_back({"grad_norm", step, grad, 1000.0 + step});
+            pts.push_back({"loss", step, step == 8715 ? 9.5 : 3.0 + 0.01 * (step % 5), 1000.0 + step});
+        }
+        w.metrics(id, std::move(pts));
+        w.alert(id, {"grad_spike", "warning", 8715, "a spike", "{}", 9715.0});
+    }
+    telemetry::Reader reader(dir.file("s.db"));
+    auto runs = postmortem(reader, {"long"});
+    ASSERT_EQ(runs.size(), 1u);
+    const RunPostmortem& r = runs[0];
+    ASSERT_LE(r.grad_curve.size(), 300u);
+    for (auto [step, value] : grad_spikes) {
+        auto bucket = std::find_if(r.grad_curve.begin(), r.grad_curve.end(), [&](const Envelope& e) { return e.x >= step; });
+        ASSERT_NE(bucket, r.grad_curve.end());
+        EXPECT_EQ(bucket->hi, value) << "the spike at step " << step << " tops its bucket's band";
+        EXPECT_LT(bucket->mean, 0.6) << "the line is the bucket's mean";
+    }
+    double loss_top = 0.0;
+    for (const Envelope& e : r.loss_curve) loss_top = std::max(loss_top, e.hi);
+    EXPECT_EQ(loss_top, 9.5) << "the loss outlier is inside the loss band";
+    EXPECT_EQ(r.alert_steps, std::vector<int64_t>{8715});
+    const std::string html = postmortem_html(runs, {});
+    EXPECT_NE(html.find(R"(<polygon class="band")"), std::string::npos);
+    size_t markers = 0;
+    for (size_t at = html.find(R"(data-step="8715")"); at != std::string::npos; at = html.find(R"(data-step="8715")", at + 1))
+        markers++;
+    EXPECT_EQ(markers, 2u) << "the alert is marked on the loss and grad-norm charts";
 }
 
 TEST(DetectorConfig, BadSettingsAreNamed) {

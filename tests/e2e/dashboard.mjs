@@ -178,6 +178,17 @@ try {
         `a live page keeps only its charts (${live.synced} synced, ${live.charts} drawn) and re-buckets ` +
         `(${live.points} loss points for ${live.last} steps)`);
 
+  // A key outside the default layout, picked while the run is live, is drawn
+  // and joins the live stream.
+  await page.click("#picker summary");
+  await page.check('#picker input[value="step_s"]');
+  await page.waitForFunction(() => window.hlatDashboard.streamedKeys().includes("step_s") &&
+                             window.hlatDashboard.series.step_s?.steps.length > 0, null, { timeout: 10000 });
+  const picked = await page.evaluate(() => window.hlatDashboard.series.step_s.steps.at(-1));
+  await page.waitForFunction((p) => window.hlatDashboard.series.step_s.steps.at(-1) > p, picked, { timeout: 10000 });
+  check(true, "a metric picked while the run is live is drawn and streamed");
+  await page.click("#picker summary");
+
   let answer = "wrong-token";
   let question = "";
   page.on("dialog", (d) => {

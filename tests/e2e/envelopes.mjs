@@ -6,7 +6,7 @@
 // restores the view. Saves the screenshots README shows.
 // usage: node envelopes.mjs HLAT_BINARY WORK_DIR
 import { spawn, spawnSync } from "node:child_process";
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { check, finish, freshDir, launchChromium } from "./harness.mjs";
 
@@ -126,6 +126,26 @@ try {
   });
   check(markers === "", `a red marker is drawn at every alert step ${markers}`);
 
+  // SVG export: the grad-norm chart as vectors, its band reaching the highest
+  // planted spike and a mark per alert; the button downloads the same file.
+  const highest = Math.max(...Object.values(GRAD_SPIKES.a));
+  const [download] = await Promise.all([page.waitForEvent("download"),
+                                        page.click('.chart[data-panel="grad_norm"] .chart-tools .svg')]);
+  const svgFile = readFileSync(await download.path(), "utf8");
+  const svg = await page.evaluate(([text, highest]) => {
+    const doc = new DOMParser().parseFromString(text, "image/svg+xml");
+    if (doc.querySelector("parsererror")) return "does not parse";
+    const u = window.hlatDashboard.charts.grad_norm;
+    const top = Math.min(...[...doc.querySelectorAll("polygon")].flatMap((p) =>
+      p.getAttribute("points").trim().split(" ").map((xy) => Number(xy.split(",")[1]))));
+    const expected = u.bbox.top / devicePixelRatio + 24 + u.valToPos(highest, "y");
+    const marks = doc.querySelectorAll("path.mark").length;
+    return `${doc.querySelectorAll("polyline").length > 0 ? "lines" : "no lines"}, band top ${Math.abs(top - expected) < 1 ? "at" : "off"} ` +
+           `the highest spike, ${marks === window.hlatDashboard.alerts.length ? "a mark per alert" : `${marks} marks`}, ` +
+           `${text === window.hlatDashboard.svg("grad_norm") ? "downloaded" : "download differs"}`;
+  }, [svgFile, highest]);
+  check(svg === "lines, band top at the highest spike, a mark per alert, downloaded", `SVG export of a chart (${svg})`);
+
   await page.selectOption("#x-axis", "time");
   const times = await page.evaluate(() => {
     const xs = window.hlatDashboard.charts.loss.data[0];
@@ -192,6 +212,13 @@ try {
   await page.waitForFunction(() => window.hlatCompare.key === "loss", null, { timeout: 10000 });
   bad = await page.evaluate(spikesDrawn("window.hlatCompare.chart", "long-b max", ORANGE, LOSS_SPIKES.b.map((s) => [s, 2 + 4 * Math.exp(-s / 3000) + 3])));
   check(bad === "", `compare: every loss spike of long-b is inside its envelope ${bad}`);
+  const compareCsv = await page.evaluate(() => window.hlatCompare.csv());
+  const header = compareCsv.split("\n")[0].split(",");
+  const maxCol = header.indexOf("long-b:max");
+  const tops = new Set(compareCsv.trim().split("\n").slice(1).map((row) => Number(row.split(",")[maxCol])));
+  const planted = LOSS_SPIKES.b.map((s) => 2 + 4 * Math.exp(-s / 3000) + 3);
+  const missing = planted.filter((v) => ![...tops].some((t) => Math.abs(t - v) < 0.05));
+  check(maxCol > 0 && missing.length === 0, `compare's CSV export carries each run's envelope (${missing.length} planted spikes missing)`);
   await page.screenshot({ path: path.join(work, "compare.png"), fullPage: false });
 } catch (e) {
   check(false, `browser checks: ${e.message}`);

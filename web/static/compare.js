@@ -3,6 +3,7 @@
 // aligned by step, tokens or wall time since its start, and the config fields
 // in which the runs differ. The URL holds the view.
 import { COLORS, fetchJson as json, loadSeries, envelopeParts, yTicks } from "./series.js";
+import { downloadPng, downloadSvg, chartSvg } from "./chart_export.js";
 
 const params = new URLSearchParams(location.search);
 const names = (params.get("runs") || "").split(",").filter(Boolean);
@@ -40,7 +41,7 @@ function showDiff(runs) {
 }
 
 // Exposed for the end-to-end test.
-const state = (window.hlatCompare = { series: [], chart: null, key: null });
+const state = (window.hlatCompare = { series: [], chart: null, key: null, svg: () => chartSvg(state.chart), csv: () => chartCsv() });
 
 // x of a run's point: its step, its tokens seen, or seconds since its first point.
 function aligner(align, s, tokensPerStep) {
@@ -109,8 +110,37 @@ async function start() {
   await draw();
 }
 
+// The chart's data as CSV: x, then each run's line (bucket mean or value)
+// and its envelope (bucket min and max), one row per x of the chart.
+function chartCsv() {
+  const runs = state.series.filter(Boolean);
+  const rows = new Map();
+  runs.forEach((r, k) => r.s.steps.forEach((x, i) => {
+    if (x === null) return;
+    if (!rows.has(x)) rows.set(x, new Array(3 * runs.length).fill(""));
+    rows.get(x).splice(3 * k, 3, r.s.line[i] ?? "", r.s.min[i] ?? "", r.s.max[i] ?? "");
+  }));
+  const header = [$("#align").value, ...runs.flatMap((r) => [r.name, `${r.name}:min`, `${r.name}:max`])];
+  return [header, ...[...rows].sort((a, b) => a[0] - b[0]).map(([x, cells]) => [x, ...cells])]
+    .map((row) => row.map((c) => (/[",\n]/.test(String(c)) ? `"${String(c).replace(/"/g, '""')}"` : c)).join(","))
+    .join("\n") + "\n";
+}
+
+function exports() {
+  const name = () => `compare-${state.key}`;
+  $("#png").addEventListener("click", () => state.chart && downloadPng(state.chart, name()));
+  $("#svg").addEventListener("click", () => state.chart && downloadSvg(state.chart, name()));
+  $("#csv").addEventListener("click", () => {
+    const a = Object.assign(document.createElement("a"), { download: `${name()}.csv` });
+    a.href = URL.createObjectURL(new Blob([chartCsv()], { type: "text/csv" }));
+    a.click();
+    setTimeout(() => URL.revokeObjectURL(a.href), 1000);
+  });
+}
+
 function fail(e) {
   $("#message").textContent = `Cannot compare: ${e.message}`;
 }
 
+exports();
 start().catch(fail);

@@ -5,7 +5,8 @@
 // zooms to them; grad-norm spike episodes are shaded from the full-resolution
 // data (server side). Every key the run has can be drawn (the metric picker);
 // the URL holds the view, so a link restores it.
-import { COLORS, fetchJson, loadSeries, appendLive, envelopeParts, yTicks, rangeFrom, downloadPng } from "./series.js";
+import { COLORS, fetchJson, loadSeries, appendLive, envelopeParts, yTicks, rangeFrom } from "./series.js";
+import { chartSvg, downloadPng, downloadSvg } from "./chart_export.js";
 import { evalPanels, drawEvalPanel } from "./eval_panels.js";
 import { loadUptime } from "./uptime.js";
 
@@ -93,6 +94,9 @@ function xOf(step, time) {
   if (state.xAxis === "time") return time ?? null;
   return step;
 }
+
+const alertXs = () => state.alerts.map((a) => xOf(a.step, a.time)).filter((x) => x !== null);
+state.svg = (panelId) => chartSvg(state.charts[panelId], alertXs());  // for the end-to-end test
 
 // uPlot data for a panel: x = the union of its keys' steps (as steps, tokens
 // or time), then each key's envelope parts.
@@ -192,7 +196,9 @@ function chartBox(panel) {
     href: api(`/csv?keys=${panel.keys.map(encodeURIComponent).join(",")}${range}`) });
   const png = Object.assign(document.createElement("button"), { type: "button", className: "png", textContent: "PNG" });
   png.addEventListener("click", () => downloadPng(state.charts[panel.id], `${runName}-${panel.id}`));
-  tools.append(log, csv, png);
+  const svg = Object.assign(document.createElement("button"), { type: "button", className: "svg", textContent: "SVG" });
+  svg.addEventListener("click", () => downloadSvg(state.charts[panel.id], `${runName}-${panel.id}`, alertXs()));
+  tools.append(log, csv, png, svg);
   const tip = document.createElement("div");
   tip.className = "alert-tip";
   box.append(tools, tip);
@@ -295,7 +301,7 @@ function showPicker() {
       box.addEventListener("change", () => {
         box.checked ? state.shown.add(k) : state.shown.delete(k);
         saveView();
-        load();
+        load().then(() => source && listen());
       });
       label.append(box, k);
       fieldset.append(label);
@@ -399,10 +405,17 @@ function rebucketSoon() {
 
 // Live: new points, alerts and status arrive as events. Appended to the
 // series as points (the next load turns them into buckets again).
+// Opened again when the picker shows a key the stream does not carry yet.
+let source = null;
+let streamed = new Set();
+state.streamedKeys = () => [...streamed];  // for the end-to-end test
 function listen() {
   // The default layout's keys and whatever the picker shows (custom keys included).
   const keys = [...new Set([...DEFAULT_KEYS, ...(state.shown ?? []), "tokens_seen"])];
-  const source = new EventSource(api(`/stream?keys=${encodeURIComponent(keys.join(","))}` +
+  if (source && keys.every((k) => streamed.has(k))) return;
+  source?.close();
+  streamed = new Set(keys);
+  source = new EventSource(api(`/stream?keys=${encodeURIComponent(keys.join(","))}` +
                                      `&after=${Math.max(state.lastStep, -1)}`));
   source.addEventListener("open", () => { state.streaming = true; showStatus(state.status); });
   source.addEventListener("error", () => { state.streaming = false; showStatus(state.status); });
@@ -420,9 +433,6 @@ function listen() {
     scheduleDraw();
   });
   source.addEventListener("alert", () => loadAlerts().then(scheduleDraw));
-  // Evaluations come from another process (`hlat eval --watch`), often after
-  // training has ended: looked for every 10 s.
-  setInterval(() => loadEvals().then((changed) => changed && scheduleDraw()).catch(() => {}), 10000);
   source.addEventListener("status", (e) => {
     const { status } = JSON.parse(e.data);
     showStatus(status);
@@ -475,4 +485,7 @@ if (!runName) {
   document.title = `hlat · ${runName}`;
   controls();
   load().then(() => { saveView(); listen(); });
+  // Evaluations come from another process (`hlat eval --watch`), often after
+  // training has ended: looked for every 10 s.
+  setInterval(() => loadEvals().then((changed) => changed && scheduleDraw()).catch(() => {}), 10000);
 }

@@ -142,11 +142,3 @@ export function rangeFrom(fromX) {
     return [lo - pad, hi + pad];
   };
 }
-
-// Saves a chart's canvas as a PNG file.
-export function downloadPng(u, name) {
-  const a = document.createElement("a");
-  a.href = u.ctx.canvas.toDataURL("image/png");
-  a.download = `${name}.png`;
-  a.click();
-}
