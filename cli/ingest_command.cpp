@@ -8,6 +8,7 @@
 #include "telemetry/ingest.h"
 #include "telemetry/reader.h"
 #include "telemetry/tensorboard.h"
+#include "telemetry/untrusted_text.h"
 #include "telemetry/writer.h"
 
 #include <boost/program_options.hpp>
@@ -65,6 +66,7 @@ struct Options {
     std::string store, run, file, pattern;
     LogFormat format = LogFormat::Jsonl;
     bool auto_format = true, follow = false, resume = false;
+    bool skip_bad_lines = false;  // --on-bad-line=skip (the default under --follow)
     double idle_exit = 0.0;
     KeyMap rename;
     nlohmann::json config, meta = nlohmann::json::object();
@@ -96,7 +98,8 @@ RunRecord run_record(const Options& o, const std::string& name) {
     meta["format"] = format_name(o.format);
     meta["halt"] = o.follow ? o.on_halt.how : "none";
     if (o.on_halt.how == "signal") meta["halt_pid"] = o.on_halt.pid, meta["halt_signal"] = o.on_halt.signal;
-    r.meta = meta.dump();
+    meta["ingest_pid"] = (int64_t)getpid();  // `hlat serve` marks the run stale at once if this process is gone
+    r.meta = safe_dump(meta);
     char host[256] = {0};
     gethostname(host, sizeof host - 1);
     r.host = host;
@@ -115,7 +118,7 @@ void warn_if_unwatched(const detectors::RunMonitor& m, const std::string& run, R
 // A finished import: its start and stop are the first and last record's
 // times, so uptime is that of the log, not of the import.
 void import_points(Writer& writer, const Options& o, const std::string& name, std::vector<MetricPoint> points,
-                   std::vector<Event> events) {
+                   std::vector<Event> events, const std::string& status = "finished") {
     double first = points.empty() ? now_seconds() : points.front().wall_time, last = first;
     int64_t last_step = 0;
     for (const MetricPoint& p : points) {
@@ -129,8 +132,8 @@ void import_points(Writer& writer, const Options& o, const std::string& name, st
     detectors::RunMonitor monitor(writer, reader, *reader.find_run(name));
     size_t n = points.size();
     auto fired = monitor.ingest(std::move(points), std::move(events));
-    writer.event(id, {"stop", last_step, last, "ingest finished"});
-    writer.set_status(id, "finished", now_seconds());
+    writer.event(id, {"stop", last_step, last, "ingest " + status});
+    writer.set_status(id, status, now_seconds());
     writer.flush();
     Reader after(o.store);
     warn_if_unwatched(monitor, name, after, id);
@@ -148,46 +151,73 @@ int import_tensorboard(const Options& o) {
     return 0;
 }
 
+// A whole log at once. Every good line is kept: at a bad line the import
+// stops (the lines before it stored, the run "stopped", exit 1) or, with
+// --on-bad-line=skip, records it as an ingest_error event and goes on.
 int import_lines(const Options& o, LineParser& parser, std::ifstream& in) {
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    ParsedBatch batch = parser.parse(text, now_seconds());  // a bad line: nothing written
-    if (batch.records == 0)
+    ParsedBatch all;
+    std::optional<BadLine> stopped_at;
+    long bad_lines = 0;
+    for (size_t pos = 0; pos < text.size();) {
+        std::optional<BadLine> bad;
+        ParsedBatch b = parser.parse_until_bad(std::string_view(text).substr(pos), now_seconds(), &bad);
+        all.records += b.records, all.skipped += b.skipped, all.stale += b.stale;
+        std::move(b.points.begin(), b.points.end(), std::back_inserter(all.points));
+        std::move(b.events.begin(), b.events.end(), std::back_inserter(all.events));
+        if (!bad) break;
+        if (pos + bad->next == text.size() && text.back() != '\n')
+            bad->message += " (the file ends without a newline: a write cut short?)";
+        all.events.push_back({"ingest_error", std::max<int64_t>(0, parser.last_step()), now_seconds(), bad->message});
+        if (!o.skip_bad_lines) {
+            stopped_at = bad;
+            break;
+        }
+        spdlog::error("{} (line skipped)", bad->message);
+        bad_lines++;
+        parser.skip_lines(1);
+        pos += bad->next;
+    }
+    if (all.records == 0 && !stopped_at && !bad_lines)
         throw IngestError(fmt::format("{}: no line is a record of format {}{}", o.file, format_name(o.format),
                                       o.format == LogFormat::Pattern ? " (does --pattern match its lines?)" : ""));
-    if (batch.skipped) spdlog::info("{}: {} lines are not records and were skipped", o.file, batch.skipped);
+    if (all.skipped) spdlog::info("{}: {} lines are not records and were skipped", o.file, all.skipped);
+    if (all.stale) spdlog::warn("{}: {} records at steps below an earlier one were skipped (a resumed trainer's "
+                                "repeated steps: the first values are kept)", o.file, all.stale);
     Writer writer(o.store);
-    import_points(writer, o, o.run, std::move(batch.points), std::move(batch.events));
-    return 0;
+    import_points(writer, o, o.run, std::move(all.points), std::move(all.events), stopped_at ? "stopped" : "finished");
+    if (!stopped_at) return 0;
+    spdlog::error("{}: the import stopped here; the {} records before it are stored (--on-bad-line=skip passes "
+                  "over bad lines)", stopped_at->message, all.records);
+    return 1;
 }
 
 }  // namespace
 
 namespace {
 
-// A followed log must not die at a bad line (monitoring would end at the very
-// step that matters): the chunk is parsed line by line instead, and each bad
-// line is logged and recorded as an ingest_error event.
-ParsedBatch parse_leniently(LineParser& parser, const std::string& chunk, Writer& writer, int64_t id) {
-    try {
-        return parser.parse(chunk, now_seconds());
-    } catch (const IngestError&) {
-    }
+// A followed chunk of complete lines. By default a followed log does not die
+// at a bad line (monitoring would end at the very step that matters): the line
+// is logged, recorded as an ingest_error event and passed over. With
+// --on-bad-line=stop, *stop holds the message and the rest of the chunk is left.
+ParsedBatch parse_followed(LineParser& parser, std::string_view chunk, bool skip, Writer& writer, int64_t id,
+                           std::string* stop) {
     ParsedBatch all;
-    size_t pos = 0;
-    while (pos < chunk.size()) {
-        size_t nl = chunk.find('\n', pos);
-        std::string line = chunk.substr(pos, nl == std::string::npos ? std::string::npos : nl + 1 - pos);
-        pos = nl == std::string::npos ? chunk.size() : nl + 1;
-        try {
-            ParsedBatch b = parser.parse(line, now_seconds());
-            all.records += b.records, all.skipped += b.skipped;
-            for (auto& p : b.points) all.points.push_back(std::move(p));
-            for (auto& e : b.events) all.events.push_back(std::move(e));
-        } catch (const IngestError& e) {
-            parser.skip_lines(1);
-            spdlog::error("{} (line skipped; following goes on)", e.what());
-            writer.event(id, {"ingest_error", std::max<int64_t>(0, parser.last_step()), now_seconds(), e.what()});
+    for (size_t pos = 0; pos < chunk.size();) {
+        std::optional<BadLine> bad;
+        ParsedBatch b = parser.parse_until_bad(chunk.substr(pos), now_seconds(), &bad);
+        all.records += b.records, all.skipped += b.skipped, all.stale += b.stale;
+        std::move(b.points.begin(), b.points.end(), std::back_inserter(all.points));
+        std::move(b.events.begin(), b.events.end(), std::back_inserter(all.events));
+        if (!bad) break;
+        writer.event(id, {"ingest_error", std::max<int64_t>(0, parser.last_step()), now_seconds(), bad->message});
+        if (!skip) {
+            *stop = bad->message;
+            break;
         }
+        spdlog::error("{} (line skipped; following goes on)", bad->message);
+        parser.skip_lines(1);
+        pos += bad->next;
     }
     return all;
 }
@@ -202,7 +232,7 @@ int follow_lines(const Options& o, LineParser& parser, std::ifstream& in) {
     detectors::RunMonitor monitor(writer, reader, *reader.find_run(o.run));
     std::signal(SIGINT, stop_following);
     std::signal(SIGTERM, stop_following);
-    std::string pending, status = "finished", halt_reason;
+    std::string pending, status = "finished", halt_reason, bad_line;
     auto last_growth = std::chrono::steady_clock::now();
     long values = 0;
     for (;;) {
@@ -215,11 +245,16 @@ int follow_lines(const Options& o, LineParser& parser, std::ifstream& in) {
         bool at_end = in.eof();
         in.clear();
         if (size_t cut = pending.rfind('\n'); cut != std::string::npos) {  // a partial last line waits
-            ParsedBatch b = parse_leniently(parser, pending.substr(0, cut + 1), writer, id);
+            ParsedBatch b = parse_followed(parser, std::string_view(pending).substr(0, cut + 1), o.skip_bad_lines, writer,
+                                           id, &bad_line);
             pending.erase(0, cut + 1);
             values += (long)b.points.size();
             monitor.ingest(std::move(b.points), std::move(b.events));
             writer.flush();
+            if (!bad_line.empty()) {
+                status = "stopped";
+                break;
+            }
         }
         if (halt_reason.empty()) {
             halt_reason = monitor.halt_reason();
@@ -251,6 +286,10 @@ int follow_lines(const Options& o, LineParser& parser, std::ifstream& in) {
     writer.flush();
     warn_if_unwatched(monitor, o.run, reader, id);
     spdlog::info("ingested {} values up to step {} into run \"{}\" of {}", values, parser.last_step(), o.run, o.store);
+    if (!bad_line.empty()) {
+        spdlog::error("{}: following stopped here (--on-bad-line=stop); every line before it is stored", bad_line);
+        return 1;
+    }
     return halted ? kExitHalted : 0;
 }
 
@@ -271,6 +310,16 @@ Options parse_ingest_options(const po::variables_map& vm) {
     o.resume = vm.count("resume") > 0;
     o.idle_exit = vm["idle-exit"].as<double>();
     o.on_halt = parse_on_halt(vm["on-halt"].as<std::string>());
+    const std::string on_bad = vm["on-bad-line"].as<std::string>();
+    if (on_bad != "default" && on_bad != "stop" && on_bad != "skip")
+        throw std::runtime_error(fmt::format("--on-bad-line {}: use stop or skip", excerpt(on_bad, 40)));
+    o.skip_bad_lines = on_bad == "skip" || (on_bad == "default" && o.follow);
+    try {
+        check_name(o.run, "--run");
+        check_json_depth(vm["config"].as<std::string>(), "--config");
+    } catch (const std::invalid_argument& e) {
+        throw std::runtime_error(e.what());
+    }
     if (!o.follow && o.on_halt.how != "none") throw std::runtime_error("--on-halt needs --follow");
     o.config = nlohmann::json::parse(vm["config"].as<std::string>(), nullptr, false);
     if (o.config.is_discarded() || !o.config.is_object()) throw std::runtime_error("--config is not a JSON object");
@@ -303,6 +352,10 @@ int ingest_command(int argc, char** argv) {
         ("follow", "keep reading as the file grows, until SIGINT/SIGTERM, --idle-exit or a halt")
         ("idle-exit", po::value<double>()->default_value(0.0),
          "with --follow: stop after this many seconds without new lines; 0 never")
+        ("on-bad-line", po::value<std::string>()->default_value("default"),
+         "stop: at a bad line, keep every line before it and stop (exit 1; the default for an import); skip: record "
+         "it as an ingest_error event and go on (the default with --follow). Either way the message names FILE:LINE "
+         "and quotes at most 200 bytes of the line")
         ("on-halt", po::value<std::string>()->default_value("none"),
          "with --follow, when a detector with the halt policy fires or the page asks for a halt: exit (with code 3) "
          "or signal:PID[:SIGNAL] (default SIGTERM, then exit 3 once PID is gone)");
@@ -314,9 +367,12 @@ int ingest_command(int argc, char** argv) {
                                 "to the\nwebhook and counted as for hlat train). JSONL: {\"step\": 10, \"loss\": 2.31, "
                                 "\"time\": 1700000000.5},\nbare NaN/Infinity allowed, null is a missing value. CSV: a "
                                 "header with a step column. llm.c's\nmain.log, TensorBoard event files (a file or a log "
-                                "directory), console lines with --pattern.\nA bad line rejects the whole import (with "
-                                "--follow: that line is skipped and recorded).\nExit codes: 0 done, 1 error, 3 halted "
-                                "(with --follow --on-halt).",
+                                "directory), console lines with --pattern.\nNo good line is lost: at a bad line an import "
+                                "keeps every line before it and stops (exit 1),\n--follow records it and goes on (see "
+                                "--on-bad-line); a partial last line waits under --follow.\nA step below the last one "
+                                "read (a resumed trainer logging steps again) is skipped and counted.\nLimits: run names "
+                                "and keys 1 to 200 bytes of UTF-8, JSON nested at most 64 deep.\nExit codes: 0 done, 1 "
+                                "error or stopped at a bad line, 3 halted (with --follow --on-halt).",
                                 "", &positional);
     if (!parsed) return 0;
     Options o = parse_ingest_options(*parsed);

@@ -10,7 +10,9 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 namespace hlat::cli {
@@ -19,6 +21,19 @@ namespace po = boost::program_options;
 namespace {
 volatile std::sig_atomic_t g_serve_stop = 0;
 extern "C" void stop_serving(int) { g_serve_stop = 1; }
+// --token-file, else HLAT_TOKEN, else --token (which `ps` shows to everyone).
+std::string token_from(const po::variables_map& vm) {
+    if (std::string file = vm["token-file"].as<std::string>(); !file.empty()) {
+        std::ifstream in(file);
+        std::string token;
+        if (!in || !std::getline(in, token) || token.empty())
+            throw std::runtime_error(fmt::format("--token-file {}: cannot read a token from its first line", file));
+        return token;
+    }
+    if (const char* env = std::getenv("HLAT_TOKEN"); env && *env) return env;
+    return vm["token"].as<std::string>();
+}
+
 }  // namespace
 
 int serve_command(int argc, char** argv) {
@@ -31,14 +46,20 @@ int serve_command(int argc, char** argv) {
         ("static", po::value<std::string>()->default_value(HLAT_WEB_DIR "/static"), "folder of the page")
         ("vendor", po::value<std::string>()->default_value(HLAT_WEB_DIR "/node_modules/uplot/dist"),
          "folder of uPlot's files (installed by npm in setup)")
-        ("token", po::value<std::string>()->default_value(""), "access token for state changes; empty: a random one")
+        ("token", po::value<std::string>()->default_value(""),
+         "access token for state changes (visible in ps: prefer --token-file or HLAT_TOKEN); empty: a random one")
+        ("token-file", po::value<std::string>()->default_value(""), "read the access token from this file's first line")
         ("create", "create the store if it does not exist (to receive runs from the Python client or HTTP ingest)")
         ("stale-after", po::value<double>()->default_value(300.0),
          "mark a run fed from outside (client, HTTP ingest, ingest --follow) stale after this many seconds "
          "without records; 0 never");
     auto parsed = parse_options(argc, argv, opts,
                                 "usage: hlat serve [--store FILE] [--port N]\n\nServes the JSON API (/api/v1, see "
-                                "README) and the page over a store.");
+                                "README) and the page over a store.\nThe token comes from --token-file, else the "
+                                "environment's HLAT_TOKEN, else --token, else a new random one.\nLimits: request "
+                                "bodies up to 64 MB (413 beyond; a request without the token is refused\nbefore its "
+                                "body is read), 32 worker threads of which event streams take at most 16 (503\nbeyond), "
+                                "JSON nested at most 64 deep, names and keys 1 to 200 bytes of UTF-8.");
     if (!parsed) return 0;
     const po::variables_map& vm = *parsed;
     int port = vm["port"].as<int>();
@@ -49,7 +70,9 @@ int serve_command(int argc, char** argv) {
     o.port = port;
     o.static_dir = vm["static"].as<std::string>();
     o.vendor_dir = vm["vendor"].as<std::string>();
-    o.token = vm["token"].as<std::string>();
+    o.token = token_from(vm);
+    if (!o.token.empty() && o.token.size() < 16)
+        throw std::runtime_error("the access token must be at least 16 characters (leave it out for a random one)");
     double stale_after = vm["stale-after"].as<double>();
     if (stale_after < 0) throw std::runtime_error("--stale-after must be >= 0 seconds");
     if (vm.count("create") && !std::filesystem::exists(o.store)) {

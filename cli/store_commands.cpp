@@ -3,6 +3,7 @@
 #include "cli/options.h"
 #include "telemetry/ingest.h"
 #include "telemetry/reader.h"
+#include "telemetry/untrusted_text.h"
 #include "telemetry/writer.h"
 
 #include <boost/program_options.hpp>
@@ -75,19 +76,21 @@ int runs_command(int argc, char** argv) {
                                                           {"training_seconds", r.uptime.training_seconds},
                                                           {"wall_seconds", r.uptime.wall_seconds},
                                                           {"restarts", r.uptime.restarts}}}}
-                                    .dump());
+                                    .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
         return 0;
     }
     if (runs.empty()) {
         fmt::print("no runs in {}\n", vm["store"].as<std::string>());
         return 0;
     }
+    // A name stored before names were checked may hold bytes that are not UTF-8: shown escaped.
+    auto shown = [](const std::string& name) { return telemetry::excerpt(name, 200, false); };
     size_t name_width = 4;
-    for (const RunSummary& r : runs) name_width = std::max(name_width, r.run.name.size());
+    for (const RunSummary& r : runs) name_width = std::max(name_width, shown(r.run.name).size());
     fmt::print("{:<{}}  {:<9}  {:<9}  {:>8}  {:>9}  {:>10}  {:>7}  {:>6}  {}\n", "RUN", name_width, "STATUS",
                "PRECISION", "STEPS", "LAST LOSS", "TOKENS", "UPTIME", "ALERTS", "STARTED");
     for (const RunSummary& r : runs) {
-        fmt::print("{:<{}}  {:<9}  {:<9}  {:>8}  {:>9}  {:>10}  {:>7}  {:>6}  {}\n", r.run.name, name_width,
+        fmt::print("{:<{}}  {:<9}  {:<9}  {:>8}  {:>9}  {:>10}  {:>7}  {:>6}  {}\n", shown(r.run.name), name_width,
                    r.run.status, r.run.precision.empty() ? "-" : r.run.precision,
                    r.last_step >= 0 ? std::to_string(r.last_step + 1) : "-", format_number(r.last_loss, "{:.4f}"),
                    format_number(r.tokens_seen, "{:.4g}"),

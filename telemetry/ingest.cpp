@@ -1,5 +1,7 @@
 #include "telemetry/ingest.h"
 
+#include "telemetry/untrusted_text.h"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -237,49 +239,85 @@ std::string LineParser::rename(std::string_view name) const {
 }
 
 ParsedBatch LineParser::parse(std::string_view text, double default_time) {
+    const std::vector<std::string> header = csv_header_;
+    const int64_t last = last_step_;
+    const long next = next_line_;
+    const std::set<std::string> keys = keys_at_last_step_;
+    std::optional<BadLine> bad;
+    ParsedBatch out = parse_until_bad(text, default_time, &bad);
+    if (bad) {
+        csv_header_ = header, last_step_ = last, next_line_ = next, keys_at_last_step_ = keys;
+        throw IngestError(bad->message);
+    }
+    return out;
+}
+
+ParsedBatch LineParser::parse_until_bad(std::string_view text, double default_time, std::optional<BadLine>* bad) {
     ParsedBatch out;
-    std::vector<std::string> header = csv_header_;
-    int64_t previous = last_step_;
-    long number = next_line_ - 1;
     size_t pos = 0;
     while (pos < text.size()) {
         size_t nl = text.find('\n', pos);
         std::string_view line = text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
         pos = nl == std::string_view::npos ? text.size() : nl + 1;
-        number++;
-        if (trim(line).empty()) continue;
-        auto bad = [&](const std::string& why) { return IngestError(fmt::format("{}:{}: {}", file_, number, why)); };
-        if (format_ == LogFormat::Csv && header.empty()) {
-            for (std::string_view f : split_csv(line)) {
-                if (f.empty()) throw bad("empty column name in the CSV header");
-                header.emplace_back(f);
-            }
-            if (std::find(header.begin(), header.end(), "step") == header.end())
-                throw bad("the CSV header has no \"step\" column");
-            continue;
+        const long number = next_line_++;
+        try {
+            parse_record(line, number, default_time, csv_header_, out);
+        } catch (const IngestError& e) {
+            next_line_--;  // the caller decides: skip_lines(1) passes over it
+            *bad = BadLine{number, e.what(), pos};
+            return out;
         }
-        Record r;
-        r.time = default_time;
-        parse_line(line, number, header, r);
-        if (!r.matched) {
-            out.skipped++;
-            continue;
-        }
-        if (!r.has_step) throw bad("no \"step\" field");
-        if (!(r.step >= 0) || r.step != std::floor(r.step) || r.step > 9e15)
-            throw bad(fmt::format("step {} is not a non-negative integer", r.step));
-        int64_t step = (int64_t)r.step;
-        if (step < previous) throw bad(fmt::format("step {} goes backwards (after step {})", step, previous));
-        if (r.has_time && !std::isfinite(r.time)) throw bad("time is not a finite number");
-        previous = step;
-        out.records++;
-        if (!r.event.empty()) out.events.push_back({r.event, step, r.time, r.detail});
-        for (auto& [name, v] : r.fields) out.points.push_back({name, step, v, r.time});
     }
-    csv_header_ = std::move(header);
-    last_step_ = previous;
-    next_line_ = number + 1;
     return out;
+}
+
+// One line into `out` (a header row into `header`); throws IngestError
+// ("FILE:LINE: why") having added nothing when the line is bad.
+void LineParser::parse_record(std::string_view line, long number, double default_time,
+                              std::vector<std::string>& header, ParsedBatch& out) {
+    if (trim(line).empty()) return;
+    auto bad = [&](const std::string& why) { return IngestError(fmt::format("{}:{}: {}", file_, number, why)); };
+    if (format_ == LogFormat::Csv && header.empty()) {
+        std::vector<std::string> names;
+        for (std::string_view f : split_csv(line)) {
+            if (f.empty()) throw bad("empty column name in the CSV header");
+            names.emplace_back(f);
+        }
+        if (std::find(names.begin(), names.end(), "step") == names.end()) throw bad("the CSV header has no \"step\" column");
+        header = std::move(names);
+        return;
+    }
+    Record r;
+    r.time = default_time;
+    parse_line(line, number, header, r);
+    if (!r.matched) {
+        out.skipped++;
+        return;
+    }
+    if (!r.has_step) throw bad("no \"step\" field");
+    if (!(r.step >= 0) || r.step != std::floor(r.step) || r.step > 9e15)
+        throw bad(fmt::format("step {} is not a non-negative integer", r.step));
+    if (r.has_time && !std::isfinite(r.time)) throw bad("time is not a finite number");
+    for (const auto& [name, v] : r.fields) {
+        try {
+            check_name(name, "metric key");
+        } catch (const std::invalid_argument& e) {
+            throw bad(e.what());
+        }
+    }
+    const int64_t step = (int64_t)r.step;
+    if (step > last_step_) keys_at_last_step_.clear();
+    // A key the last step already had is a repeat too: its first value stays.
+    std::erase_if(r.fields, [&](const auto& f) { return step == last_step_ && keys_at_last_step_.count(f.first); });
+    if (step < last_step_ || (r.fields.empty() && r.event.empty() && step == last_step_)) {
+        out.stale++;
+        return;
+    }
+    last_step_ = step;
+    for (const auto& f : r.fields) keys_at_last_step_.insert(f.first);
+    out.records++;
+    if (!r.event.empty()) out.events.push_back({r.event, step, r.time, r.detail});
+    for (auto& [name, v] : r.fields) out.points.push_back({name, step, v, r.time});
 }
 
 void LineParser::parse_line(std::string_view line, long number, const std::vector<std::string>& header, Record& r) {
@@ -296,13 +334,13 @@ void LineParser::parse_csv(std::string_view line, long number, const std::vector
     auto bad = [&](const std::string& why) { return IngestError(fmt::format("{}:{}: {}", file_, number, why)); };
     std::vector<std::string_view> cells = split_csv(line);
     if (cells.size() != header.size())
-        throw bad(fmt::format("{} cells for {} columns", cells.size(), header.size()));
+        throw bad(fmt::format("{} cells for {} columns: {}", cells.size(), header.size(), excerpt(line)));
     for (size_t i = 0; i < cells.size(); i++) {
         std::string name = rename(header[i]);
         if (cells[i].empty() && name != "step") continue;  // a missing value
         double v;
         if (!parse_number(cells[i], &v))
-            throw bad(fmt::format("column \"{}\" is \"{}\", not a number", header[i], cells[i]));
+            throw bad(fmt::format("column {} is {}, not a number", excerpt(header[i], 64), excerpt(cells[i], 64)));
         r.take(name, v);
     }
     return;
@@ -310,8 +348,9 @@ void LineParser::parse_csv(std::string_view line, long number, const std::vector
 
 void LineParser::parse_jsonl(std::string_view line, long number, Record& r) {
     auto bad = [&](const std::string& why) { return IngestError(fmt::format("{}:{}: {}", file_, number, why)); };
+    if (json_depth(line) > kMaxJsonDepth) throw bad(fmt::format("nests arrays or objects more than {} deep", kMaxJsonDepth));
     nlohmann::json j = nlohmann::json::parse(quote_bare_nonfinite(line), nullptr, false);
-    if (j.is_discarded()) throw bad("not valid JSON");
+    if (j.is_discarded()) throw bad("not valid JSON: " + excerpt(line));
     if (!j.is_object()) throw bad("not a JSON object");
     for (auto it = j.begin(); it != j.end(); ++it) {
         double v;
@@ -323,7 +362,7 @@ void LineParser::parse_jsonl(std::string_view line, long number, Record& r) {
         if (it->is_number()) {
             v = it->get<double>();
         } else if (!(it->is_string() && parse_number(it->get<std::string>(), &v))) {
-            throw bad(fmt::format("field \"{}\" is {}, not a number", it.key(), it->dump()));
+            throw bad(fmt::format("field {} is {}, not a number", excerpt(it.key(), 64), excerpt(safe_dump(*it), 64, false)));
         }
         r.take(rename(it.key()), v);
     }
@@ -344,7 +383,7 @@ void LineParser::parse_llmc(std::string_view line, long number, Record& r) {
         pos = end == std::string_view::npos ? s.size() : s.find_first_not_of(" \t", end);
         if (pos == std::string_view::npos) pos = s.size();
         size_t colon = token.find(':');
-        if (colon == std::string_view::npos || colon == 0) throw bad(fmt::format("\"{}\" is not KEY:VALUE", token));
+        if (colon == std::string_view::npos || colon == 0) throw bad(fmt::format("{} is not KEY:VALUE", excerpt(token, 64)));
         std::string_view key = token.substr(0, colon), value = token.substr(colon + 1);
         // A unit after the number (120ms, 3.5%) joins the name: train_time_ms.
         std::string lower_value = lowercase(value);
@@ -356,7 +395,7 @@ void LineParser::parse_llmc(std::string_view line, long number, Record& r) {
         std::string_view suffix = value.substr(unit);
         double v;
         if (!parse_number(value.substr(0, unit), &v))
-            throw bad(fmt::format("\"{}\" is not a number in \"{}\"", value, token));
+            throw bad(fmt::format("{} is not a number in {}", excerpt(value, 64), excerpt(token, 64)));
         std::string name(key);
         if (!suffix.empty()) {
             name += '_';
@@ -379,7 +418,7 @@ void LineParser::parse_pattern(std::string_view line, long number, Record& r) {
         if (pattern_names_[i] == "_") continue;  // {_}: a number to match and leave
         double v;
         if (!parse_number(m[i + 1].str(), &v, true))
-            throw bad(fmt::format("{{{}}} matched \"{}\", not a number", pattern_names_[i], m[i + 1].str()));
+            throw bad(fmt::format("{{{}}} matched {}, not a number", pattern_names_[i], excerpt(m[i + 1].str(), 64)));
         r.take(rename(pattern_names_[i]), v);
     }
     return;

@@ -18,7 +18,10 @@
 //            matches any run of white space, ANSI colour codes are ignored and
 //            the pattern may match anywhere in a line. Lines it does not match
 //            are skipped and counted.
-// Steps must not go backwards. A rename map (--map train_loss=loss) applies
+// Steps: a record whose step is below the last one read (a trainer resumed
+// from an earlier checkpoint logs those steps again) is skipped and counted
+// as stale: the first values of a step are kept. Records at the same step
+// add the keys it does not have yet. A rename map (--map train_loss=loss) applies
 // to the names as they appear in the log.
 #pragma once
 
@@ -26,7 +29,9 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <regex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -57,6 +62,16 @@ struct ParsedBatch {
     std::vector<Event> events;
     long records = 0;  // lines that gave a record
     long skipped = 0;  // console lines the pattern did not match
+    long stale = 0;    // records at a step below the last one, skipped (see above)
+};
+
+// The first bad line of a chunk: its number, the message ("FILE:LINE: why",
+// quoting at most 200 bytes of it, escaped) and where in the chunk the line
+// after it starts.
+struct BadLine {
+    long line = 0;
+    std::string message;
+    size_t next = 0;
 };
 
 // Parses a log's lines chunk by chunk, keeping what carries across chunks
@@ -69,6 +84,10 @@ class LineParser {
     // Parses complete lines. Throws IngestError on the first bad line having
     // kept nothing of the chunk and changed no state: a batch is all or nothing.
     ParsedBatch parse(std::string_view text, double default_time);
+    // Parses lines up to the first bad one: returns the records before it and
+    // sets *bad; the state has moved past the good lines only, so a caller
+    // may skip the bad line (skip_lines(1)) and go on from bad->next.
+    ParsedBatch parse_until_bad(std::string_view text, double default_time, std::optional<BadLine>* bad);
     int64_t last_step() const { return last_step_; }
     // Counts lines a caller passed over (a bad line it skipped), so that the
     // numbers in later messages stay right.
@@ -77,6 +96,8 @@ class LineParser {
 
   private:
     struct Record;
+    void parse_record(std::string_view line, long number, double default_time, std::vector<std::string>& header,
+                      ParsedBatch& out);
     void parse_line(std::string_view line, long number, const std::vector<std::string>& header, Record& out);
     void parse_csv(std::string_view line, long number, const std::vector<std::string>& header, Record& out);
     void parse_jsonl(std::string_view line, long number, Record& out);
@@ -92,6 +113,7 @@ class LineParser {
     std::vector<std::string> pattern_names_;
     long next_line_ = 1;
     int64_t last_step_ = -1;
+    std::set<std::string> keys_at_last_step_;  // what a record at last_step_ may no longer set
 };
 
 }  // namespace hlat::telemetry

@@ -2,6 +2,7 @@
 
 #include "telemetry/schema.h"
 #include "telemetry/sqlite.h"
+#include "telemetry/untrusted_text.h"
 
 #include <fmt/format.h>
 
@@ -290,6 +291,7 @@ void Writer::fail(std::deque<Item>& batch, std::exception_ptr e) {
 }
 
 int64_t Writer::open_run(const RunRecord& run, bool resume) {
+    check_name(run.name, "run name");  // nothing the store cannot hand back as JSON
     auto result = std::make_shared<std::promise<int64_t>>();
     auto future = result->get_future();
     push({0, OpenRun{run, resume, result}, 1});

@@ -2,6 +2,7 @@
 // HTTP, and a halt from the web reaching a running trainer.
 #include "telemetry/reader.h"
 #include "telemetry/writer.h"
+#include "test_http.h"
 #include "test_util.h"
 #include "web/api.h"
 #include "web/series_api.h"
@@ -110,9 +111,9 @@ TEST_F(WebApi, BadParametersAre400WithAMessage) {
         EXPECT_EQ(r.status, 400) << r.body;
         EXPECT_NE(json::parse(r.body)["error"].get<std::string>().find(needle), std::string::npos) << r.body;
     };
-    check({{"key", "loss"}, {"points", "0"}}, "points=0 must be an integer in [1, 100000]");
-    check({{"key", "loss"}, {"from", "ten"}}, "from=ten");
-    check({{"key", "loss"}, {"from", "-5"}}, "from=-5");
+    check({{"key", "loss"}, {"points", "0"}}, "points=\"0\" must be an integer in [1, 100000]");
+    check({{"key", "loss"}, {"from", "ten"}}, "from=\"ten\"");
+    check({{"key", "loss"}, {"from", "-5"}}, "from=\"-5\"");
     check({{"key", "loss"}, {"from", "9"}, {"to", "3"}}, "from=9 is after to=3");
     check({}, "parameter key is required");
     check({{"key", "loss"}, {"points", "1; DROP TABLE runs"}}, "points=");
@@ -262,31 +263,8 @@ TEST_F(WebApi, ExternalRunsAreWatchedAndToldToHalt) {
     EXPECT_EQ(again.uptime(again.find_run("pushed2")->id).restarts, 1);
 }
 
-// One raw HTTP request, sent exactly as written (no client normalizes the path).
-std::pair<int, std::string> http(int port, const std::string& request) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd, (sockaddr*)&addr, sizeof addr) != 0) {
-        ::close(fd);
-        return {0, ""};
-    }
-    ::send(fd, request.data(), request.size(), 0);
-    std::string reply;
-    char buf[4096];
-    ssize_t n;
-    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) reply.append(buf, n);
-    ::close(fd);
-    int status = reply.size() > 12 ? std::atoi(reply.c_str() + 9) : 0;
-    size_t body = reply.find("\r\n\r\n");
-    return {status, body == std::string::npos ? "" : reply.substr(body + 4)};
-}
-
-std::pair<int, std::string> http_get(int port, const std::string& path) {
-    return http(port, fmt::format("GET {} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", path));
-}
+using test::http;
+using test::http_get;
 
 TEST(WebServer, ServesThePageAndNothingOutsideIt) {
     test::ScratchDir dir("web_server");

@@ -1,5 +1,6 @@
 #include "trainer/config.h"
 
+#include "telemetry/untrusted_text.h"
 #include "trainer/faults.h"
 
 #include <fmt/format.h>
@@ -319,11 +320,15 @@ void validate_config(const TrainConfig& c) {
 TrainConfig load_config(const std::string& path) {
     std::ifstream in(path);
     if (!in) throw ConfigError(fmt::format("cannot open config file {}", path));
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (telemetry::json_depth(text) > telemetry::kMaxJsonDepth)
+        throw ConfigError(fmt::format("config file {} nests arrays or objects more than {} deep", path,
+                                      telemetry::kMaxJsonDepth));
     json j;
     try {
-        j = json::parse(in);
-    } catch (const json::parse_error& e) {
-        throw ConfigError(fmt::format("config file {} is not valid JSON: {}", path, e.what()));
+        j = json::parse(text);
+    } catch (const json::parse_error& e) {  // its "last read" may quote raw bytes: escaped and cut
+        throw ConfigError(fmt::format("config file {} is not valid JSON: {}", path, telemetry::excerpt(e.what(), 300, false)));
     }
     try {
         return config_from_json(j);

@@ -7,6 +7,7 @@
 #include "detectors/postmortem.h"
 #include "telemetry/ingest.h"
 #include "telemetry/reader.h"
+#include "telemetry/untrusted_text.h"
 #include "telemetry/writer.h"
 
 #include <fmt/format.h>
@@ -74,6 +75,7 @@ int Api::mark_stale(double after_seconds) { return ingest_->mark_stale(after_sec
 
 Response Api::handle(const Request& r) {
     try {
+        check_request_text(r);
         const std::string prefix = "/api/v1/runs";
         if (r.path == prefix) {
             if (r.method != "GET") return error(405, "use GET");
@@ -86,13 +88,17 @@ Response Api::handle(const Request& r) {
         if (r.path.rfind(prefix + "/", 0) == 0) {
             std::string rest = r.path.substr(prefix.size() + 1);
             size_t slash = rest.rfind('/');
-            if (slash == std::string::npos || slash == 0) return error(404, "no such endpoint: " + r.path);
+            if (slash == std::string::npos || slash == 0) return error(404, "no such endpoint: " + excerpt(r.path, 100));
             return handle_run(r, rest.substr(0, slash), rest.substr(slash + 1));
         }
-        return error(404, "no such endpoint: " + r.path);
+        return error(404, "no such endpoint: " + excerpt(r.path, 100));
     } catch (const BadRequest& e) {
         return error(400, e.what());
     } catch (const IngestError& e) {
+        return error(400, e.what());
+    } catch (const std::invalid_argument& e) {  // a bad name, a document nested too deep
+        return error(400, e.what());
+    } catch (const json::exception& e) {  // a field of the wrong type ("type must be number, but is string")
         return error(400, e.what());
     } catch (const StoreError& e) {
         return error(500, e.what());
@@ -104,6 +110,7 @@ Response Api::handle(const Request& r) {
 // A person's tags and note on a run: {"tags": ["a", ...], "note": "..."}; what
 // the body leaves out stays as it was.
 Response Api::annotate(const RunRecord& run, const std::string& body) {
+    check_json_depth(body, "the body");
     json j = json::parse(body, nullptr, false);
     if (j.is_discarded() || !j.is_object()) throw BadRequest("the body is not a JSON object");
     json tags = j.contains("tags") ? j["tags"] : json::parse(run.tags, nullptr, false);
@@ -195,7 +202,7 @@ Response Api::handle_run(const Request& r, const std::string& name, const std::s
                            {"value", number(e.value)}, {"time", e.wall_time}});
         return reply(200, {{"evals", out}});
     }
-    return error(404, "no such endpoint: " + r.path);
+    return error(404, "no such endpoint: " + excerpt(r.path, 100));
 }
 
 }  // namespace hlat::web

@@ -51,7 +51,11 @@ class Api {
     // one Writer owned here.
     Api(std::string store, std::string token);
     ~Api();
+    // Total: every failure is a JSON error reply, never an exception.
     Response handle(const Request& r);
+    // Whether a state-changing request carries the token (checked by the
+    // server before it reads a body).
+    bool authorized(const std::string& token) const { return !token_.empty() && token == token_; }
     // Marks external runs silent for `after_seconds` stale (see ingest_api.h).
     int mark_stale(double after_seconds);
 

@@ -3,11 +3,15 @@
 #include "detectors/monitor.h"
 #include "telemetry/ingest.h"
 #include "telemetry/reader.h"
+#include "telemetry/untrusted_text.h"
 #include "telemetry/writer.h"
 #include "web/json_reply.h"
 
 #include <fmt/format.h>
+#include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 namespace hlat::web {
 
@@ -18,6 +22,7 @@ namespace {
 
 json parse_body(const std::string& body) {
     if (body.empty()) return json::object();
+    check_json_depth(body, "the body");
     json j = json::parse(body, nullptr, false);
     if (j.is_discarded() || !j.is_object()) throw BadRequest("the body is not a JSON object");
     return j;
@@ -137,14 +142,16 @@ Response IngestEndpoints::finish(const std::string& name, const std::string& bod
     json j = parse_body(body);
     std::string status = j.value("status", "finished");
     if (std::find(kEndStatuses.begin(), kEndStatuses.end(), status) == kEndStatuses.end())
-        throw BadRequest(fmt::format("status \"{}\" is not one of finished, halted, crashed, stopped", status));
+        throw BadRequest(fmt::format("status {} is not one of finished, halted, crashed, stopped", excerpt(status, 40)));
     std::lock_guard<std::mutex> lock(mutex_);
     if (!writer_) writer_ = std::make_unique<Writer>(store_);
     Reader reader(store_);
     auto run = reader.find_run(name);
     if (!run) return error(404, fmt::format("no run named \"{}\"", name));
     std::string kind = status == "crashed" ? "crash" : status == "halted" ? "halt" : "stop";
-    writer_->event(run->id, {kind, j.value("step", (int64_t)0), now_seconds(), j.value("detail", "")});
+    std::string detail = j.value("detail", "");
+    if (detail.size() > 10000) throw BadRequest("detail must be at most 10,000 bytes");
+    writer_->event(run->id, {kind, j.value("step", (int64_t)0), now_seconds(), detail});
     writer_->set_status(run->id, status, now_seconds());
     writer_->mark_halt_handled(run->id);
     writer_->flush();
@@ -161,6 +168,21 @@ Response IngestEndpoints::state(const std::string& name) {
     return reply(200, out);
 }
 
+namespace {
+
+// An `hlat ingest` of this host that is no longer alive (killed with -9, say):
+// its run cannot be running, whatever the timeout.
+bool follower_gone(const RunRecord& run) {
+    json meta = json::parse(run.meta, nullptr, false);
+    if (meta.is_discarded() || !meta.contains("ingest_pid") || !meta["ingest_pid"].is_number_integer()) return false;
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    const pid_t pid = (pid_t)meta["ingest_pid"].get<int64_t>();
+    return run.host == host && pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+}  // namespace
+
 int IngestEndpoints::mark_stale(double after_seconds) {
     Reader reader(store_);
     int marked = 0;
@@ -168,12 +190,14 @@ int IngestEndpoints::mark_stale(double after_seconds) {
     for (const RunSummary& s : reader.runs()) {
         if (s.run.status != "running" || s.run.source == "hlat") continue;
         Reader::Activity a = reader.last_activity(s.run.id);
-        if (now - a.wall_time < after_seconds) continue;
+        const bool gone = follower_gone(s.run);
+        if (now - a.wall_time < after_seconds && !gone) continue;
         std::lock_guard<std::mutex> lock(mutex_);
         if (!writer_) writer_ = std::make_unique<Writer>(store_);
         // Dated at the last sign of life, so uptime ends the segment there.
         writer_->event(s.run.id, {"stale", std::max<int64_t>(0, a.step), a.wall_time,
-                                  fmt::format("no records for {:.0f} s", now - a.wall_time)});
+                                  gone ? fmt::format("the hlat ingest feeding it is gone; last record {:.0f} s ago", now - a.wall_time)
+                                       : fmt::format("no records for {:.0f} s", now - a.wall_time)});
         writer_->set_status(s.run.id, "stale", now);
         writer_->flush();
         monitors_.erase(s.run.id);

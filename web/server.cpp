@@ -1,6 +1,8 @@
 #include "web/server.h"
 
 #include "telemetry/reader.h"
+#include "telemetry/untrusted_text.h"
+#include "web/json_reply.h"
 
 #include <arpa/inet.h>
 #include <civetweb.h>
@@ -28,7 +30,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr size_t kMaxBody = 64 << 20;
+constexpr size_t kMaxBody = 64 << 20;  // stated in `hlat serve --help`
+constexpr int kWorkerThreads = 32;
+constexpr int kMaxStreams = kWorkerThreads / 2;  // the other half always serves reads and writes
 
 std::string url_decode(const std::string& s, bool form) {
     std::string out(s.size() + 1, '\0');
@@ -127,8 +131,9 @@ Server::Server(ServerOptions options) : options_(std::move(options)) {
     mg_init_library(0);
     if (options_.port == 0) options_.port = free_loopback_port();
     std::string ports = fmt::format("{}:{}", options_.bind, options_.port);
-    // Each open event stream holds a civetweb thread.
-    const char* mg_options[] = {"listening_ports", ports.c_str(), "num_threads", "32", nullptr};
+    // Each open event stream holds a civetweb thread (at most kMaxStreams of them).
+    const std::string threads = std::to_string(kWorkerThreads);
+    const char* mg_options[] = {"listening_ports", ports.c_str(), "num_threads", threads.c_str(), nullptr};
     mg_callbacks callbacks{};
     ctx_ = mg_start(&callbacks, nullptr, mg_options);
     if (!ctx_) throw std::runtime_error(fmt::format("cannot listen on {} (in use, or not an address of this machine)", ports));
@@ -138,18 +143,38 @@ Server::Server(ServerOptions options) : options_(std::move(options)) {
 
 Server::~Server() {
     stopping_ = true;  // ends the event streams, which mg_stop waits for
-    if (ctx_) mg_stop(ctx_);
+    if (!ctx_) return;
+    // civetweb's listener polls in 2 s slices and notices the stop only after
+    // one: a connection to ourselves wakes it, so the port is free at once
+    // and a restart right after SIGTERM can listen again.
+    std::atomic<bool> stopped{false};
+    std::thread waker([&] {
+        while (!stopped) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+            sockaddr_in addr{};
+            addr.sin_family = AF_INET;
+            addr.sin_port = htons((uint16_t)port_);
+            if (::inet_pton(AF_INET, options_.bind == "0.0.0.0" ? "127.0.0.1" : options_.bind.c_str(), &addr.sin_addr) == 1)
+                ::connect(fd, (sockaddr*)&addr, sizeof addr);
+            ::close(fd);
+        }
+    });
+    mg_stop(ctx_);
+    stopped = true;
+    waker.join();
 }
 
 std::string Server::url() const { return fmt::format("http://{}:{}/", options_.bind, port_); }
 
-int Server::handle(mg_connection* conn, void* self) {
-    auto* server = static_cast<Server*>(self);
+namespace {
+
+Request read_head(mg_connection* conn, std::string* raw) {
     const mg_request_info* info = mg_get_request_info(conn);
     Request r;
     r.method = info->request_method ? info->request_method : "";
-    std::string raw = info->local_uri_raw ? info->local_uri_raw : "/";
-    r.path = url_decode(raw, false);
+    *raw = info->local_uri_raw ? info->local_uri_raw : "/";
+    r.path = url_decode(*raw, false);
     r.query = parse_query(info->query_string);
     r.remote = info->remote_addr;
     if (const char* t = mg_get_header(conn, "X-HLAT-Token")) r.token = t;
@@ -157,20 +182,53 @@ int Server::handle(mg_connection* conn, void* self) {
         std::string auth = a;
         if (auth.rfind("Bearer ", 0) == 0) r.token = auth.substr(7);
     }
-    if (r.method == "POST") {
-        // civetweb's worker threads have small stacks: buffers live on the heap.
-        std::vector<char> buf(1 << 16);
-        int n;
-        while ((n = mg_read(conn, buf.data(), buf.size())) > 0) {
-            r.body.append(buf.data(), n);
-            if (r.body.size() > kMaxBody) return send(conn, {413, "application/json", R"({"error": "body too large"})"});
-        }
+    return r;
+}
+
+// Reads the body of a request that carries the token; false (and the reply
+// sent) when it is longer than kMaxBody, by its Content-Length or as read.
+bool read_body(mg_connection* conn, Request& r) {
+    const long long declared = mg_get_request_info(conn)->content_length;
+    const Response too_large{413, "application/json",
+                             fmt::format(R"({{"error": "the body is over {} MB"}})", kMaxBody >> 20)};
+    if (declared > (long long)kMaxBody) return send(conn, too_large), false;
+    // civetweb's worker threads have small stacks: buffers live on the heap.
+    std::vector<char> buf(1 << 16);
+    for (int n; (n = mg_read(conn, buf.data(), buf.size())) > 0;) {
+        r.body.append(buf.data(), n);
+        if (r.body.size() > kMaxBody) return send(conn, too_large), false;
     }
-    const std::string stream_suffix = "/stream";
-    if (r.method == "GET" && raw.rfind("/api/v1/runs/", 0) == 0 && raw.size() > stream_suffix.size() &&
-        raw.compare(raw.size() - stream_suffix.size(), stream_suffix.size(), stream_suffix) == 0) {
-        std::string run = r.path.substr(13, r.path.size() - 13 - stream_suffix.size());
+    return true;
+}
+
+bool is_stream(const Request& r, const std::string& raw) {
+    const std::string prefix = "/api/v1/runs/", suffix = "/stream";
+    return r.method == "GET" && raw.rfind(prefix, 0) == 0 && raw.size() > prefix.size() + suffix.size() &&
+           raw.compare(raw.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+int Server::handle(mg_connection* conn, void* self) {
+    auto* server = static_cast<Server*>(self);
+    std::string raw;
+    Request r = read_head(conn, &raw);
+    // The token before the body: a request without it costs no memory.
+    if (r.method == "POST") {
+        if (!server->api_->authorized(r.token))
+            return send(conn, error(401, "this changes state: send the token `hlat serve` printed, as X-HLAT-Token"));
+        if (!read_body(conn, r)) return 413;
+    }
+    if (is_stream(r, raw)) {
+        // Streams hold a worker thread each; past the cap, reads and writes would starve.
+        if (server->streams_.fetch_add(1) >= kMaxStreams) {
+            server->streams_--;
+            return send(conn, error(503, fmt::format("{} event streams are open, the most this server keeps; close a "
+                                                     "page or try again later", kMaxStreams)));
+        }
+        std::string run = r.path.substr(13, r.path.size() - 13 - 7);
         std::async(std::launch::async, [&] { server->stream(conn, r, run); }).get();
+        server->streams_--;
         return 200;
     }
     // civetweb's worker threads run on small stacks (this Debian build
@@ -180,74 +238,59 @@ int Server::handle(mg_connection* conn, void* self) {
     return send(conn, response);
 }
 
+// What a stream needs before it starts; on a bad request the error reply instead.
+struct Server::StreamStart {
+    std::unique_ptr<telemetry::Reader> reader;
+    telemetry::RunRecord run;
+    std::vector<std::string> keys;
+    std::map<std::string, int64_t> last;  // key -> last step sent
+};
+
+std::optional<Server::StreamStart> Server::start_stream(mg_connection* conn, const Request& r, const std::string& name) {
+    StreamStart s;
+    try {
+        check_request_text(r);
+        if (!telemetry::valid_utf8(name)) throw BadRequest("the run name is not valid UTF-8");
+        s.reader = std::make_unique<telemetry::Reader>(options_.store);
+        auto run = s.reader->find_run(name);
+        if (!run) return send(conn, error(404, fmt::format("no run named {}", telemetry::excerpt(name, 100)))), std::nullopt;
+        s.run = *run;
+        auto q = r.query.find("keys");
+        std::stringstream ks(q == r.query.end() ? "loss" : q->second);
+        for (std::string k; std::getline(ks, k, ',');)
+            if (!k.empty()) s.keys.push_back(k);
+        if (s.keys.empty() || s.keys.size() > 64) throw BadRequest("keys must name 1 to 64 metric keys");
+        const int64_t kNone = std::numeric_limits<int64_t>::min();
+        const int64_t after = int_param(r, "after", kNone, -1, std::numeric_limits<int64_t>::max() / 2);
+        for (const std::string& k : s.keys) s.last[k] = after != kNone ? after : s.reader->last_step(s.run.id, k).value_or(-1);
+    } catch (const BadRequest& e) {
+        return send(conn, error(400, e.what())), std::nullopt;
+    } catch (const std::exception& e) {
+        return send(conn, error(500, e.what())), std::nullopt;
+    }
+    return s;
+}
+
 void Server::stream(mg_connection* conn, const Request& r, const std::string& name) {
     using namespace std::chrono;
-    std::unique_ptr<telemetry::Reader> reader;
-    std::optional<telemetry::RunRecord> run;
-    try {
-        reader = std::make_unique<telemetry::Reader>(options_.store);
-        run = reader->find_run(name);
-    } catch (const std::exception& e) {
-        send(conn, {500, "application/json", nlohmann::json{{"error", e.what()}}.dump()});
-        return;
-    }
-    if (!run) {
-        send(conn, {404, "application/json", nlohmann::json{{"error", "no run named \"" + name + "\""}}.dump()});
-        return;
-    }
-    std::vector<std::string> keys;
-    auto q = r.query.find("keys");
-    std::stringstream ks(q == r.query.end() ? "loss" : q->second);
-    for (std::string k; std::getline(ks, k, ',');)
-        if (!k.empty()) keys.push_back(k);
-    if (keys.empty() || keys.size() > 64) {
-        send(conn, {400, "application/json", R"({"error": "keys must name 1 to 64 metric keys"})"});
-        return;
-    }
-    const int64_t end = std::numeric_limits<int64_t>::max() / 2;
-    std::map<std::string, int64_t> last;
-    for (const std::string& k : keys) {
-        last[k] = reader->last_step(run->id, k).value_or(-1);
-    }
-    if (auto a = r.query.find("after"); a != r.query.end()) {
-        int64_t after = std::atoll(a->second.c_str());
-        for (auto& [k, step] : last) step = after;
-    }
-    size_t alerts_seen = reader->alerts(run->id).size();
-    std::string status = run->status;
+    std::optional<StreamStart> s = start_stream(conn, r, name);
+    if (!s) return;
+    size_t alerts_seen = s->reader->alerts(s->run.id).size();
+    std::string status = s->run.status;
     static const char head[] =
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n"
         "retry: 1000\n\n";
     if (mg_write(conn, head, sizeof head - 1) <= 0) return;
     auto event = [&](const char* kind, const nlohmann::json& data) {
-        std::string text = fmt::format("event: {}\ndata: {}\n\n", kind, data.dump());
+        std::string text = fmt::format("event: {}\ndata: {}\n\n", kind, telemetry::safe_dump(data));
         return mg_write(conn, text.data(), text.size()) > 0;
     };
     auto last_write = steady_clock::now();
-    while (!stopping_) {
-        bool ok = true;
+    for (bool ok = true; ok && !stopping_;) {
         try {
-            for (const std::string& k : keys) {
-                auto points = reader->series(run->id, k, last[k] + 1, end);
-                if (points.empty()) continue;
-                if (points.size() > 5000) points.erase(points.begin(), points.end() - 5000);
-                nlohmann::json rows = nlohmann::json::array();
-                for (const auto& p : points)
-                    rows.push_back({p.step, std::isnan(p.value) ? nlohmann::json(nullptr) : nlohmann::json(p.value),
-                                    p.wall_time});
-                last[k] = points.back().step;
-                ok = ok && event("points", {{"key", k}, {"points", rows}});
-            }
-            for (const auto& a : reader->alerts(run->id, (int64_t)alerts_seen)) {
-                ok = ok && event("alert", {{"kind", a.kind}, {"severity", a.severity}, {"step", a.step},
-                                           {"message", a.message}});
-                alerts_seen++;
-            }
-            auto now = reader->find_run(name);
-            if (now && now->status != status && ok) {
-                status = now->status;
-                ok = event("status", {{"status", status}});
-            }
+            ok = send_new_points(*s, event) && send_new_alerts(*s, alerts_seen, event);
+            auto now = s->reader->find_run(name);
+            if (ok && now && now->status != status) ok = event("status", {{"status", status = now->status}});
         } catch (const std::exception& e) {
             ok = event("error", {{"error", e.what()}}) && false;
         }
@@ -256,9 +299,32 @@ void Server::stream(mg_connection* conn, const Request& r, const std::string& na
             ok = mg_write(conn, keepalive, sizeof keepalive - 1) > 0;
             last_write = steady_clock::now();
         }
-        if (!ok) return;
-        std::this_thread::sleep_for(milliseconds(100));  // poll: a commit reaches the page within ~0.2 s
+        if (ok) std::this_thread::sleep_for(milliseconds(100));  // poll: a commit reaches the page within ~0.2 s
     }
+}
+
+bool Server::send_new_points(StreamStart& s, const EventSender& event) {
+    const int64_t end = std::numeric_limits<int64_t>::max() / 2;
+    for (const std::string& k : s.keys) {
+        auto points = s.reader->series(s.run.id, k, s.last[k] + 1, end);
+        if (points.empty()) continue;
+        if (points.size() > 5000) points.erase(points.begin(), points.end() - 5000);
+        nlohmann::json rows = nlohmann::json::array();
+        for (const auto& p : points)
+            rows.push_back({p.step, std::isnan(p.value) ? nlohmann::json(nullptr) : nlohmann::json(p.value), p.wall_time});
+        s.last[k] = points.back().step;
+        if (!event("points", {{"key", k}, {"points", rows}})) return false;
+    }
+    return true;
+}
+
+bool Server::send_new_alerts(StreamStart& s, size_t& seen, const EventSender& event) {
+    for (const auto& a : s.reader->alerts(s.run.id, (int64_t)seen)) {
+        if (!event("alert", {{"kind", a.kind}, {"severity", a.severity}, {"step", a.step}, {"message", a.message}}))
+            return false;
+        seen++;
+    }
+    return true;
 }
 
 Response Server::respond(const Request& r, const std::string& raw) {

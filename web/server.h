@@ -8,9 +8,15 @@
 
 #include "web/api.h"
 
+#include <nlohmann/json.hpp>
+
 #include <atomic>
+#include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 struct mg_context;
 struct mg_connection;
@@ -41,11 +47,17 @@ class Server {
     static int handle(mg_connection* conn, void* self);
     Response respond(const Request& r, const std::string& raw_path);
     // Server-Sent Events of one run until the client leaves or the server stops.
+    struct StreamStart;
+    using EventSender = std::function<bool(const char* kind, const nlohmann::json& data)>;
     void stream(mg_connection* conn, const Request& r, const std::string& run);
+    std::optional<StreamStart> start_stream(mg_connection* conn, const Request& r, const std::string& run);
+    static bool send_new_points(StreamStart& s, const EventSender& event);
+    static bool send_new_alerts(StreamStart& s, size_t& seen, const EventSender& event);
     ServerOptions options_;
     std::unique_ptr<Api> api_;
     mg_context* ctx_ = nullptr;
     std::atomic<bool> stopping_{false};
+    std::atomic<int> streams_{0};  // open event streams
     int port_ = 0;
 };
 

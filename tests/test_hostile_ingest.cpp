@@ -1,0 +1,150 @@
+// `hlat ingest` and the config loaders against careless and hostile input:
+// every good line is kept (a bad one stops the import after them, or is
+// skipped on request), a partial last line is reported, steps going back are
+// handled by the documented rule, messages quote at most 200 escaped bytes,
+// deep nesting is refused before parsing, and a killed follower's run does not
+// stay "running".
+#include "telemetry/reader.h"
+#include "telemetry/untrusted_text.h"
+#include "test_util.h"
+#include "web/api.h"
+
+#include <gtest/gtest.h>
+#include <fmt/format.h>
+
+#include <csignal>
+#include <fstream>
+#include <thread>
+
+namespace hlat {
+namespace {
+
+using namespace telemetry;
+
+std::string jsonl(int from, int to, double value = 1.0) {
+    std::string out;
+    for (int s = from; s < to; s++) out += fmt::format("{{\"step\": {}, \"loss\": {}}}\n", s, value);
+    return out;
+}
+
+class HostileIngest : public ::testing::Test {
+  protected:
+    test::ScratchDir dir{"hostile_ingest"};
+    std::string store() const { return dir.file("s.db"); }
+    test::CommandResult ingest(const std::string& text, const std::string& run, const std::string& extra = "") {
+        std::ofstream(dir.file(run + ".jsonl"), std::ios::binary) << text;
+        return test::run_command(fmt::format("{} ingest --store {} --run {} {} {}", HLAT_BINARY, store(), run, extra,
+                                             dir.file(run + ".jsonl")));
+    }
+    size_t stored(const std::string& run, const std::string& key = "loss") {
+        Reader r(store());
+        return r.series(r.find_run(run)->id, key, 0, 1L << 40).size();
+    }
+    std::string status(const std::string& run) { return Reader(store()).find_run(run)->status; }
+};
+
+TEST_F(HostileIngest, ABadLineKeepsEveryGoodLineBeforeIt) {
+    const std::string text = jsonl(0, 10000) + "this is not json\n" + jsonl(10000, 10100);
+    auto r = ingest(text, "stop");
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("stop.jsonl:10001: not valid JSON: \"this is not json\""), std::string::npos) << r.output;
+    EXPECT_EQ(stored("stop"), 10000u) << "all 10,000 good lines before the bad one";
+    EXPECT_EQ(status("stop"), "stopped");
+    r = ingest(text, "skip", "--on-bad-line=skip");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(stored("skip"), 10100u);
+    Reader reader(store());
+    auto events = reader.events(reader.find_run("skip")->id);
+    EXPECT_TRUE(std::any_of(events.begin(), events.end(), [](const Event& e) { return e.kind == "ingest_error"; }));
+}
+
+TEST_F(HostileIngest, ATruncatedLastLineIsReportedWithoutLosingTheRest) {
+    std::string text = jsonl(0, 100);
+    text.resize(text.size() - 8);  // the last line cut mid-write, no newline
+    auto r = ingest(text, "cut");
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("cut.jsonl:100:"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("ends without a newline"), std::string::npos) << r.output;
+    EXPECT_EQ(stored("cut"), 99u);
+}
+
+TEST_F(HostileIngest, StepsGoingBackKeepTheFirstValues) {
+    auto r = ingest(jsonl(0, 10, 1.0) + jsonl(5, 15, 2.0), "resumed");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("5 records at steps below an earlier one were skipped"), std::string::npos) << r.output;
+    Reader reader(store());
+    auto points = reader.series(reader.find_run("resumed")->id, "loss", 0, 100);
+    ASSERT_EQ(points.size(), 15u);
+    EXPECT_EQ(points[7].value, 1.0) << "the first value of a repeated step is kept";
+    EXPECT_EQ(points[12].value, 2.0);
+}
+
+TEST_F(HostileIngest, HostileLinesAndNamesGetShortClearErrors) {
+    auto r = ingest(jsonl(0, 10) + "{\"step\": 10, \"loss\": " + std::string(10 << 20, '7') + "x}\n", "huge");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_LT(r.output.size(), 2000u) << "a 10 MB line is quoted in 200 bytes, not echoed";
+    EXPECT_EQ(stored("huge"), 10u);
+    r = ingest(jsonl(0, 3), "\"$(printf 'bad\\377name')\"");
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("--run \"bad\\xffname\": must be 1 to 200 bytes of UTF-8"), std::string::npos) << r.output;
+    EXPECT_TRUE(valid_utf8(r.output));
+    std::ofstream(dir.file("bad.csv"), std::ios::binary) << "step,lo\xffss\n0,1\n";
+    r = test::run_command(fmt::format("{} ingest --store {} --run csvkey {}", HLAT_BINARY, store(), dir.file("bad.csv")));
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("metric key \"lo\\xffss\""), std::string::npos) << r.output;
+    Reader reader(store());
+    for (const RunSummary& s : reader.runs())
+        for (const std::string& k : reader.keys(s.run.id)) EXPECT_TRUE(valid_utf8(k)) << "no bad key is stored";
+}
+
+TEST_F(HostileIngest, DeepNestingIsRefusedBeforeParsing) {
+    const std::string deep = std::string(60000, '[') + std::string(60000, ']');
+    std::ofstream(dir.file("deep.json")) << "{\"model\": " << deep << "}";
+    auto r = test::run_command(fmt::format("{} ingest --store {} --run deep --config '{}' {}", HLAT_BINARY, store(),
+                                           "{\"a\": " + deep + "}", dir.file("deep.json")));
+    EXPECT_EQ(r.exit_code, 1) << r.output.substr(0, 400);
+    EXPECT_NE(r.output.find("--config nests arrays or objects more than 64 deep"), std::string::npos) << r.output.substr(0, 400);
+    r = test::run_command(fmt::format("{} train --config {} --steps 1", HLAT_BINARY, dir.file("deep.json")));
+    EXPECT_EQ(r.exit_code, 1) << r.output.substr(0, 400);
+    EXPECT_NE(r.output.find("more than 64 deep"), std::string::npos) << r.output.substr(0, 400);
+    r = ingest(deep + "\n", "deepline");
+    EXPECT_EQ(r.exit_code, 1) << r.output.substr(0, 400);
+    EXPECT_NE(r.output.find("deepline.jsonl:1: nests arrays or objects more than 64 deep"), std::string::npos)
+        << r.output.substr(0, 400);
+}
+
+// kill -9 of `hlat ingest --follow`: the server's stale sweep sees the
+// follower is gone and ends the run at its last committed step, at once.
+TEST_F(HostileIngest, AKilledFollowerDoesNotLeaveItsRunRunning) {
+    std::ofstream(dir.file("live.jsonl")) << jsonl(0, 50);
+    const std::string cmd = fmt::format("{} ingest --follow --store {} --run live {} > {} 2>&1 & echo $!", HLAT_BINARY,
+                                        store(), dir.file("live.jsonl"), dir.file("follow.log"));
+    const pid_t pid = std::stoi(test::run_command(cmd).output);
+    bool committed = false;
+    for (int i = 0; i < 200 && !committed; i++) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        try {
+            Reader r(store());
+            auto run = r.find_run("live");
+            committed = run && r.series(run->id, "loss", 0, 100).size() == 50;
+        } catch (const std::exception&) {  // the store may not exist yet
+        }
+    }
+    ASSERT_TRUE(committed);
+    ::kill(pid, SIGKILL);
+    for (int i = 0; i < 100 && ::kill(pid, 0) == 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(status("live"), "running") << "nothing ran to end it";
+    web::Api api(store(), "a-token-of-sixteen-chars");
+    EXPECT_EQ(api.mark_stale(1e9), 1) << "gone, whatever the timeout";
+    Reader reader(store());
+    auto run = reader.find_run("live");
+    EXPECT_EQ(run->status, "stale");
+    auto events = reader.events(run->id);
+    ASSERT_FALSE(events.empty());
+    EXPECT_EQ(events.back().kind, "stale");
+    EXPECT_EQ(events.back().step, 49) << "ended at its last committed step";
+    EXPECT_NE(events.back().detail.find("hlat ingest feeding it is gone"), std::string::npos) << events.back().detail;
+}
+
+}  // namespace
+}  // namespace hlat
