@@ -16,6 +16,7 @@ PACKAGES=(
   python3-torch python3-numpy libopenblas0-pthread
   libprotobuf-dev protobuf-compiler python3-protobuf python3-crcmod
   chromium
+  clang libclang-rt-dev
 )
 
 missing=()

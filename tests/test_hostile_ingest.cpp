@@ -56,6 +56,11 @@ TEST_F(HostileIngest, ABadLineKeepsEveryGoodLineBeforeIt) {
     Reader reader(store());
     auto events = reader.events(reader.find_run("skip")->id);
     EXPECT_TRUE(std::any_of(events.begin(), events.end(), [](const Event& e) { return e.kind == "ingest_error"; }));
+    // Followed, the bad line sits in the middle of a 64 KB read: only it is passed over.
+    r = ingest(text, "followed", "--follow --idle-exit 1");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(stored("followed"), 10100u);
+    EXPECT_EQ(status("followed"), "finished");
 }
 
 TEST_F(HostileIngest, ATruncatedLastLineIsReportedWithoutLosingTheRest) {

@@ -3,6 +3,7 @@
 #include "telemetry/reader.h"
 #include "telemetry/untrusted_text.h"
 #include "web/json_reply.h"
+#include "web/query.h"
 
 #include <arpa/inet.h>
 #include <civetweb.h>
@@ -33,24 +34,6 @@ namespace {
 constexpr size_t kMaxBody = 64 << 20;  // stated in `hlat serve --help`
 constexpr int kWorkerThreads = 32;
 constexpr int kMaxStreams = kWorkerThreads / 2;  // the other half always serves reads and writes
-
-std::string url_decode(const std::string& s, bool form) {
-    std::string out(s.size() + 1, '\0');
-    int n = mg_url_decode(s.data(), (int)s.size(), out.data(), (int)out.size(), form ? 1 : 0);
-    out.resize(n < 0 ? 0 : n);
-    return out;
-}
-
-std::map<std::string, std::string> parse_query(const char* q) {
-    std::map<std::string, std::string> out;
-    if (!q) return out;
-    std::stringstream ss(q);
-    for (std::string pair; std::getline(ss, pair, '&');) {
-        size_t eq = pair.find('=');
-        out[url_decode(pair.substr(0, eq), true)] = eq == std::string::npos ? "" : url_decode(pair.substr(eq + 1), true);
-    }
-    return out;
-}
 
 const char* reason(int status) {
     switch (status) {
