@@ -40,6 +40,7 @@ bench: data
 	bench/scaling
 	bench/uptime
 	bench/client_overhead
+	bench/fuzz
 
 clean:
 	rm -rf $(BUILD)

@@ -44,7 +44,7 @@ for (const which of ["a", "b"]) {
 }
 
 const browser = await launchChromium();
-const server = spawn(hlat, ["serve", "--store", store, "--port", "0", "--token", "e2e-token"], { stdio: ["ignore", "pipe", "inherit"] });
+const server = spawn(hlat, ["serve", "--store", store, "--port", "0", "--token", "e2e-token-0123456789"], { stdio: ["ignore", "pipe", "inherit"] });
 const url = await new Promise((resolve, reject) => {
   server.stdout.on("data", (d) => { const m = /open (http:\/\/127\.0\.0\.1:\d+\/)/.exec(String(d)); if (m) resolve(m[1]); });
   server.on("exit", () => reject(new Error("hlat serve exited")));
@@ -85,7 +85,7 @@ try {
 
   const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
   // The runs list: a tag and note set through the API, filtered by tag, sorted by name.
-  const tagged = await fetch(`${url}api/v1/runs/long-b/annotate`, { method: "POST", headers: { "X-HLAT-Token": "e2e-token" },
+  const tagged = await fetch(`${url}api/v1/runs/long-b/annotate`, { method: "POST", headers: { "X-HLAT-Token": "e2e-token-0123456789" },
     body: JSON.stringify({ tags: ["baseline"], note: "seed 2" }) });
   check(tagged.status === 200, "a run's tags and note are set with the token");
   await page.goto(url);
