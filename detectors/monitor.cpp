@@ -18,9 +18,10 @@ RunMonitor::RunMonitor(telemetry::Writer& writer, telemetry::Reader& stored, con
     : writer_(writer), run_(run.id), suite_(detectors_of(run), source_of(run)) {
     DetectorsConfig config = detectors_of(run);
     if (!config.webhook.empty()) webhook_ = std::make_unique<Webhook>(config.webhook, run.name);
-    std::vector<StepRecord> past = stored_records(stored, run.id);
-    watched_ = !past.empty();
-    for (const StepRecord& r : past) suite_.observe(r);
+    for_each_stored_record(stored, run.id, [&](const StepRecord& r) {
+        watched_ = true;
+        suite_.observe(r);
+    });
 }
 
 RunMonitor::~RunMonitor() = default;

@@ -31,11 +31,23 @@ std::vector<StepRecord> in_order(std::map<int64_t, StepRecord>& by_step,
 }  // namespace
 
 std::vector<StepRecord> stored_records(telemetry::Reader& reader, int64_t run) {
-    const int64_t all = std::numeric_limits<int64_t>::max();
-    std::map<int64_t, StepRecord> by_step;
-    for (const std::string& key : detector_keys())
-        for (const auto& p : reader.series(run, key, 0, all)) apply_metric(record_at(by_step, p.step), key, p.value);
-    return in_order(by_step, reader.events(run));
+    std::vector<StepRecord> out;
+    for_each_stored_record(reader, run, [&](const StepRecord& r) { out.push_back(r); });
+    return out;
+}
+
+void for_each_stored_record(telemetry::Reader& reader, int64_t run, const std::function<void(const StepRecord&)>& visit) {
+    constexpr int64_t kChunk = 16384;  // steps read at a time
+    std::vector<telemetry::Event> events = reader.events(run);
+    int64_t last = -1;
+    for (const std::string& key : detector_keys()) last = std::max(last, reader.last_step(run, key).value_or(-1));
+    for (int64_t first = 0; first <= last; first += kChunk) {
+        std::map<int64_t, StepRecord> by_step;
+        for (const std::string& key : detector_keys())
+            for (const auto& p : reader.series(run, key, first, first + kChunk - 1))
+                apply_metric(record_at(by_step, p.step), key, p.value);
+        for (const StepRecord& r : in_order(by_step, events)) visit(r);
+    }
 }
 
 std::vector<StepRecord> records_from(const std::vector<telemetry::MetricPoint>& points,

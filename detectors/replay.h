@@ -5,6 +5,7 @@
 #include "detectors/detector.h"
 #include "telemetry/reader.h"
 
+#include <functional>
 #include <vector>
 
 namespace hlat::detectors {
@@ -12,6 +13,11 @@ namespace hlat::detectors {
 // The run's step records from the store: one per step at which any key the
 // detectors read (detector_keys()) was recorded, in step order.
 std::vector<StepRecord> stored_records(telemetry::Reader& reader, int64_t run);
+
+// The same records handed to `visit` one by one, read a range of steps at a
+// time: memory stays bounded however long the run (a server that restarts
+// replays every ingested run's history into its monitors).
+void for_each_stored_record(telemetry::Reader& reader, int64_t run, const std::function<void(const StepRecord&)>& visit);
 
 // The same from points and events as they arrive (a batch of a followed log
 // or of an HTTP ingest): what stored_records gives once they are stored.
