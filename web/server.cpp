@@ -44,6 +44,8 @@ const char* reason(int status) {
         case 404: return "Not Found";
         case 405: return "Method Not Allowed";
         case 409: return "Conflict";
+        case 413: return "Content Too Large";
+        case 503: return "Service Unavailable";
         default: return status >= 500 ? "Internal Server Error" : "OK";
     }
 }
