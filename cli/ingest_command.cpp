@@ -151,76 +151,58 @@ int import_tensorboard(const Options& o) {
     return 0;
 }
 
+// Every good line of `text`. At a bad line: with `skip`, pass over it and go
+// on; without, stop there. Each bad line met is in *bad_lines (with `next`
+// counted from the start of text); without `skip` the last one is where it stopped.
+ParsedBatch parse_good_lines(LineParser& parser, std::string_view text, bool skip, std::vector<BadLine>* bad_lines) {
+    ParsedBatch all;
+    for (size_t pos = 0; pos < text.size();) {
+        std::optional<BadLine> bad;
+        ParsedBatch b = parser.parse_until_bad(text.substr(pos), now_seconds(), &bad);
+        all.records += b.records, all.skipped += b.skipped, all.stale += b.stale;
+        std::move(b.points.begin(), b.points.end(), std::back_inserter(all.points));
+        std::move(b.events.begin(), b.events.end(), std::back_inserter(all.events));
+        if (!bad) break;
+        pos += bad->next;
+        bad->next = pos;
+        bad_lines->push_back(std::move(*bad));
+        if (!skip) break;
+        parser.skip_lines(1);
+    }
+    return all;
+}
+
 // A whole log at once. Every good line is kept: at a bad line the import
 // stops (the lines before it stored, the run "stopped", exit 1) or, with
 // --on-bad-line=skip, records it as an ingest_error event and goes on.
 int import_lines(const Options& o, LineParser& parser, std::ifstream& in) {
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    ParsedBatch all;
-    std::optional<BadLine> stopped_at;
-    long bad_lines = 0;
-    for (size_t pos = 0; pos < text.size();) {
-        std::optional<BadLine> bad;
-        ParsedBatch b = parser.parse_until_bad(std::string_view(text).substr(pos), now_seconds(), &bad);
-        all.records += b.records, all.skipped += b.skipped, all.stale += b.stale;
-        std::move(b.points.begin(), b.points.end(), std::back_inserter(all.points));
-        std::move(b.events.begin(), b.events.end(), std::back_inserter(all.events));
-        if (!bad) break;
-        if (pos + bad->next == text.size() && text.back() != '\n')
-            bad->message += " (the file ends without a newline: a write cut short?)";
-        all.events.push_back({"ingest_error", std::max<int64_t>(0, parser.last_step()), now_seconds(), bad->message});
-        if (!o.skip_bad_lines) {
-            stopped_at = bad;
-            break;
-        }
-        spdlog::error("{} (line skipped)", bad->message);
-        bad_lines++;
-        parser.skip_lines(1);
-        pos += bad->next;
+    std::vector<BadLine> bad_lines;
+    ParsedBatch all = parse_good_lines(parser, text, o.skip_bad_lines, &bad_lines);
+    for (BadLine& bad : bad_lines) {
+        if (bad.next == text.size() && text.back() != '\n')
+            bad.message += " (the file ends without a newline: a write cut short?)";
+        all.events.push_back({"ingest_error", std::max<int64_t>(0, parser.last_step()), now_seconds(), bad.message});
+        if (o.skip_bad_lines) spdlog::error("{} (line skipped)", bad.message);
     }
-    if (all.records == 0 && !stopped_at && !bad_lines)
+    const bool stopped = !o.skip_bad_lines && !bad_lines.empty();
+    if (all.records == 0 && bad_lines.empty())
         throw IngestError(fmt::format("{}: no line is a record of format {}{}", o.file, format_name(o.format),
                                       o.format == LogFormat::Pattern ? " (does --pattern match its lines?)" : ""));
     if (all.skipped) spdlog::info("{}: {} lines are not records and were skipped", o.file, all.skipped);
     if (all.stale) spdlog::warn("{}: {} records at steps below an earlier one were skipped (a resumed trainer's "
                                 "repeated steps: the first values are kept)", o.file, all.stale);
     Writer writer(o.store);
-    import_points(writer, o, o.run, std::move(all.points), std::move(all.events), stopped_at ? "stopped" : "finished");
-    if (!stopped_at) return 0;
+    import_points(writer, o, o.run, std::move(all.points), std::move(all.events), stopped ? "stopped" : "finished");
+    if (!stopped) return 0;
     spdlog::error("{}: the import stopped here; the {} records before it are stored (--on-bad-line=skip passes "
-                  "over bad lines)", stopped_at->message, all.records);
+                  "over bad lines)", bad_lines.back().message, all.records);
     return 1;
 }
 
 }  // namespace
 
 namespace {
-
-// A followed chunk of complete lines. By default a followed log does not die
-// at a bad line (monitoring would end at the very step that matters): the line
-// is logged, recorded as an ingest_error event and passed over. With
-// --on-bad-line=stop, *stop holds the message and the rest of the chunk is left.
-ParsedBatch parse_followed(LineParser& parser, std::string_view chunk, bool skip, Writer& writer, int64_t id,
-                           std::string* stop) {
-    ParsedBatch all;
-    for (size_t pos = 0; pos < chunk.size();) {
-        std::optional<BadLine> bad;
-        ParsedBatch b = parser.parse_until_bad(chunk.substr(pos), now_seconds(), &bad);
-        all.records += b.records, all.skipped += b.skipped, all.stale += b.stale;
-        std::move(b.points.begin(), b.points.end(), std::back_inserter(all.points));
-        std::move(b.events.begin(), b.events.end(), std::back_inserter(all.events));
-        if (!bad) break;
-        writer.event(id, {"ingest_error", std::max<int64_t>(0, parser.last_step()), now_seconds(), bad->message});
-        if (!skip) {
-            *stop = bad->message;
-            break;
-        }
-        spdlog::error("{} (line skipped; following goes on)", bad->message);
-        parser.skip_lines(1);
-        pos += bad->next;
-    }
-    return all;
-}
 
 int follow_lines(const Options& o, LineParser& parser, std::ifstream& in) {
     Writer writer(o.store);
@@ -245,8 +227,16 @@ int follow_lines(const Options& o, LineParser& parser, std::ifstream& in) {
         bool at_end = in.eof();
         in.clear();
         if (size_t cut = pending.rfind('\n'); cut != std::string::npos) {  // a partial last line waits
-            ParsedBatch b = parse_followed(parser, std::string_view(pending).substr(0, cut + 1), o.skip_bad_lines, writer,
-                                           id, &bad_line);
+            // By default a followed log does not die at a bad line: monitoring
+            // would end at the very step that matters (--on-bad-line).
+            std::vector<BadLine> bad_lines;
+            ParsedBatch b = parse_good_lines(parser, std::string_view(pending).substr(0, cut + 1), o.skip_bad_lines,
+                                             &bad_lines);
+            for (const BadLine& bad : bad_lines) {
+                writer.event(id, {"ingest_error", std::max<int64_t>(0, parser.last_step()), now_seconds(), bad.message});
+                if (o.skip_bad_lines) spdlog::error("{} (line skipped; following goes on)", bad.message);
+            }
+            if (!o.skip_bad_lines && !bad_lines.empty()) bad_line = bad_lines.back().message;
             pending.erase(0, cut + 1);
             values += (long)b.points.size();
             monitor.ingest(std::move(b.points), std::move(b.events));

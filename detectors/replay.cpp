@@ -41,12 +41,19 @@ void for_each_stored_record(telemetry::Reader& reader, int64_t run, const std::f
     std::vector<telemetry::Event> events = reader.events(run);
     int64_t last = -1;
     for (const std::string& key : detector_keys()) last = std::max(last, reader.last_step(run, key).value_or(-1));
-    for (int64_t first = 0; first <= last; first += kChunk) {
+    for (int64_t first = 0; first <= last;) {
         std::map<int64_t, StepRecord> by_step;
         for (const std::string& key : detector_keys())
             for (const auto& p : reader.series(run, key, first, first + kChunk - 1))
                 apply_metric(record_at(by_step, p.step), key, p.value);
         for (const StepRecord& r : in_order(by_step, events)) visit(r);
+        first += kChunk;
+        if (!by_step.empty()) continue;
+        // An empty range: steps may be sparse (a log numbering them in tokens), jump to the next stored one.
+        int64_t next = last + 1;
+        for (const std::string& key : detector_keys())
+            for (const auto& b : reader.downsample(run, key, first, last, 1)) next = std::min(next, b.first_step);
+        first = std::max(first, next);
     }
 }
 

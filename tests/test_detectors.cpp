@@ -167,6 +167,27 @@ TEST(PostmortemReport, ChartsAreEnvelopesWithAlertMarkers) {
     EXPECT_EQ(markers, 2u) << "the alert is marked on the loss and grad-norm charts";
 }
 
+// A run's history is replayed a range of steps at a time; steps numbered in
+// tokens (far apart) are reached by jumping over the empty ranges.
+TEST(Replay, StoredRecordsOfSparseStepsInOrder) {
+    test::ScratchDir dir("replay_sparse");
+    int64_t id;
+    {
+        telemetry::Writer w(dir.file("s.db"));
+        telemetry::RunRecord r;
+        r.name = "tokens";
+        id = w.open_run(r, false);
+        w.metrics(id, {{"loss", 0, 3.0, 1.0}, {"loss", 20000, 2.5, 2.0}, {"loss", 5000000000000, 2.0, 3.0},
+                       {"grad_norm", 10000000000000, 1.0, 4.0}});
+    }
+    telemetry::Reader reader(dir.file("s.db"));
+    std::vector<StepRecord> records = stored_records(reader, id);
+    ASSERT_EQ(records.size(), 4u);
+    EXPECT_EQ(records[1].step, 20000);
+    EXPECT_EQ(records[2].step, 5000000000000);
+    EXPECT_EQ(records[3].step, 10000000000000);
+}
+
 TEST(DetectorConfig, BadSettingsAreNamed) {
     EXPECT_NE(config_error({{"spike_hunter", nlohmann::json::object()}}).find("unknown detector \"detectors.spike_hunter\""),
               std::string::npos);
