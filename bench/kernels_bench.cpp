@@ -1,7 +1,7 @@
 // Google Benchmark of the kernels at config S's shapes (B 8, T 256, C 256,
 // NH 4, H 704, V 8192), with the fast kernels next to the reference loops where
 // the reference is quick enough to time. Run: build/bench/hlat_kernels_bench
-#include "trainer/kernels.h"
+#include "trainer/model/kernels.h"
 
 #include <benchmark/benchmark.h>
 #include <omp.h>

@@ -1,10 +1,10 @@
 // Tokenize-and-pack throughput of the online loader on one core: the packer
 // the loader thread runs, over a config's training documents.
 // usage: hlat_loader_bench CONFIG.json [SECONDS]   (prints one JSON object)
-#include "trainer/config.h"
-#include "trainer/dataset.h"
-#include "trainer/loader.h"
-#include "trainer/tokenizer.h"
+#include "trainer/config/config.h"
+#include "trainer/data/dataset.h"
+#include "trainer/data/loader.h"
+#include "trainer/data/tokenizer.h"
 
 #include <fmt/format.h>
 

@@ -2,13 +2,13 @@
 // SentencePiece model on a config's training documents).
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "trainer/config.h"
-#include "trainer/corpus.h"
-#include "trainer/dataset.h"
-#include "trainer/file_io.h"
-#include "trainer/sha256.h"
-#include "trainer/texinfo.h"
-#include "trainer/tokenizer.h"
+#include "trainer/config/config.h"
+#include "trainer/data/corpus.h"
+#include "trainer/data/dataset.h"
+#include "trainer/files/file_io.h"
+#include "trainer/files/sha256.h"
+#include "trainer/data/texinfo.h"
+#include "trainer/data/tokenizer.h"
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>

@@ -5,10 +5,10 @@
 #include "detectors/monitor.h"
 #include "detectors/postmortem.h"
 #include "detectors/replay.h"
-#include "trainer/file_io.h"
+#include "trainer/files/file_io.h"
 #include "telemetry/reader.h"
 #include "telemetry/writer.h"
-#include "trainer/config.h"
+#include "trainer/config/config.h"
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>

@@ -4,8 +4,8 @@
 #include "cli/options.h"
 #include "eval/evaluator.h"
 #include "eval/make_tasks.h"
-#include "trainer/config.h"
-#include "trainer/dataset.h"
+#include "trainer/config/config.h"
+#include "trainer/data/dataset.h"
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
@@ -62,7 +62,7 @@ int eval_command(int argc, char** argv) {
     auto parsed = parse_options(
         argc, argv, opts,
         "usage: hlat eval --checkpoint DIR [options]\n       hlat eval --watch RUN_DIR [options]\n\n"
-        "Scores checkpoints on task files the way lm-evaluation-harness scores them (README: Evaluation).",
+        "Scores checkpoints on task files the way lm-evaluation-harness scores them (docs/evaluation.md).",
         "\nA checkpoint is read only once its manifest is written and every file matches it.\n");
     if (!parsed) return 0;
     const po::variables_map& vm = *parsed;

@@ -1,7 +1,7 @@
 // hlat export: a checkpoint as a Hugging Face LLaMA folder.
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "trainer/hf_export.h"
+#include "trainer/checkpoint/hf_export.h"
 
 #include <boost/program_options.hpp>
 #include <spdlog/spdlog.h>

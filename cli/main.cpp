@@ -1,7 +1,7 @@
 // hlat: one binary, one subcommand per job. Errors are reported here, once, as
 // one line on stderr, with a non-zero exit code.
 #include "cli/commands.h"
-#include "trainer/parallel.h"
+#include "trainer/parallel/parallel.h"
 
 #include <fmt/format.h>
 

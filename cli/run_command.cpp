@@ -1,7 +1,7 @@
-// hlat run: supervise a training job (trainer/supervisor.h).
+// hlat run: supervise a training job (supervisor/supervisor.h).
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "trainer/supervisor.h"
+#include "supervisor/supervisor.h"
 
 #include <boost/program_options.hpp>
 

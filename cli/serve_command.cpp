@@ -55,7 +55,7 @@ int serve_command(int argc, char** argv) {
          "without records; 0 never");
     auto parsed = parse_options(argc, argv, opts,
                                 "usage: hlat serve [--store FILE] [--port N]\n\nServes the JSON API (/api/v1, see "
-                                "README) and the page over a store.\nThe token comes from --token-file, else the "
+                                "docs/api.md) and the page over a store.\nThe token comes from --token-file, else the "
                                 "environment's HLAT_TOKEN, else --token, else a new random one.\nLimits: request "
                                 "bodies up to 64 MB (413 beyond; a request without the token is refused\nbefore its "
                                 "body is read), 32 worker threads of which event streams take at most 16 (503\nbeyond), "

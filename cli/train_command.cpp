@@ -1,8 +1,8 @@
 // hlat train: parses options into a config and run options, then runs.
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "trainer/config.h"
-#include "trainer/training_run.h"
+#include "trainer/config/config.h"
+#include "trainer/run/train.h"
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
@@ -12,6 +12,38 @@
 
 namespace hlat::cli {
 namespace po = boost::program_options;
+
+// The config file with the command line's overrides, validated.
+static TrainConfig effective_config(const po::variables_map& vm) {
+    std::string config_path = vm["config"].as<std::string>();
+    TrainConfig config = config_path.empty() ? TrainConfig{} : load_config(config_path);
+    if (!vm["data"].as<std::string>().empty()) config.run.data = vm["data"].as<std::string>();
+    if (!vm["out-dir"].as<std::string>().empty()) config.run.out_dir = vm["out-dir"].as<std::string>();
+    std::string store = vm["store"].as<std::string>();
+    if (!store.empty()) config.run.store = store == "none" ? "" : store;
+    if (!vm["name"].as<std::string>().empty()) config.run.name = vm["name"].as<std::string>();
+    if (vm["threads"].as<int>() < 0) throw std::runtime_error("--threads must be >= 0");
+    if (vm["threads"].as<int>() > 0) config.run.threads = vm["threads"].as<int>();
+    if (vm.count("inject"))
+        for (const std::string& spec : vm["inject"].as<std::vector<std::string>>()) config.run.inject.push_back(spec);
+    if (!vm["precision"].as<std::string>().empty()) {
+        // Through the config parser, so the value is checked where every field is.
+        nlohmann::json j = config_to_json(config);
+        j["precision"]["mode"] = vm["precision"].as<std::string>();
+        try {
+            config = config_from_json(j);
+        } catch (const ConfigError& e) {
+            throw std::runtime_error(fmt::format("--precision: {}", e.what()));
+        }
+    }
+    for (const char* key : {"dp", "tp"})
+        if (vm[key].as<int>() < 0) throw std::runtime_error(fmt::format("--{} must be >= 1", key));
+    if (vm["dp"].as<int>() > 0) config.parallel.dp = vm["dp"].as<int>();
+    if (vm["tp"].as<int>() > 0) config.parallel.tp = vm["tp"].as<int>();
+    if (vm.count("zero1")) config.parallel.zero1 = true;
+    validate_config(config);
+    return config;
+}
 
 int train_command(int argc, char** argv) {
     po::options_description opts("hlat train options");
@@ -49,35 +81,9 @@ int train_command(int argc, char** argv) {
     if (!parsed) return 0;
     const po::variables_map& vm = *parsed;
 
-    std::string config_path = vm["config"].as<std::string>();
-    TrainConfig config = config_path.empty() ? TrainConfig{} : load_config(config_path);
-    if (!vm["data"].as<std::string>().empty()) config.run.data = vm["data"].as<std::string>();
-    if (!vm["out-dir"].as<std::string>().empty()) config.run.out_dir = vm["out-dir"].as<std::string>();
-    std::string store = vm["store"].as<std::string>();
-    if (!store.empty()) config.run.store = store == "none" ? "" : store;
-    if (!vm["name"].as<std::string>().empty()) config.run.name = vm["name"].as<std::string>();
-    if (vm["threads"].as<int>() < 0) throw std::runtime_error("--threads must be >= 0");
-    if (vm["threads"].as<int>() > 0) config.run.threads = vm["threads"].as<int>();
-    if (vm.count("inject"))
-        for (const std::string& spec : vm["inject"].as<std::vector<std::string>>()) config.run.inject.push_back(spec);
-    if (!vm["precision"].as<std::string>().empty()) {
-        // Through the config parser, so the value is checked where every field is.
-        nlohmann::json j = config_to_json(config);
-        j["precision"]["mode"] = vm["precision"].as<std::string>();
-        try {
-            config = config_from_json(j);
-        } catch (const ConfigError& e) {
-            throw std::runtime_error(fmt::format("--precision: {}", e.what()));
-        }
-    }
-    for (const char* key : {"dp", "tp"})
-        if (vm[key].as<int>() < 0) throw std::runtime_error(fmt::format("--{} must be >= 1", key));
-    if (vm["dp"].as<int>() > 0) config.parallel.dp = vm["dp"].as<int>();
-    if (vm["tp"].as<int>() > 0) config.parallel.tp = vm["tp"].as<int>();
-    if (vm.count("zero1")) config.parallel.zero1 = true;
-    validate_config(config);
+    TrainConfig config = effective_config(vm);
 
-    RunOptions options;
+    TrainOptions options;
     options.steps = vm["steps"].as<int>();
     if (options.steps < 0) throw std::runtime_error("--steps must be >= 0");
     options.resume = vm.count("resume") > 0;
@@ -85,11 +91,13 @@ int train_command(int argc, char** argv) {
     options.init_weights = vm["init"].as<std::string>();
     options.save_weights = vm["save"].as<std::string>();
     options.metrics_jsonl = vm["metrics-jsonl"].as<std::string>();
+    options.faults = parse_faults(config.run.inject);  // the run's one parse: a bad spec fails --print-config too
+    check_faults_fit(options.faults, config.parallel);
     if (vm.count("print-config")) {
         std::cout << config_to_json(config).dump(2) << "\n";
         return 0;
     }
-    return run_training(config, options);
+    return train(config, options);
 }
 
 }  // namespace hlat::cli

@@ -36,6 +36,8 @@
 #include "detectors/config.h"
 #include "telemetry/records.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <deque>
 #include <string>
@@ -83,6 +85,11 @@ class Detector {
   public:
     virtual ~Detector() = default;
     virtual void observe(const StepRecord& r, std::vector<telemetry::Alert>& out) = 0;
+    // The window of recent steps a detector judges by, so that a run resumed
+    // from a checkpoint raises the alerts an uninterrupted run raises. null
+    // for a detector that remembers nothing.
+    virtual nlohmann::json state() const { return nullptr; }
+    virtual void restore(const nlohmann::json& /*state*/) {}
 };
 
 // Every enabled step-record detector, in a fixed order.
@@ -92,9 +99,18 @@ class DetectorSuite {
     ~DetectorSuite();
     // Alerts of this step (wall_time left 0 for the caller to stamp).
     std::vector<Fired> observe(const StepRecord& r);
+    // Every detector's state by name ({"grad_spike": ..., ...}); restore()
+    // takes what state() gave, and ignores detectors it does not name.
+    nlohmann::json state() const;
+    void restore(const nlohmann::json& state);
 
   private:
-    std::vector<std::pair<std::unique_ptr<Detector>, Policy>> detectors_;
+    struct Entry {
+        std::string name;
+        std::unique_ptr<Detector> detector;
+        Policy policy;
+    };
+    std::vector<Entry> detectors_;
 };
 
 // The paper's spike episodes: feed grad norms in step order.
@@ -110,6 +126,8 @@ class SpikeTracker {
         int ended_length;    // length of an episode that ended just before this step, else 0
     };
     Observation observe(double grad_norm);
+    nlohmann::json state() const;
+    void restore(const nlohmann::json& state);
 
   private:
     int window_;

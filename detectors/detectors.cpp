@@ -11,6 +11,29 @@ namespace hlat::detectors {
 using telemetry::Alert;
 using json = nlohmann::json;
 
+namespace {
+
+// JSON has no NaN: a detector's "nothing yet" travels as null.
+json number(double x) { return std::isnan(x) ? json(nullptr) : json(x); }
+double number(const json& j) { return j.is_null() ? NAN : j.get<double>(); }
+
+json numbers(const std::deque<double>& xs) {
+    json out = json::array();
+    for (double x : xs) out.push_back(number(x));
+    return out;
+}
+
+// The newest `keep` values: a window restored under a smaller configured size
+// is cut to it.
+std::deque<double> numbers(const json& j, size_t keep) {
+    std::deque<double> out;
+    for (const json& x : j) out.push_back(number(x));
+    while (out.size() > keep) out.pop_front();
+    return out;
+}
+
+}  // namespace
+
 SpikeTracker::SpikeTracker(int window, SpikeRule rule, double threshold)
     : window_(window), rule_(rule), threshold_(threshold) {}
 
@@ -45,6 +68,13 @@ SpikeTracker::Observation SpikeTracker::observe(double g) {
         if ((int)recent_.size() > window_) recent_.pop_front();
     }
     return o;
+}
+
+json SpikeTracker::state() const { return {{"recent", numbers(recent_)}, {"length", length_}}; }
+
+void SpikeTracker::restore(const json& j) {
+    recent_ = numbers(j.at("recent"), window_);
+    length_ = j.at("length").get<int>();
 }
 
 std::map<int, long> spike_episode_lengths(const std::vector<double>& grad_norms, int window, SpikeRule rule,
@@ -95,6 +125,15 @@ class GradSpike : public Detector {
                             o.episode_length),
                 {{"grad_norm", r.grad_norm}, {"mean", o.mean}, {"episode_steps", o.episode_length}}));
         }
+    }
+
+    json state() const override {
+        return {{"tracker", tracker_.state()}, {"alerted_ratio", alerted_ratio_}, {"alerted_length", alerted_length_}};
+    }
+    void restore(const json& j) override {
+        tracker_.restore(j.at("tracker"));
+        alerted_ratio_ = j.at("alerted_ratio").get<bool>();
+        alerted_length_ = j.at("alerted_length").get<bool>();
     }
 
   private:
@@ -155,6 +194,17 @@ class LossFloor : public Detector {
         if (!below_heldout) gap_alerted_ = false;
     }
 
+    json state() const override {
+        return {{"ema", number(ema_)}, {"heldout", number(heldout_)}, {"floor_alerted", floor_alerted_},
+                {"gap_alerted", gap_alerted_}};
+    }
+    void restore(const json& j) override {
+        ema_ = number(j.at("ema"));
+        heldout_ = number(j.at("heldout"));
+        floor_alerted_ = j.at("floor_alerted").get<bool>();
+        gap_alerted_ = j.at("gap_alerted").get<bool>();
+    }
+
   private:
     LossFloorConfig c_;
     double ema_ = NAN, heldout_ = NAN;
@@ -181,6 +231,12 @@ class LossJump : public Detector {
         }
         recent_.push_back(r.loss);
         if ((int)recent_.size() > c_.window) recent_.pop_front();
+    }
+
+    json state() const override { return {{"recent", numbers(recent_)}, {"alerted", alerted_}}; }
+    void restore(const json& j) override {
+        recent_ = numbers(j.at("recent"), c_.window);
+        alerted_ = j.at("alerted").get<bool>();
     }
 
   private:
@@ -216,6 +272,22 @@ class Divergence : public Detector {
         if (!diverging) alerted_ = false;
     }
 
+    json state() const override {
+        json history = json::array();
+        for (auto [grad, loss] : history_) history.push_back({number(grad), number(loss)});
+        return {{"grad", number(grad_)}, {"loss", number(loss_)}, {"history", history}, {"seen", seen_},
+                {"alerted", alerted_}};
+    }
+    void restore(const json& j) override {
+        grad_ = number(j.at("grad"));
+        loss_ = number(j.at("loss"));
+        history_.clear();
+        for (const json& h : j.at("history")) history_.push_back({number(h.at(0)), number(h.at(1))});
+        while ((int)history_.size() > c_.window + 1) history_.pop_front();
+        seen_ = j.at("seen").get<int>();
+        alerted_ = j.at("alerted").get<bool>();
+    }
+
   private:
     DivergenceConfig c_;
     double alpha_;
@@ -249,6 +321,15 @@ class TpDrift : public Detector {
         if (!above && !steady_growth) alerted_ = false;
     }
 
+    json state() const override {
+        return {{"recent", numbers(recent_)}, {"growing", growing_}, {"alerted", alerted_}};
+    }
+    void restore(const json& j) override {
+        recent_ = numbers(j.at("recent"), c_.growth_checks + 1);
+        growing_ = j.at("growing").get<int>();
+        alerted_ = j.at("alerted").get<bool>();
+    }
+
   private:
     TpDriftConfig c_;
     std::deque<double> recent_;
@@ -274,6 +355,8 @@ class ReplicaMismatch : public Detector {
         }
         if (!bad) alerted_ = false;
     }
+    json state() const override { return {{"alerted", alerted_}}; }
+    void restore(const json& j) override { alerted_ = j.at("alerted").get<bool>(); }
 
   private:
     bool alerted_ = false;
@@ -320,31 +403,45 @@ const std::vector<std::string>& detector_keys() {
 }
 
 DetectorSuite::DetectorSuite(const DetectorsConfig& c, Source source) {
-    auto add = [&](std::unique_ptr<Detector> d, Policy p) {
-        if (p != Policy::Off) detectors_.push_back({std::move(d), p});
+    auto add = [&](const char* name, std::unique_ptr<Detector> d, Policy p) {
+        if (p != Policy::Off) detectors_.push_back({name, std::move(d), p});
     };
-    add(std::make_unique<NonFinite>(source), c.nonfinite.policy);
-    add(std::make_unique<GradSpike>(c.grad_spike), c.grad_spike.policy);
-    add(std::make_unique<LossFloor>(c.loss_floor), c.loss_floor.policy);
-    add(std::make_unique<LossJump>(c.loss_jump), c.loss_jump.policy);
-    add(std::make_unique<Divergence>(c.divergence), c.divergence.policy);
-    add(std::make_unique<TpDrift>(c.tp_drift), c.tp_drift.policy);
-    add(std::make_unique<ReplicaMismatch>(), c.replica_mismatch.policy);
+    add("nonfinite", std::make_unique<NonFinite>(source), c.nonfinite.policy);
+    add("grad_spike", std::make_unique<GradSpike>(c.grad_spike), c.grad_spike.policy);
+    add("loss_floor", std::make_unique<LossFloor>(c.loss_floor), c.loss_floor.policy);
+    add("loss_jump", std::make_unique<LossJump>(c.loss_jump), c.loss_jump.policy);
+    add("divergence", std::make_unique<Divergence>(c.divergence), c.divergence.policy);
+    add("tp_drift", std::make_unique<TpDrift>(c.tp_drift), c.tp_drift.policy);
+    add("replica_mismatch", std::make_unique<ReplicaMismatch>(), c.replica_mismatch.policy);
     // The embedded trainer raises information_leak from its own probe; this
     // one reads probes sent from outside (no series in the trainer's runs).
-    add(std::make_unique<InformationLeak>(), c.leak_probe.policy);
+    add("information_leak", std::make_unique<InformationLeak>(), c.leak_probe.policy);
 }
 
 DetectorSuite::~DetectorSuite() = default;
 
 std::vector<Fired> DetectorSuite::observe(const StepRecord& r) {
     std::vector<Fired> out;
-    for (auto& [d, policy] : detectors_) {
+    for (Entry& e : detectors_) {
         std::vector<Alert> alerts;
-        d->observe(r, alerts);
-        for (Alert& a : alerts) out.push_back({std::move(a), policy});
+        e.detector->observe(r, alerts);
+        for (Alert& a : alerts) out.push_back({std::move(a), e.policy});
     }
     return out;
+}
+
+json DetectorSuite::state() const {
+    json out = json::object();
+    for (const Entry& e : detectors_) {
+        json s = e.detector->state();
+        if (!s.is_null()) out[e.name] = std::move(s);
+    }
+    return out;
+}
+
+void DetectorSuite::restore(const json& state) {
+    for (Entry& e : detectors_)
+        if (state.contains(e.name)) e.detector->restore(state.at(e.name));
 }
 
 }  // namespace hlat::detectors

@@ -1,7 +1,7 @@
 #include "eval/decoder.h"
 
-#include "trainer/kernels.h"
-#include "trainer/sgemm.h"
+#include "trainer/model/kernels.h"
+#include "trainer/model/sgemm.h"
 
 #include <fmt/format.h>
 

@@ -2,11 +2,11 @@
 // growing sequence with a key/value cache, so a shared context is computed
 // once and each continuation after it costs only its own tokens.
 //
-// Letters as in trainer/kernels.h: C dim, V vocab, L layers, NH/NKV heads,
+// Letters as in trainer/model/kernels.h: C dim, V vocab, L layers, NH/NKV heads,
 // HD head dim, H hidden dim, QKV = (NH + 2*NKV)*HD; n new tokens, P past ones.
 #pragma once
 
-#include "trainer/model.h"
+#include "trainer/model/model.h"
 
 #include <cstdint>
 #include <vector>

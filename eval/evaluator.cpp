@@ -2,9 +2,9 @@
 
 #include "telemetry/reader.h"
 #include "telemetry/writer.h"
-#include "trainer/checkpoint.h"
-#include "trainer/config.h"
-#include "trainer/weights.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/config/config.h"
+#include "trainer/model/weights.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

@@ -1,8 +1,8 @@
 #include "eval/make_tasks.h"
 
 #include "eval/task_file.h"
-#include "trainer/file_io.h"
-#include "trainer/sha256.h"
+#include "trainer/files/file_io.h"
+#include "trainer/files/sha256.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

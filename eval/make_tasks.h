@@ -13,7 +13,7 @@
 // many candidates were dropped.
 #pragma once
 
-#include "trainer/dataset.h"
+#include "trainer/data/dataset.h"
 
 #include <cstdint>
 #include <string>

@@ -7,7 +7,7 @@
 #pragma once
 
 #include "eval/decoder.h"
-#include "trainer/tokenizer.h"
+#include "trainer/data/tokenizer.h"
 
 #include <cstdint>
 #include <string>

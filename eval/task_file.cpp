@@ -1,6 +1,6 @@
 #include "eval/task_file.h"
 
-#include "trainer/corpus.h"
+#include "trainer/data/corpus.h"
 
 #include <fmt/format.h>
 
@@ -97,7 +97,7 @@ TaskFile read_task_file(const std::string& path) {
         nlohmann::json j;
         try {
             j = nlohmann::json::parse(line);
-        } catch (const nlohmann::json::parse_error& e) {
+        } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e400
             throw std::runtime_error(fmt::format("{}: not JSON ({})", where, e.what()));
         }
         if (!j.is_object()) throw std::runtime_error(fmt::format("{}: a line must be a JSON object", where));

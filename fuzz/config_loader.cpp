@@ -1,7 +1,7 @@
 // Fuzz target: the trainer's config loader on arbitrary text, as
 // `hlat train --config FILE` reads it. A ConfigError is the expected answer
 // to bad input; anything else escaping, or a message that is not UTF-8, is a crash.
-#include "trainer/config.h"
+#include "trainer/config/config.h"
 #include "telemetry/untrusted_text.h"
 
 #include <unistd.h>

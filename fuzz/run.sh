@@ -15,6 +15,7 @@ mkdir -p "$work/crashes"
 status=0
 for t in "${targets[@]}"; do
   rm -rf "$work/$t" && mkdir -p "$work/$t"
+  rm -f "$work/crashes/$t-"*  # a crash from an earlier run is in fuzz/regressions or still to be fixed
   dirs=("$work/$t" "$here/corpus/$t")
   [[ -d "$here/regressions/$t" ]] && dirs+=("$here/regressions/$t")
   (cd "$work" && "$build/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \

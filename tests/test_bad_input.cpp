@@ -1,7 +1,7 @@
 // What a user sees for bad input: one clear line and a non-zero exit, from the
 // real binary, and the library errors behind it.
 #include "test_util.h"
-#include "trainer/token_file.h"
+#include "trainer/data/token_file.h"
 
 #include <fmt/format.h>
 

@@ -1,7 +1,7 @@
 // BF16 rounding against an independent definition: the nearest of the two
 // bf16 neighbours, computed in double, ties to the even one.
 #include "test_util.h"
-#include "trainer/bf16.h"
+#include "trainer/model/bf16.h"
 
 #include <cfloat>
 #include <cstring>

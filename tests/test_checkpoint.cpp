@@ -1,7 +1,8 @@
 // Checkpoints: atomic folders with hashes, skipping damaged ones, keeping the
 // newest K, and restoring model and optimizer exactly.
 #include "test_util.h"
-#include "trainer/checkpoint.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/config/config.h"
 
 #include <filesystem>
 #include <fstream>

@@ -1,6 +1,6 @@
 // Config validation: every bad field is an error that names it.
 #include "test_util.h"
-#include "trainer/config.h"
+#include "trainer/config/config.h"
 
 namespace hlat {
 namespace {

@@ -1,8 +1,8 @@
 // Reading corpora: formats, the errors and skips a user sees, dedup, the
 // held-out split and the Texinfo conversion.
 #include "test_util.h"
-#include "trainer/corpus.h"
-#include "trainer/texinfo.h"
+#include "trainer/data/corpus.h"
+#include "trainer/data/texinfo.h"
 
 #include <zstd.h>
 

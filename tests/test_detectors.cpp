@@ -8,7 +8,7 @@
 #include "telemetry/reader.h"
 #include "telemetry/writer.h"
 #include "test_util.h"
-#include "trainer/checkpoint.h"
+#include "trainer/checkpoint/checkpoint.h"
 #include "web/server.h"
 
 #include <civetweb.h>

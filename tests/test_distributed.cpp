@@ -14,8 +14,8 @@
 // reordering noise, far below any real difference (one wrong token in a
 // batch of 256 moves the loss by ~1e-3).
 #include "test_util.h"
-#include "trainer/checkpoint.h"
-#include "trainer/corpus.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/data/corpus.h"
 #include "telemetry/reader.h"
 
 #include <fmt/format.h>

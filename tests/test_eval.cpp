@@ -10,7 +10,7 @@
 #include "eval/tasks.h"
 #include "telemetry/reader.h"
 #include "test_util.h"
-#include "trainer/kernels.h"
+#include "trainer/model/kernels.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

@@ -1,9 +1,9 @@
 // Each fast kernel against its plain reference loop, and each backward against
 // central finite differences of its forward on small shapes.
 #include "test_util.h"
-#include "trainer/kernels.h"
-#include "trainer/kernels_reference.h"
-#include "trainer/vector_math.h"
+#include "trainer/model/kernels.h"
+#include "trainer/model/kernels_reference.h"
+#include "trainer/model/vector_math.h"
 
 #include <fmt/format.h>
 #include <omp.h>

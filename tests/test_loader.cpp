@@ -1,7 +1,7 @@
 // The online loader: packing, rank streams, exact state restore, and the
 // tokenizer it uses.
 #include "test_util.h"
-#include "trainer/loader.h"
+#include "trainer/data/loader.h"
 
 #include <fstream>
 

@@ -3,9 +3,9 @@
 // and the losses of 10 AdamW steps with clipping and the schedule must agree.
 // Each comparison prints its error so a failure says where.
 #include "test_util.h"
-#include "trainer/safetensors.h"
+#include "trainer/files/safetensors.h"
 #include "trainer/trainer.h"
-#include "trainer/weights.h"
+#include "trainer/model/weights.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

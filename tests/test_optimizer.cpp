@@ -1,5 +1,5 @@
 #include "test_util.h"
-#include "trainer/optimizer.h"
+#include "trainer/model/optimizer.h"
 
 namespace hlat {
 namespace {

@@ -3,10 +3,10 @@
 // with updates smaller than half a bf16 step, rank-keyed rounding, and the
 // precision section of the config.
 #include "test_util.h"
-#include "trainer/config.h"
-#include "trainer/kernels.h"
-#include "trainer/kernels_bf16.h"
-#include "trainer/optimizer.h"
+#include "trainer/config/config.h"
+#include "trainer/model/kernels.h"
+#include "trainer/model/kernels_bf16.h"
+#include "trainer/model/optimizer.h"
 #include "trainer/trainer.h"
 
 #include <fmt/format.h>

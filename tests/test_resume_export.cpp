@@ -2,10 +2,11 @@
 // resume against other data, fallback past a damaged checkpoint, and the
 // Hugging Face export read back by the PyTorch reference.
 #include "test_util.h"
-#include "trainer/checkpoint.h"
-#include "trainer/file_io.h"
-#include "trainer/safetensors.h"
-#include "trainer/weights.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/config/config.h"
+#include "trainer/files/file_io.h"
+#include "trainer/files/safetensors.h"
+#include "trainer/model/weights.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

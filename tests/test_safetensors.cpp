@@ -1,8 +1,8 @@
 #include "test_util.h"
-#include "trainer/file_io.h"
-#include "trainer/model.h"
-#include "trainer/safetensors.h"
-#include "trainer/weights.h"
+#include "trainer/files/file_io.h"
+#include "trainer/model/model.h"
+#include "trainer/files/safetensors.h"
+#include "trainer/model/weights.h"
 
 #include <fstream>
 

@@ -71,7 +71,7 @@ inline CommandResult run_command(const std::string& command) {
 
 }  // namespace hlat::test
 
-#include "trainer/corpus.h"
+#include "trainer/data/corpus.h"
 
 #include <nlohmann/json.hpp>
 
@@ -126,7 +126,7 @@ inline std::vector<Document> synthetic_documents(int n, unsigned seed) {
 
 }  // namespace hlat::test
 
-#include "trainer/tokenizer.h"
+#include "trainer/data/tokenizer.h"
 
 namespace hlat::test {
 

@@ -1,7 +1,7 @@
 #include "trainer/trainer.h"
 
-#include "trainer/flops.h"
-#include "trainer/kernels_bf16.h"
+#include "trainer/model/flops.h"
+#include "trainer/model/kernels_bf16.h"
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -22,12 +22,13 @@ void set_thread_count(int threads) {
     omp_set_num_threads(threads);  // oneDNN's matmuls run on OpenMP's pool too
 }
 
-Trainer::Trainer(const TrainConfig& config, BatchSource& data, double peak_gflops, Parallel* parallel)
+Trainer::Trainer(const TrainConfig& config, BatchSource& data, double peak_gflops, Parallel* parallel,
+                 const Faults& faults)
     : config_(config),
       data_(data),
       peak_gflops_(peak_gflops),
       parallel_(parallel && parallel->distributed() ? parallel : nullptr),
-      faults_(parse_faults(config.run.inject)) {
+      faults_(faults) {
     model_ = std::make_unique<Model>(config.model, config.run.batch_size, config.run.seq_len,
                                      config.run.activation_checkpointing, config.precision, parallel_);
     long begin = 0, end = -1;
@@ -99,26 +100,20 @@ StepStats Trainer::step(bool tensor_norms, bool hash_grads) {
     StepStats s{};
     s.step = step_;
     auto t_step = Clock::now();
-    accumulate_gradients(s);
-    if (parallel_) finish_reduction(s);
+    accumulate(s);
+    reduce(s, hash_grads);
     auto t0 = Clock::now();
-    if (parallel_) {
-        s.loss = parallel_->sum(s.loss, Group::Data) / parallel_->dp_size();
-        // Before clipping: a clip factor computed from different gradients
-        // would make every tensor differ and hide the one that was wrong.
-        if (hash_grads && parallel_->dp_size() > 1) s.grad_replicas = check_replicas(*parallel_, *model_, model_->grads());
-    }
-    clip_gradients(s, tensor_norms);
-    apply_update(s, tensor_norms);
+    clip(s, tensor_norms);
+    update(s);
+    measure(s, tensor_norms);
     s.optimizer_seconds = seconds_since(t0);
     s.step_seconds = seconds_since(t_step);
-    if (parallel_) s.tp_comm_seconds = parallel_->take_tensor_comm_seconds();
     count_tokens(s);
     step_++;
     return s;
 }
 
-void Trainer::accumulate_gradients(StepStats& s) {
+void Trainer::accumulate(StepStats& s) {
     const int B = config_.run.batch_size, T = config_.run.seq_len, accum = config_.run.grad_accum;
     const long n_params = model_->num_parameters();
     // Pure bf16 keeps bf16 weights: whatever was initialised or loaded is
@@ -128,7 +123,7 @@ void Trainer::accumulate_gradients(StepStats& s) {
         weights_rounded_ = true;
     }
     model_->zero_grad();
-    model_->set_mask_lookahead(faults_.mask_leak_from >= 0 && step_ >= faults_.mask_leak_from ? 1 : 0);
+    model_->set_mask_lookahead(faults_.mask_lookahead(step_));
     double loss_sum = 0.0;
     // Every token of the step weighs the same: the loss is the mean over all
     // micro-batches, so each backward scales by 1 / (B * T * accum).
@@ -151,25 +146,29 @@ void Trainer::accumulate_gradients(StepStats& s) {
     s.loss = loss_sum / accum;
 }
 
-// The reduction overlaps the backward; what is left of it counts as backward time.
-void Trainer::finish_reduction(StepStats& s) {
+// The reduction overlaps the backward; what is left of it counts as backward
+// time. The replica check hashes the gradients before clipping: a clip factor
+// computed from different gradients would make every tensor differ and hide
+// the one that was wrong.
+void Trainer::reduce(StepStats& s, bool hash_grads) {
+    if (!parallel_) return;
     auto t0 = Clock::now();
     CommStats comm = reducer_->finish();
     s.comm_seconds = comm.seconds;
     s.comm_exposed_seconds = comm.exposed_seconds;
     s.backward_seconds += seconds_since(t0);
+    s.loss = parallel_->sum(s.loss, Group::Data) / parallel_->dp_size();
+    if (hash_grads && parallel_->dp_size() > 1) s.grad_replicas = check_replicas(*parallel_, *model_, model_->grads());
 }
 
 // Injected gradient faults, per-tensor norms, the global norm and clipping.
-void Trainer::clip_gradients(StepStats& s, bool tensor_norms) {
+void Trainer::clip(StepStats& s, bool tensor_norms) {
     const long n_params = model_->num_parameters();
     // ZeRO-1 leaves only this rank's range reduced: norms and clipping over it.
     const bool zero1 = reducer_ && reducer_->zero1();
     const long own_begin = zero1 ? reducer_->shard_begin() : 0, own_end = zero1 ? reducer_->shard_end() : n_params;
     float* g = model_->grads();
-    if (step_ == faults_.grad_spike_at)
-        for (long i = 0; i < n_params; i++) g[i] *= (float)faults_.grad_spike_factor;
-    if (step_ == faults_.nan_at) g[n_params / 2] = NAN;
+    faults_.corrupt_gradients(step_, g, n_params);
     // Per-tensor gradient norms need every tensor reduced: not under ZeRO-1.
     if (tensor_norms && !zero1) append_tensor_norms(s.tensor_norms, *model_, g, "grad_norm", parallel_);
     // Pure bf16 stores bf16 gradients, before and after clipping.
@@ -184,11 +183,8 @@ void Trainer::clip_gradients(StepStats& s, bool tensor_norms) {
     if (bf16 && s.clipped) bf16_round_inplace(g, n_params);
 }
 
-void Trainer::apply_update(StepStats& s, bool tensor_norms) {
-    const long n_params = model_->num_parameters();
-    s.lr = learning_rate(config_.schedule, step_);
-    if (faults_.lr_spike_from >= 0 && step_ >= faults_.lr_spike_from && step_ < faults_.lr_spike_from + faults_.lr_spike_steps)
-        s.lr *= faults_.lr_spike_factor;
+void Trainer::update(StepStats& s) {
+    s.lr = learning_rate(config_.schedule, step_) * faults_.lr_factor(step_);
     // A non-finite loss or gradient never reaches the weights: the update is
     // skipped and the detectors report it.
     s.update_skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
@@ -200,6 +196,11 @@ void Trainer::apply_update(StepStats& s, bool tensor_norms) {
         s.comm_seconds += gather;
         s.comm_exposed_seconds += gather;
     }
+}
+
+// Parameter norms after the update.
+void Trainer::measure(StepStats& s, bool tensor_norms) {
+    const long n_params = model_->num_parameters();
     s.param_norm = parallel_ ? std::sqrt(job_sum_squares(*parallel_, *model_, model_->params(), 0, n_params, false))
                              : l2_norm(model_->params(), n_params);
     if (tensor_norms) append_tensor_norms(s.tensor_norms, *model_, model_->params(), "param_norm", parallel_);
@@ -207,6 +208,7 @@ void Trainer::apply_update(StepStats& s, bool tensor_norms) {
 
 // Every data-parallel replica trains on its own tokens; TP ranks share theirs.
 void Trainer::count_tokens(StepStats& s) {
+    if (parallel_) s.tp_comm_seconds = parallel_->take_tensor_comm_seconds();
     const int replicas = parallel_ ? parallel_->dp_size() : 1, processes = parallel_ ? parallel_->world_size() : 1;
     const int T = config_.run.seq_len;
     long tokens = (long)config_.run.batch_size * T * config_.run.grad_accum * replicas;

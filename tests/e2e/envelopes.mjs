@@ -3,7 +3,7 @@
 // run page and in the compare view (read back from uPlot's data and from the
 // chart's canvas pixels), with alert markers at the alert steps, a wall-time
 // axis, log scale, the metric picker, CSV export and a permalink that
-// restores the view. Saves the screenshots README shows.
+// restores the view. Saves the screenshots README and docs/ show.
 // usage: node envelopes.mjs HLAT_BINARY WORK_DIR
 import { spawn, spawnSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";

@@ -1,6 +1,6 @@
 """PyTorch reference of hlat's LLaMA model, written independently of the C++.
 
-Same architecture and weight names as trainer/weights.h: coalesced qkv_proj and
+Same architecture and weight names as trainer/model/weights.h: coalesced qkv_proj and
 gate_up_proj, RoPE in Hugging Face's rotate-half convention, causal softmax
 attention, SwiGLU, RMSNorm, untied lm_head, no biases. Used by the parity test
 (float64, as ground truth) and by bench/train_vs_pytorch (float32, for speed).

@@ -1,0 +1,143 @@
+// A training run in phases with ordered step hooks: the calls a hook sees for
+// each way a run can end, and a resumed run raising exactly the alerts of the
+// uninterrupted one (the detectors' windows travel in the checkpoint).
+#include "test_util.h"
+#include "telemetry/reader.h"
+#include "trainer/config/config.h"
+#include "trainer/run/step_hook.h"
+#include "trainer/run/train.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <csignal>
+#include <fstream>
+#include <stdexcept>
+
+namespace hlat {
+namespace {
+
+// Writes down every call, and can end the run its own way after a step.
+class RecordingHook : public StepHook {
+  public:
+    enum class Then { Nothing, Signal, Throw };
+    RecordingHook(Then then, int at_step) : then_(then), at_step_(at_step) {}
+    const char* name() const override { return "recording"; }
+    void on_start() override { calls.push_back("start"); }
+    void before_step(int step, StepRequest&) override { calls.push_back(fmt::format("before {}", step)); }
+    void after_step(StepResult& result) override {
+        calls.push_back(fmt::format("after {}", result.stats.step));
+        if (result.stats.step != at_step_) return;
+        if (then_ == Then::Signal) std::raise(SIGINT);
+        if (then_ == Then::Throw) throw std::runtime_error("the recording hook failed");
+    }
+    void on_end(RunEnd how) override { calls.push_back(fmt::format("end {}", run_end_name(how))); }
+
+    std::vector<std::string> calls;
+
+  private:
+    Then then_;
+    int at_step_;
+};
+
+// on_start, then before and after each step 0..last, then on_end.
+std::vector<std::string> expected_calls(int last_step, const char* end) {
+    std::vector<std::string> calls = {"start"};
+    for (int s = 0; s <= last_step; s++) {
+        calls.push_back(fmt::format("before {}", s));
+        calls.push_back(fmt::format("after {}", s));
+    }
+    calls.push_back(fmt::format("end {}", end));
+    return calls;
+}
+
+class TrainingRunTest : public ::testing::Test {
+  protected:
+    TrainConfig config(const std::string& name, const std::vector<std::string>& inject = {}) {
+        test::write_tiny_training(dir, 20, {{"store", dir.file("hlat.db")}, {"peak_gflops", 1.0}});
+        nlohmann::json j = nlohmann::json::parse(std::ifstream(dir.file("c.json")));
+        j["run"]["data"] = dir.file("t.u16");
+        j["run"]["out_dir"] = dir.file(name);
+        j["run"]["inject"] = inject;
+        return config_from_json(j);
+    }
+
+    // Runs 6 steps in this process with the recording hook last; returns the exit code.
+    int train_recording(const TrainConfig& c, RecordingHook::Then then, int at_step) {
+        TrainOptions options;
+        options.steps = 6;
+        options.faults = parse_faults(c.run.inject);
+        options.extra_hooks.push_back(hook = std::make_shared<RecordingHook>(then, at_step));
+        return train(c, options);
+    }
+
+    test::ScratchDir dir{"training_run"};
+    std::shared_ptr<RecordingHook> hook;
+};
+
+TEST_F(TrainingRunTest, HookSeesTheSameOrderForEveryWayARunEnds) {
+    EXPECT_EQ(train_recording(config("finished"), RecordingHook::Then::Nothing, -1), 0);
+    EXPECT_EQ(hook->calls, expected_calls(5, "finished"));
+
+    EXPECT_EQ(train_recording(config("stopped"), RecordingHook::Then::Signal, 2), 128 + SIGINT);
+    EXPECT_EQ(hook->calls, expected_calls(2, "stopped"));
+
+    // A NaN gradient at step 3: the nonfinite detector's policy is halt.
+    EXPECT_EQ(train_recording(config("halted", {"nan@3"}), RecordingHook::Then::Nothing, -1), kExitHalted);
+    EXPECT_EQ(hook->calls, expected_calls(3, "halted"));
+
+    EXPECT_THROW(train_recording(config("crashed"), RecordingHook::Then::Throw, 4), std::runtime_error);
+    EXPECT_EQ(hook->calls, expected_calls(4, "crashed"));
+
+    telemetry::Reader reader(dir.file("hlat.db"));
+    for (const char* status : {"finished", "stopped", "halted", "crashed"}) {
+        std::optional<telemetry::RunRecord> run = reader.find_run(status);
+        ASSERT_TRUE(run) << status;
+        EXPECT_EQ(run->status, status);
+    }
+}
+
+// (kind, step) of every alert of a stored run, in the order raised.
+std::vector<std::pair<std::string, int64_t>> stored_alerts(const std::string& db, const std::string& name) {
+    telemetry::Reader reader(db);
+    std::optional<telemetry::RunRecord> run = reader.find_run(name);
+    EXPECT_TRUE(run) << name;
+    std::vector<std::pair<std::string, int64_t>> out;
+    if (run)
+        for (const telemetry::Alert& a : reader.alerts(run->id)) out.push_back({a.kind, a.step});
+    return out;
+}
+
+// A gradient spike at step 30 is judged against the 20 steps before it and a
+// leaking mask from step 35 is caught by the probe every 10 steps: a run
+// resumed at step 25 and again at 40 must raise what the straight run raised,
+// at the same steps, and nothing more.
+TEST(TrainingRun, ResumedRunRaisesTheAlertsOfTheUninterruptedOne) {
+    test::ScratchDir dir("resume_alerts");
+    test::write_tiny_training(dir, 50, {{"checkpoint_every", 10}, {"peak_gflops", 1.0}});
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(dir.file("c.json")));
+    j["detectors"] = {{"leak_probe", {{"policy", "warn"}, {"every", 10}}}};
+    std::ofstream(dir.file("c.json")) << j.dump(2);
+    auto hlat_train = [&](const std::string& name, const std::string& extra) {
+        test::CommandResult r = test::run_command(fmt::format(
+            "{} train --config {} --data {} --store {} --out-dir {} --inject grad_spike@30:100 --inject "
+            "mask_leak@35 {}",
+            HLAT_BINARY, dir.file("c.json"), dir.file("t.u16"), dir.file("hlat.db"), dir.file(name), extra));
+        EXPECT_EQ(r.exit_code, 0) << r.output;
+    };
+    hlat_train("straight", "");
+    hlat_train("resumed", "--steps 25");
+    hlat_train("resumed", "--steps 40 --resume");
+    hlat_train("resumed", "--resume");
+
+    auto straight = stored_alerts(dir.file("hlat.db"), "straight");
+    auto resumed = stored_alerts(dir.file("hlat.db"), "resumed");
+    for (const auto& [kind, step] : straight) std::printf("straight: %s at step %lld\n", kind.c_str(), (long long)step);
+    const std::pair<std::string, int64_t> spike{"grad_spike", 30}, leak{"information_leak", 39};
+    EXPECT_NE(std::find(straight.begin(), straight.end(), spike), straight.end()) << "the planted spike is caught";
+    EXPECT_NE(std::find(straight.begin(), straight.end(), leak), straight.end()) << "the planted leak is caught";
+    EXPECT_EQ(resumed, straight);
+}
+
+}  // namespace
+}  // namespace hlat

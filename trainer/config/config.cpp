@@ -1,0 +1,386 @@
+#include "trainer/config/config.h"
+
+#include "telemetry/untrusted_text.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+
+namespace hlat {
+namespace {
+
+using json = nlohmann::json;
+
+// The names of an enum's (or a flag's) values in the config file.
+template <class T>
+using Choices = std::vector<std::pair<const char*, T>>;
+
+template <class T>
+const char* name_of(const T& value, const Choices<T>& choices) {
+    for (const auto& [name, v] : choices)
+        if (v == value) return name;
+    return "?";
+}
+
+// Reads the fields of one JSON object, checking each one's type and range, and
+// remembers which keys it consumed so that leftovers are reported as unknown.
+class Section {
+  public:
+    Section(const json& root, const std::string& name) : name_(name) {
+        if (!root.contains(name)) return;
+        obj_ = &root.at(name);
+        if (!obj_->is_object()) fail(name, *obj_, "an object");
+    }
+
+    void integer(const char* key, int& out, long lo, long hi) {
+        const json* v = get(key);
+        if (!v) return;
+        if (!v->is_number_integer()) fail(path(key), *v, fmt::format("an integer in [{}, {}]", lo, hi));
+        long x = v->get<long>();
+        if (x < lo || x > hi) fail(path(key), *v, fmt::format("an integer in [{}, {}]", lo, hi));
+        out = (int)x;
+    }
+
+    void seed(const char* key, unsigned long long& out) {
+        const json* v = get(key);
+        if (!v) return;
+        if (!v->is_number_unsigned() && !(v->is_number_integer() && v->get<long long>() >= 0))
+            fail(path(key), *v, "a non-negative integer");
+        out = v->get<unsigned long long>();
+    }
+
+    void number(const char* key, double& out, double lo, double hi, bool lo_open = false) {
+        const json* v = get(key);
+        if (!v) return;
+        std::string allowed = fmt::format("a number in {}{}, {}]", lo_open ? "(" : "[", lo, hi);
+        if (!v->is_number()) fail(path(key), *v, allowed);
+        double x = v->get<double>();
+        if (!std::isfinite(x) || x < lo || x > hi || (lo_open && x == lo)) fail(path(key), *v, allowed);
+        out = x;
+    }
+
+    void boolean(const char* key, bool& out) {
+        const json* v = get(key);
+        if (!v) return;
+        if (!v->is_boolean()) fail(path(key), *v, "true or false");
+        out = v->get<bool>();
+    }
+
+    void string(const char* key, std::string& out, const std::set<std::string>& choices = {}) {
+        const json* v = get(key);
+        if (!v) return;
+        std::string allowed = "a string";
+        if (!choices.empty()) {
+            allowed = "one of";
+            for (auto& c : choices) allowed += " \"" + c + "\"";
+        }
+        if (!v->is_string()) fail(path(key), *v, allowed);
+        std::string s = v->get<std::string>();
+        if (!choices.empty() && !choices.count(s)) fail(path(key), *v, allowed);
+        out = s;
+    }
+
+    template <class T>
+    void choice(const char* key, T& out, const Choices<T>& choices) {
+        std::string name = name_of(out, choices);
+        std::set<std::string> names;
+        for (const auto& [n, value] : choices) names.insert(n);
+        string(key, name, names);
+        for (const auto& [n, value] : choices)
+            if (name == n) out = value;
+    }
+
+    void strings(const char* key, std::vector<std::string>& out) {
+        const json* v = get(key);
+        if (!v) return;
+        if (!v->is_array()) fail(path(key), *v, "an array of strings");
+        std::vector<std::string> items;
+        for (const json& item : *v) {
+            if (!item.is_string() || item.get<std::string>().empty()) fail(path(key), *v, "an array of non-empty strings");
+            items.push_back(item.get<std::string>());
+        }
+        out = items;
+    }
+
+    // Reports the first key that no reader asked for.
+    void reject_unknown() const {
+        if (!obj_) return;
+        for (auto it = obj_->begin(); it != obj_->end(); ++it) {
+            if (!seen_.count(it.key())) {
+                throw ConfigError(fmt::format("unknown config field \"{}\"", path(it.key().c_str())));
+            }
+        }
+    }
+
+    [[noreturn]] static void fail(const std::string& field, const json& v, const std::string& allowed) {
+        throw ConfigError(
+            fmt::format("config field \"{}\" is {}; expected {}", field, v.dump(), allowed));
+    }
+
+  private:
+    const json* get(const char* key) {
+        seen_.insert(key);
+        if (!obj_ || !obj_->contains(key)) return nullptr;
+        return &obj_->at(key);
+    }
+    std::string path(const char* key) const { return name_ + "." + key; }
+
+    std::string name_;
+    const json* obj_ = nullptr;
+    std::set<std::string> seen_;
+};
+
+// Writes the fields of one section into a JSON object: the same calls as
+// Section's, so each section lists its fields once for both directions.
+class SectionWriter {
+  public:
+    explicit SectionWriter(json& out) : out_(out) {}
+    void integer(const char* key, const int& v, long, long) { out_[key] = v; }
+    void seed(const char* key, const unsigned long long& v) { out_[key] = v; }
+    void number(const char* key, const double& v, double, double, bool = false) { out_[key] = v; }
+    void boolean(const char* key, const bool& v) { out_[key] = v; }
+    void string(const char* key, const std::string& v, const std::set<std::string>& = {}) { out_[key] = v; }
+    void strings(const char* key, const std::vector<std::string>& v) { out_[key] = v; }
+    template <class T>
+    void choice(const char* key, const T& v, const Choices<T>& choices) {
+        out_[key] = name_of(v, choices);
+    }
+
+  private:
+    json& out_;
+};
+
+}  // namespace
+
+const char* precision_mode_name(PrecisionMode m) {
+    switch (m) {
+        case PrecisionMode::Fp32: return "fp32";
+        case PrecisionMode::Bf16: return "bf16";
+        case PrecisionMode::Bf16Sr: return "bf16_sr";
+        case PrecisionMode::Mixed: return "mixed";
+    }
+    return "?";
+}
+
+namespace {
+
+constexpr long kMaxInt = std::numeric_limits<int>::max();
+
+const Choices<InitScaling> kInitScalings = {
+    {"per_layer", InitScaling::PerLayer}, {"total_layers", InitScaling::TotalLayers}, {"none", InitScaling::None}};
+const Choices<PrecisionMode> kPrecisionModes = {
+    {precision_mode_name(PrecisionMode::Fp32), PrecisionMode::Fp32},
+    {precision_mode_name(PrecisionMode::Bf16), PrecisionMode::Bf16},
+    {precision_mode_name(PrecisionMode::Bf16Sr), PrecisionMode::Bf16Sr},
+    {precision_mode_name(PrecisionMode::Mixed), PrecisionMode::Mixed}};
+const Choices<bool> kDtypes = {{"fp32", false}, {"bf16", true}};  // the precision knobs: is it bf16?
+
+// Each section's fields, listed once, with their ranges: `f` is a Section
+// (reading a config) or a SectionWriter (writing one). C is the section's
+// struct, const when writing.
+template <class F, class C>
+void model_fields(F& f, C& c) {
+    f.integer("vocab_size", c.vocab_size, 2, 1 << 24);
+    f.integer("dim", c.dim, 2, 65536);
+    f.integer("n_layers", c.n_layers, 1, 1024);
+    f.integer("n_heads", c.n_heads, 1, 1024);
+    f.integer("n_kv_heads", c.n_kv_heads, 1, 1024);
+    f.integer("hidden_dim", c.hidden_dim, 1, 1 << 20);
+    f.integer("max_seq_len", c.max_seq_len, 1, 1 << 20);
+    f.number("norm_eps", c.norm_eps, 0.0, 1.0, true);
+    f.number("rope_theta", c.rope_theta, 1.0, 1e12);
+    f.number("init_std", c.init_std, 0.0, 10.0, true);
+    f.choice("init_scaling", c.init_scaling, kInitScalings);
+}
+
+template <class F, class C>
+void optimizer_fields(F& f, C& c) {
+    f.number("beta1", c.beta1, 0.0, 1.0);
+    f.number("beta2", c.beta2, 0.0, 1.0);
+    f.number("eps", c.eps, 0.0, 1.0, true);
+    f.number("weight_decay", c.weight_decay, 0.0, 10.0);
+    f.boolean("decay_norms_and_embeddings", c.decay_norms_and_embeddings);
+    f.number("grad_clip", c.grad_clip, 0.0, 1e9);
+}
+
+template <class F, class C>
+void schedule_fields(F& f, C& c) {
+    f.number("max_lr", c.max_lr, 0.0, 10.0);
+    f.number("min_lr", c.min_lr, 0.0, 10.0);
+    f.integer("warmup_steps", c.warmup_steps, 0, kMaxInt);
+    f.integer("total_steps", c.total_steps, 1, kMaxInt);
+}
+
+template <class F, class C>
+void data_fields(F& f, C& c) {
+    f.strings("corpus", c.corpus);
+    f.string("text_field", c.text_field);
+    f.string("tokenizer", c.tokenizer);
+    f.number("heldout_percent", c.heldout_percent, 0.0, 50.0);
+    f.boolean("dedup_paragraphs", c.dedup_paragraphs);
+    f.integer("prefetch_batches", c.prefetch_batches, 1, 1024);
+}
+
+template <class F, class C>
+void run_fields(F& f, C& c) {
+    f.integer("batch_size", c.batch_size, 1, 1 << 16);
+    f.integer("seq_len", c.seq_len, 1, 1 << 20);
+    f.integer("grad_accum", c.grad_accum, 1, 1 << 16);
+    f.seed("seed", c.seed);
+    f.integer("threads", c.threads, 1, 1024);
+    f.boolean("activation_checkpointing", c.activation_checkpointing);
+    f.string("data", c.data);
+    f.string("data_dtype", c.data_dtype, {"uint16", "uint32"});
+    f.number("peak_gflops", c.peak_gflops, 0.0, 1e9);
+    f.integer("log_every", c.log_every, 1, kMaxInt);
+    f.string("out_dir", c.out_dir);
+    f.string("name", c.name);
+    f.string("store", c.store);
+    f.integer("tensor_norms_every", c.tensor_norms_every, 0, kMaxInt);
+    f.integer("checkpoint_every", c.checkpoint_every, 0, kMaxInt);
+    f.integer("keep_checkpoints", c.keep_checkpoints, 0, kMaxInt);
+    f.integer("eval_every", c.eval_every, 0, kMaxInt);
+    f.integer("eval_batches", c.eval_batches, 1, 100000);
+    f.strings("inject", c.inject);
+}
+
+template <class F, class C>
+void precision_fields(F& f, C& c) {
+    f.choice("mode", c.mode, kPrecisionModes);
+    f.choice("softmax", c.softmax_bf16, kDtypes);
+    f.choice("grad_accum", c.grad_accum_bf16, kDtypes);
+    f.choice("reduce", c.reduce_bf16, kDtypes);
+    f.boolean("sr_moments", c.sr_moments);
+    f.boolean("sr_key_rank", c.sr_key_rank);
+}
+
+template <class F, class C>
+void parallel_fields(F& f, C& c) {
+    f.integer("dp", c.dp, 1, 4096);
+    f.integer("tp", c.tp, 1, 64);
+    f.boolean("zero1", c.zero1);
+    f.integer("check_every", c.check_every, 0, kMaxInt);
+    f.boolean("hash_grads", c.hash_grads);
+    f.integer("resync_every", c.resync_every, 0, kMaxInt);
+}
+
+// Calls visit(name, fields) for each section but detectors (detectors/config.h
+// reads and writes its own), where fields(f) lists that section's fields to f.
+template <class Config, class Visit>
+void for_each_section(Config& c, Visit&& visit) {
+    visit("model", [&](auto& f) { model_fields(f, c.model); });
+    visit("optimizer", [&](auto& f) { optimizer_fields(f, c.optimizer); });
+    visit("schedule", [&](auto& f) { schedule_fields(f, c.schedule); });
+    visit("data", [&](auto& f) { data_fields(f, c.data); });
+    visit("run", [&](auto& f) { run_fields(f, c.run); });
+    visit("precision", [&](auto& f) { precision_fields(f, c.precision); });
+    visit("parallel", [&](auto& f) { parallel_fields(f, c.parallel); });
+}
+
+}  // namespace
+
+TrainConfig config_from_json(const json& j) {
+    if (!j.is_object()) throw ConfigError("config must be a JSON object");
+    TrainConfig c;
+    std::set<std::string> sections = {"detectors"};
+    std::string expected;
+    for_each_section(c, [&](const char* name, auto) {
+        sections.insert(name);
+        expected += std::string(name) + ", ";
+    });
+    for (auto it = j.begin(); it != j.end(); ++it)
+        if (!sections.count(it.key()))
+            throw ConfigError(fmt::format("unknown config section \"{}\"; expected {}or detectors", it.key(),
+                                          expected.substr(0, expected.size() - 2) + " "));
+    for_each_section(c, [&](const char* name, auto fields) {
+        Section section(j, name);
+        fields(section);
+        section.reject_unknown();
+    });
+    try {
+        c.detectors = detectors::detectors_from_json(j.contains("detectors") ? j.at("detectors") : json());
+    } catch (const detectors::DetectorConfigError& e) {
+        throw ConfigError(e.what());
+    }
+    validate_config(c);
+    return c;
+}
+
+void validate_config(const TrainConfig& c) {
+    const ModelConfig& m = c.model;
+    if (m.dim % m.n_heads != 0)
+        throw ConfigError(fmt::format("model.n_heads = {} must divide model.dim = {}", m.n_heads, m.dim));
+    if (m.head_dim() % 2 != 0)
+        throw ConfigError(fmt::format(
+            "head dim model.dim / model.n_heads = {} must be even for RoPE", m.head_dim()));
+    if (m.n_heads % m.n_kv_heads != 0)
+        throw ConfigError(fmt::format("model.n_kv_heads = {} must divide model.n_heads = {}",
+                                      m.n_kv_heads, m.n_heads));
+    if (c.run.seq_len > m.max_seq_len)
+        throw ConfigError(fmt::format("run.seq_len = {} exceeds model.max_seq_len = {}",
+                                      c.run.seq_len, m.max_seq_len));
+    if (c.schedule.min_lr > c.schedule.max_lr)
+        throw ConfigError(fmt::format("schedule.min_lr = {} exceeds schedule.max_lr = {}",
+                                      c.schedule.min_lr, c.schedule.max_lr));
+    if (c.schedule.warmup_steps > c.schedule.total_steps)
+        throw ConfigError(fmt::format("schedule.warmup_steps = {} exceeds schedule.total_steps = {}",
+                                      c.schedule.warmup_steps, c.schedule.total_steps));
+    if (!c.data.corpus.empty() && c.data.tokenizer.empty())
+        throw ConfigError("data.corpus is set but data.tokenizer is not: a corpus needs a SentencePiece model");
+    if (c.run.out_dir.empty()) throw ConfigError("run.out_dir must not be empty");
+    if ((long)c.run.batch_size * c.run.seq_len > std::numeric_limits<int>::max() / 4)
+        throw ConfigError("run.batch_size * run.seq_len is too large");
+    const PrecisionConfig& p = c.precision;
+    if (p.mode == PrecisionMode::Fp32 && (p.softmax_bf16 || p.grad_accum_bf16 || p.reduce_bf16))
+        throw ConfigError("precision.softmax, grad_accum and reduce can be \"bf16\" only with a bf16 precision.mode");
+    if ((p.sr_moments || p.sr_key_rank) && p.mode != PrecisionMode::Bf16Sr)
+        throw ConfigError("precision.sr_moments and sr_key_rank need precision.mode \"bf16_sr\"");
+    const ParallelConfig& par = c.parallel;
+    auto divisible = [&](const char* what, int n) {
+        if (n % par.tp != 0)
+            throw ConfigError(fmt::format("parallel.tp = {} must divide {} = {}", par.tp, what, n));
+    };
+    divisible("model.n_heads", m.n_heads);
+    divisible("model.n_kv_heads", m.n_kv_heads);
+    divisible("model.hidden_dim", m.hidden_dim);
+    divisible("model.vocab_size", m.vocab_size);
+    if (par.hash_grads && par.zero1)
+        throw ConfigError("parallel.hash_grads needs whole reduced gradients on every replica: not with zero1");
+}
+
+TrainConfig load_config(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw ConfigError(fmt::format("cannot open config file {}", path));
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (telemetry::json_depth(text) > telemetry::kMaxJsonDepth)
+        throw ConfigError(fmt::format("config file {} nests arrays or objects more than {} deep", path,
+                                      telemetry::kMaxJsonDepth));
+    json j;
+    try {
+        j = json::parse(text);
+    } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e400; its "last read" may quote raw bytes
+        throw ConfigError(fmt::format("config file {} is not valid JSON: {}", path, telemetry::excerpt(e.what(), 300, false)));
+    }
+    try {
+        return config_from_json(j);
+    } catch (const ConfigError& e) {
+        throw ConfigError(fmt::format("{}: {}", path, e.what()));
+    }
+}
+
+json config_to_json(const TrainConfig& c) {
+    json out = json::object();
+    for_each_section(c, [&](const char* name, auto fields) {
+        json section = json::object();
+        SectionWriter writer(section);
+        fields(writer);
+        out[name] = std::move(section);
+    });
+    out["detectors"] = detectors::detectors_to_json(c.detectors);
+    return out;
+}
+
+}  // namespace hlat

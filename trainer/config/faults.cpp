@@ -1,0 +1,99 @@
+#include "trainer/config/faults.h"
+
+#include "trainer/config/config.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <sstream>
+
+namespace hlat {
+
+Faults parse_faults(const std::vector<std::string>& specs) {
+    Faults f;
+    for (const std::string& spec : specs) {
+        auto bad = [&](const std::string& why) {
+            return ConfigError(fmt::format("fault \"{}\": {}; expected NAME@STEP[:ARGS] with NAME one of mask_leak, "
+                                           "grad_spike, nan, lr_spike, allreduce_bug, crash, crash_random, hang",
+                                           spec, why));
+        };
+        size_t at = spec.find('@');
+        if (at == std::string::npos) throw bad("no @STEP");
+        std::string name = spec.substr(0, at);
+        std::vector<std::string> parts;
+        std::stringstream rest(spec.substr(at + 1));
+        for (std::string p; std::getline(rest, p, ':');) parts.push_back(p);
+        if (name == "allreduce_bug") {
+            // Words, not numbers, after the step: take them out before the numbers are read.
+            if (parts.size() < 2) throw bad("allreduce_bug needs a flavour: sum, skip or stale");
+            std::string flavour = parts[1];
+            if (flavour == "sum" && parts.size() == 2) {
+                f.allreduce_bug = AllreduceBug::Sum;
+            } else if (flavour == "skip" && parts.size() <= 3) {
+                f.allreduce_bug = AllreduceBug::Skip;
+                if (parts.size() == 3) f.allreduce_bug_tensor = parts[2];
+            } else if (flavour == "stale" && parts.size() == 2) {
+                f.allreduce_bug = AllreduceBug::Stale;
+            } else {
+                throw bad("the allreduce_bug flavour is sum, skip[:TENSOR] or stale");
+            }
+            parts.resize(1);
+        }
+        std::vector<double> nums;
+        for (const std::string& p : parts) {
+            try {
+                size_t used;
+                nums.push_back(std::stod(p, &used));
+                if (used != p.size()) throw bad("\"" + p + "\" is not a number");
+            } catch (const std::invalid_argument&) {
+                throw bad("\"" + p + "\" is not a number");
+            }
+        }
+        if (nums.empty() || nums[0] < 0 || nums[0] != (int)nums[0]) throw bad("the step must be an integer >= 0");
+        int step = (int)nums[0];
+        if (name == "mask_leak" && nums.size() == 1) {
+            f.mask_leak_from = step;
+        } else if (name == "grad_spike" && nums.size() <= 2) {
+            f.grad_spike_at = step;
+            if (nums.size() == 2) f.grad_spike_factor = nums[1];
+            if (!(f.grad_spike_factor > 0)) throw bad("the factor must be > 0");
+        } else if (name == "nan" && nums.size() == 1) {
+            f.nan_at = step;
+        } else if (name == "allreduce_bug") {
+            f.allreduce_bug_from = step;
+        } else if ((name == "crash" || name == "hang") && nums.size() <= 2) {
+            int rank = nums.size() == 2 ? (int)nums[1] : 0;
+            if (rank < 0 || (nums.size() == 2 && nums[1] != rank)) throw bad("the rank must be an integer >= 0");
+            (name == "crash" ? f.crash_at : f.hang_at) = step;
+            (name == "crash" ? f.crash_rank : f.hang_rank) = rank;
+        } else if (name == "crash_random" && nums.size() == 1) {
+            if (step < 1) throw bad("the mean interval must be >= 1 second");
+            f.crash_mean_seconds = step;
+        } else if (name == "lr_spike" && nums.size() <= 3) {
+            f.lr_spike_from = step;
+            if (nums.size() >= 2) f.lr_spike_factor = nums[1];
+            if (nums.size() == 3) f.lr_spike_steps = (int)nums[2];
+            if (!(f.lr_spike_factor > 0) || f.lr_spike_steps < 1) throw bad("factor and steps must be > 0");
+        } else {
+            throw bad("unknown fault or wrong number of arguments");
+        }
+    }
+    return f;
+}
+
+}  // namespace hlat
+
+namespace hlat {
+
+void Faults::corrupt_gradients(int step, float* g, long n) const {
+    if (step == grad_spike_at)
+        for (long i = 0; i < n; i++) g[i] *= (float)grad_spike_factor;
+    if (step == nan_at) g[n / 2] = NAN;
+}
+
+void check_faults_fit(const Faults& faults, const ParallelConfig& par) {
+    if (faults.allreduce_bug != AllreduceBug::None && (par.dp < 2 || par.zero1))
+        throw ConfigError("the allreduce_bug fault needs plain data parallelism: parallel.dp >= 2 without zero1");
+}
+
+}  // namespace hlat

@@ -1,0 +1,67 @@
+// Fault injection, to prove the detectors: each fault starts at a step.
+//   mask_leak@S            from step S the attention mask lets each position see the next token
+//   grad_spike@S[:F]       at step S the gradients are scaled by F (default 100) before clipping
+//   nan@S                  at step S one gradient value becomes NaN
+//   lr_spike@S[:F[:N]]     from step S, for N steps (default 5), the learning rate is multiplied by F (default 10)
+// Distributed runs (the last data-parallel rank is the faulty one):
+//   allreduce_bug@S:sum              from step S it sums the gradients instead of averaging them
+//   allreduce_bug@S:skip[:TENSOR]    from step S one tensor (default layers.0.down_proj) is left out of
+//                                    the all-reduce on every rank: each keeps its own gradient
+//   allreduce_bug@S:stale            from step S it applies the previous step's reduced buffer
+//   crash@S[:RANK]                   at step S the rank (default 0) is killed (SIGKILL), first launch only
+//   crash_random@SECONDS             each launch is killed after an exponentially distributed time of
+//                                    mean SECONDS (the uptime bench; HLAT_FAULT_SEED fixes the draws)
+//   hang@S[:RANK]                    at step S the rank stops responding, first launch only
+// "First launch only": not when the supervisor relaunched the job (HLAT_ATTEMPT > 0),
+// as a transient hardware fault would not recur.
+// The paper's configurations that go bad on their own are config settings,
+// not faults: model.init_scaling "none", optimizer.beta2 0.99.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace hlat {
+
+struct ParallelConfig;
+
+enum class AllreduceBug { None, Sum, Skip, Stale };
+
+struct Faults {
+    int mask_leak_from = -1;
+    int grad_spike_at = -1;
+    double grad_spike_factor = 100.0;
+    int nan_at = -1;
+    int lr_spike_from = -1;
+    double lr_spike_factor = 10.0;
+    int lr_spike_steps = 5;
+    AllreduceBug allreduce_bug = AllreduceBug::None;
+    int allreduce_bug_from = -1;
+    std::string allreduce_bug_tensor = "layers.0.down_proj";
+    int crash_at = -1, crash_rank = 0;
+    double crash_mean_seconds = 0.0;  // crash_random
+    int hang_at = -1, hang_rank = 0;
+    bool any() const {
+        return mask_leak_from >= 0 || grad_spike_at >= 0 || nan_at >= 0 || lr_spike_from >= 0 ||
+               allreduce_bug != AllreduceBug::None || crash_at >= 0 || crash_mean_seconds > 0 || hang_at >= 0;
+    }
+
+    // What the numeric faults do to step `step` (0-based), where the step
+    // asks. The all-reduce bug is the gradient reducer's (grad_reducer.h);
+    // crashes and hangs are the process's (run/fault_hook.h).
+    int mask_lookahead(int step) const { return mask_leak_from >= 0 && step >= mask_leak_from ? 1 : 0; }
+    void corrupt_gradients(int step, float* grads, long n) const;  // grad_spike, nan: before clipping
+    double lr_factor(int step) const {
+        bool spiking = lr_spike_from >= 0 && step >= lr_spike_from && step < lr_spike_from + lr_spike_steps;
+        return spiking ? lr_spike_factor : 1.0;
+    }
+};
+
+// Parsed once per run, where the run's options are decided (`hlat train`);
+// throws ConfigError naming the bad entry.
+Faults parse_faults(const std::vector<std::string>& specs);
+// Faults the layout cannot carry (an all-reduce bug without plain data
+// parallelism); throws ConfigError.
+void check_faults_fit(const Faults& faults, const ParallelConfig& parallel);
+
+}  // namespace hlat

@@ -1,0 +1,23 @@
+// The optimizer and schedule sections of the training config: all that
+// AdamW and the learning-rate schedule see of it.
+#pragma once
+
+namespace hlat {
+
+struct OptimizerConfig {
+    double beta1 = 0.9;
+    double beta2 = 0.95;
+    double eps = 1e-8;
+    double weight_decay = 0.1;
+    bool decay_norms_and_embeddings = true;  // false: no decay on norm weights and the embedding
+    double grad_clip = 1.0;                  // global L2 norm; 0 disables clipping
+};
+
+struct ScheduleConfig {
+    double max_lr = 3e-4;
+    double min_lr = 3e-5;
+    int warmup_steps = 100;
+    int total_steps = 2000;
+};
+
+}  // namespace hlat

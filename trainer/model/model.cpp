@@ -1,0 +1,311 @@
+#include "trainer/model/model.h"
+
+#include "trainer/model/kernels.h"
+#include "trainer/model/kernels_bf16.h"
+#include "trainer/model/vocab_parallel.h"
+
+#include <fmt/format.h>
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <stdexcept>
+
+namespace hlat {
+
+ShardShape shard_shape(const ModelConfig& c, int rank, int size) {
+    auto check = [&](const char* what, int n) {
+        if (n % size != 0)
+            throw std::runtime_error(fmt::format("tensor parallelism {} needs {} ({}) divisible by it", size, what, n));
+        return n / size;
+    };
+    ShardShape s;
+    s.rank = rank;
+    s.size = size;
+    s.n_heads = check("model.n_heads", c.n_heads);
+    s.n_kv_heads = check("model.n_kv_heads", c.n_kv_heads);
+    s.hidden_dim = check("model.hidden_dim", c.hidden_dim);
+    s.vocab_size = check("model.vocab_size", c.vocab_size);
+    s.vocab_start = rank * s.vocab_size;
+    return s;
+}
+
+std::vector<TensorKind> tensor_table(const ModelConfig& config, const ShardShape& shard) {
+    const long V = shard.vocab_size, C = config.dim, H = shard.hidden_dim, HD = config.head_dim();
+    const long QKV = (shard.n_heads + 2L * shard.n_kv_heads) * HD, CA = shard.n_heads * HD;
+    const int L = config.n_layers;
+    // The parameter table: every loop over parameters (I/O, norms, optimizer,
+    // sharding, replica hashes) walks it instead of naming tensors one by one.
+    std::vector<TensorKind> kinds;
+    long offset = 0;
+    auto add = [&](const char* name, int layers, long rows, long cols, bool norm_or_embedding) {
+        kinds.push_back({name, layers, rows, cols, offset, norm_or_embedding, /*replicated=*/cols == 1});
+        offset += kinds.back().numel();
+    };
+    add("embed_tokens", 0, V, C, true);
+    add("input_layernorm", L, C, 1, true);
+    add("qkv_proj", L, QKV, C, false);
+    add("o_proj", L, C, CA, false);
+    add("post_attention_layernorm", L, C, 1, true);
+    add("gate_up_proj", L, 2 * H, C, false);
+    add("down_proj", L, C, H, false);
+    add("norm", 0, C, 1, true);
+    add("lm_head", 0, V, C, false);
+    return kinds;
+}
+
+Model::Model(const ModelConfig& config, int B, int T, bool checkpoint_attention, const PrecisionConfig& precision,
+             TensorParallelGroup* tp)
+    : config_(config),
+      precision_(precision),
+      tp_(tp && tp->size() > 1 ? tp : nullptr),
+      shard_(shard_shape(config, tp_ ? tp_->rank() : 0, tp_ ? tp_->size() : 1)),
+      B_(B),
+      T_(T),
+      checkpoint_attention_(checkpoint_attention) {
+    const long V = shard_.vocab_size, C = config.dim, L = config.n_layers, H = shard_.hidden_dim;
+    const long NH = shard_.n_heads, HD = config.head_dim();
+    const long QKV = (NH + 2 * shard_.n_kv_heads) * HD, CA = NH * HD;
+    const long N = (long)B * T;
+
+    kinds_ = tensor_table(config, shard_);
+    long offset = kinds_.back().offset + kinds_.back().numel();
+    auto at = [&](const char* name) {
+        for (const TensorKind& k : kinds_)
+            if (k.name == name) return k.offset;
+        return 0L;
+    };
+    long o_embed = at("embed_tokens"), o_attn_norm = at("input_layernorm"), o_qkv = at("qkv_proj"),
+         o_o = at("o_proj"), o_ffn_norm = at("post_attention_layernorm"), o_gate_up = at("gate_up_proj"),
+         o_down = at("down_proj"), o_final = at("norm"), o_head = at("lm_head");
+    params_.assign(offset, 0.0f);
+    grads_.assign(offset, 0.0f);
+    if (precision.bf16_compute()) params_bf16_.assign(offset, 0);
+    auto point = [&](float* base) {
+        return ParameterTensors{base + o_embed, base + o_attn_norm, base + o_qkv,
+                                base + o_o,     base + o_ffn_norm,  base + o_gate_up,
+                                base + o_down,  base + o_final,     base + o_head};
+    };
+    p_ = point(params_.data());
+    g_ = point(grads_.data());
+
+    // Activations: one allocation, carved in the order of the struct.
+    long att_floats = checkpoint_attention ? 0 : L * B * NH * T * T;
+    long sizes[] = {(L + 1) * N * C, L * N * C, L * N,     L * N * QKV, att_floats,
+                    L * N * CA,      L * N * C, L * N * C, L * N,       L * N * 2 * H,
+                    L * N * H,       N * C,     N,         N * V,       N};
+    activation_floats_ = 0;
+    for (long s : sizes) activation_floats_ += s;
+    acts_.assign(activation_floats_, 0.0f);
+    float* ptrs[15];
+    float* cursor = acts_.data();
+    for (int i = 0; i < 15; i++) {
+        ptrs[i] = sizes[i] ? cursor : nullptr;
+        cursor += sizes[i];
+    }
+    a_ = ActivationTensors{ptrs[0], ptrs[1], ptrs[2],  ptrs[3],  ptrs[4],
+                           ptrs[5], ptrs[6], ptrs[7],  ptrs[8],  ptrs[9],
+                           ptrs[10], ptrs[11], ptrs[12], ptrs[13], ptrs[14]};
+
+    d_residual_.assign(N * C, 0.0f);
+    d_norm_.assign(N * C, 0.0f);
+    d_qkv_.assign(N * QKV, 0.0f);
+    d_att_out_.assign(N * CA, 0.0f);
+    d_gate_up_.assign(N * 2 * H, 0.0f);
+    d_swiglu_.assign(N * H, 0.0f);
+    int half = config.head_dim() / 2;
+    rope_cos_.assign((long)T * half, 0.0f);
+    rope_sin_.assign((long)T * half, 0.0f);
+    rope_tables(rope_cos_.data(), rope_sin_.data(), T, config.head_dim(), (float)config.rope_theta);
+    inputs_.assign(N, 0);
+    targets_.assign(N, 0);
+}
+
+long Model::activation_bytes_without_checkpointing() const {
+    if (!checkpoint_attention_) return activation_bytes();
+    long att = (long)config_.n_layers * B_ * shard_.n_heads * T_ * T_;
+    return (activation_floats_ + att) * 4;
+}
+
+void Model::init_weights(unsigned long long seed) {
+    std::mt19937_64 rng(seed);
+    const int L = config_.n_layers;
+    for (const TensorKind& k : kinds_) {
+        float* base = params_.data() + k.offset;
+        if (k.cols == 1) {  // norm weights start at one
+            std::fill(base, base + k.numel(), 1.0f);
+            continue;
+        }
+        bool output_projection = k.name == "o_proj" || k.name == "down_proj";
+        long per_layer = k.rows * k.cols;
+        for (int l = 0; l < (k.layers ? k.layers : 1); l++) {
+            double std = config_.init_std;
+            if (output_projection && config_.init_scaling == InitScaling::PerLayer)
+                std /= std::sqrt(2.0 * (l + 1));
+            if (output_projection && config_.init_scaling == InitScaling::TotalLayers)
+                std /= std::sqrt(2.0 * L);
+            std::normal_distribution<float> dist(0.0f, (float)std);
+            float* w = base + l * per_layer;
+            for (long i = 0; i < per_layer; i++) w[i] = dist(rng);
+        }
+    }
+}
+
+float* Model::attention_scratch() {
+    // Sized at use, not construction: the thread count may be set after the model exists.
+    size_t need = (size_t)omp_get_max_threads() * AttentionScratch::floats(T_);
+    if (att_scratch_.size() < need) att_scratch_.assign(need, 0.0f);
+    return att_scratch_.data();
+}
+
+void Model::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+
+void Model::linear_forward(float* out, const float* inp, const float* weight, int N, int IC, int OC) {
+    if (!precision_.bf16_compute()) return matmul_forward(out, inp, weight, N, IC, OC);
+    matmul_forward_bf16(out, inp, params_bf16_.data() + (weight - params_.data()), N, IC, OC);
+}
+
+void Model::linear_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                            int N, int IC, int OC) {
+    if (!precision_.bf16_compute()) return matmul_backward(dinp, dweight, dout, inp, weight, N, IC, OC);
+    matmul_backward_bf16(dinp, dweight, dout, inp, params_bf16_.data() + (weight - params_.data()), N, IC, OC);
+}
+
+void Model::round_if_bf16_state(float* x, long n) {
+    if (precision_.bf16_state()) bf16_round_inplace(x, n);
+}
+
+float Model::forward(const int32_t* inputs, const int32_t* targets) {
+    const int B = B_, T = T_, N = B * T;
+    const int C = config_.dim, V = shard_.vocab_size, L = config_.n_layers, H = shard_.hidden_dim;
+    const int NH = shard_.n_heads, NKV = shard_.n_kv_heads, HD = config_.head_dim();
+    const int QKV = (NH + 2 * NKV) * HD, CA = NH * HD;
+    const float eps = (float)config_.norm_eps;
+    const ParameterTensors& p = p_;
+    const ActivationTensors& a = a_;
+
+    if (precision_.bf16_compute() && weights_changed_) {
+        bf16_narrow(params_bf16_.data(), params_.data(), (long)params_.size());
+        weights_changed_ = false;
+    }
+    const bool probs_bf16 = precision_.softmax_bf16;
+    std::copy(inputs, inputs + N, inputs_.begin());
+    if (tp_) {
+        vocab_parallel_embedding_forward(a.residual, inputs, p.embed, N, C, shard_.vocab_start, V);
+        tp_->allreduce_sum(a.residual, (long)N * C);
+    } else {
+        embedding_forward(a.residual, inputs, p.embed, N, C);
+    }
+    for (int l = 0; l < L; l++) {
+        const long nc = (long)l * N * C;
+        float* res = a.residual + nc;
+        float* an = a.attn_norm + nc;
+        float* qkv = a.qkv + (long)l * N * QKV;
+        float* att = a.att ? a.att + (long)l * B * NH * T * T : nullptr;
+        float* att_out = a.att_out + (long)l * N * CA;
+        float* mid = a.residual_mid + nc;
+        float* fn = a.ffn_norm + nc;
+        float* gu = a.gate_up + (long)l * N * 2 * H;
+        float* sw = a.swiglu + (long)l * N * H;
+        float* next = a.residual + nc + (long)N * C;
+
+        rmsnorm_forward(an, a.attn_rstd + (long)l * N, res, p.attn_norm + (long)l * C, N, C, eps);
+        linear_forward(qkv, an, p.qkv + (long)l * QKV * C, N, C, QKV);
+        rope_forward(qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+        // Rotated q and k are bf16 tensors in every bf16 mode, as under autocast.
+        if (precision_.bf16_compute()) bf16_round_inplace(qkv, (long)N * QKV);
+        attention_forward(att_out, att, attention_scratch(), qkv, B, T, NH, NKV, HD, lookahead_, probs_bf16);
+        linear_forward(mid, att_out, p.o_proj + (long)l * C * CA, N, CA, C);
+        if (tp_) tp_->allreduce_sum(mid, (long)N * C);  // row-parallel: sum the partial outputs
+        residual_forward(mid, mid, res, (long)N * C);
+        round_if_bf16_state(mid, (long)N * C);
+        rmsnorm_forward(fn, a.ffn_rstd + (long)l * N, mid, p.ffn_norm + (long)l * C, N, C, eps);
+        linear_forward(gu, fn, p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
+        swiglu_forward(sw, gu, N, H);
+        linear_forward(next, sw, p.down + (long)l * C * H, N, H, C);
+        if (tp_) tp_->allreduce_sum(next, (long)N * C);
+        residual_forward(next, next, mid, (long)N * C);
+        round_if_bf16_state(next, (long)N * C);
+    }
+    rmsnorm_forward(a.final_norm, a.final_rstd, a.residual + (long)L * N * C, p.final_norm, N, C, eps);
+    linear_forward(a.logits, a.final_norm, p.lm_head, N, C, V);
+    if (!targets) return 0.0f;
+
+    std::copy(targets, targets + N, targets_.begin());
+    // The loss itself always comes from the fp32 log-sum-exp; the bf16 softmax
+    // setting rounds the probabilities that backward turns into gradients.
+    if (tp_) {
+        vocab_parallel_crossentropy_forward(a.logits, a.losses, targets, N, V, shard_.vocab_start, *tp_);
+    } else {
+        crossentropy_forward(a.logits, a.losses, targets, N, V);
+    }
+    if (probs_bf16) bf16_round_inplace(a.logits, (long)N * V);
+    double sum = 0.0;
+    for (int n = 0; n < N; n++) sum += a.losses[n];
+    return (float)(sum / N);
+}
+
+void Model::backward(float loss_scale) {
+    const int B = B_, T = T_, N = B * T;
+    const int C = config_.dim, V = shard_.vocab_size, L = config_.n_layers, H = shard_.hidden_dim;
+    const int NH = shard_.n_heads, NKV = shard_.n_kv_heads, HD = config_.head_dim();
+    const int QKV = (NH + 2 * NKV) * HD, CA = NH * HD;
+    const ParameterTensors& p = p_;
+    const ParameterTensors& g = g_;
+    const ActivationTensors& a = a_;
+    float* d_res = d_residual_.data();
+    float* d_norm = d_norm_.data();
+
+    if (tp_) {
+        vocab_parallel_crossentropy_backward(a.logits, targets_.data(), loss_scale, N, V, shard_.vocab_start);
+    } else {
+        crossentropy_backward(a.logits, targets_.data(), loss_scale, N, V);
+    }
+    linear_backward(d_norm, g.lm_head, a.logits, a.final_norm, p.lm_head, N, C, V);
+    // The input of a column-parallel matmul is replicated: its gradient is the
+    // sum of every rank's part.
+    if (tp_) tp_->allreduce_sum(d_norm, (long)N * C);
+    std::fill(d_residual_.begin(), d_residual_.end(), 0.0f);
+    rmsnorm_backward_accumulate(d_res, g.final_norm, d_norm, a.residual + (long)L * N * C,
+                                p.final_norm, a.final_rstd, N, C);
+    if (grads_ready_) grads_ready_(L);
+
+    for (int l = L - 1; l >= 0; l--) {
+        const long nc = (long)l * N * C;
+        // d_res holds the gradient of the stream leaving layer l.
+        linear_backward(d_swiglu_.data(), g.down + (long)l * C * H, d_res,
+                        a.swiglu + (long)l * N * H, p.down + (long)l * C * H, N, H, C);
+        swiglu_backward(d_gate_up_.data(), d_swiglu_.data(), a.gate_up + (long)l * N * 2 * H, N, H);
+        linear_backward(d_norm, g.gate_up + (long)l * 2 * H * C, d_gate_up_.data(),
+                        a.ffn_norm + nc, p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
+        if (tp_) tp_->allreduce_sum(d_norm, (long)N * C);
+        rmsnorm_backward_accumulate(d_res, g.ffn_norm + (long)l * C, d_norm, a.residual_mid + nc,
+                                    p.ffn_norm + (long)l * C, a.ffn_rstd + (long)l * N, N, C);
+        round_if_bf16_state(d_res, (long)N * C);
+        // d_res now holds the gradient of the stream after attention.
+        const float* qkv = a.qkv + (long)l * N * QKV;
+        const float* att = a.att ? a.att + (long)l * B * NH * T * T : nullptr;
+        linear_backward(d_att_out_.data(), g.o_proj + (long)l * C * CA, d_res,
+                        a.att_out + (long)l * N * CA, p.o_proj + (long)l * C * CA, N, CA, C);
+        attention_backward(d_qkv_.data(), attention_scratch(), d_att_out_.data(), qkv, att, B, T,
+                           NH, NKV, HD, lookahead_, precision_.softmax_bf16);
+        rope_backward(d_qkv_.data(), rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+        linear_backward(d_norm, g.qkv + (long)l * QKV * C, d_qkv_.data(), a.attn_norm + nc,
+                        p.qkv + (long)l * QKV * C, N, C, QKV);
+        if (tp_) tp_->allreduce_sum(d_norm, (long)N * C);
+        rmsnorm_backward_accumulate(d_res, g.attn_norm + (long)l * C, d_norm, a.residual + nc,
+                                    p.attn_norm + (long)l * C, a.attn_rstd + (long)l * N, N, C);
+        round_if_bf16_state(d_res, (long)N * C);
+        if (grads_ready_) grads_ready_(l);
+    }
+    if (tp_) {
+        vocab_parallel_embedding_backward(g.embed, d_res, inputs_.data(), N, C, shard_.vocab_start, V);
+    } else {
+        embedding_backward(g.embed, d_res, inputs_.data(), N, C);
+    }
+    if (grads_ready_) grads_ready_(-1);
+}
+
+}  // namespace hlat

@@ -1,0 +1,183 @@
+// The LLaMA decoder: parameters, gradients and activations in flat buffers, and
+// the forward and backward passes over one micro-batch.
+//
+// Letters as in kernels.h: B batch, T sequence, C dim, V vocab, L layers,
+// NH/NKV heads, HD head dim, H hidden dim, QKV = (NH + 2*NKV)*HD, N = B*T.
+// A tensor-parallel shard holds NH, NKV, H and V divided by the group size;
+// the shapes below are then the shard's.
+#pragma once
+
+#include "trainer/model/bf16.h"
+#include "trainer/config/model_config.h"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace hlat {
+
+// The tensor-parallel group a model shard belongs to, Megatron's layout:
+// qkv_proj (by heads) and gate_up_proj (by hidden units) are split along their
+// outputs (column-parallel); o_proj and down_proj along their inputs
+// (row-parallel: their partial outputs are summed over the group); embed_tokens
+// and lm_head by contiguous vocabulary ranges; the norm weights are replicated.
+class TensorParallelGroup {
+  public:
+    virtual ~TensorParallelGroup() = default;
+    virtual int rank() const = 0;
+    virtual int size() const = 0;
+    virtual void allreduce_sum(float* x, long n) = 0;
+    virtual void allreduce_max(float* x, long n) = 0;
+};
+
+// The part of the model one tensor-parallel rank holds; all of it at size 1.
+struct ShardShape {
+    int rank = 0, size = 1;
+    int n_heads, n_kv_heads;  // NH/size, NKV/size
+    int hidden_dim;           // H/size
+    int vocab_size;           // V/size
+    int vocab_start;          // first token id of this rank's range
+};
+// Throws when NH, NKV, H or V is not divisible by size.
+ShardShape shard_shape(const ModelConfig& config, int rank, int size);
+
+// Pointers into one flat buffer; gradients use the same layout in a second one.
+// A per-layer tensor holds its L layers back to back.
+struct ParameterTensors {
+    float* embed;       // (V, C)
+    float* attn_norm;   // (L, C)
+    float* qkv;         // (L, QKV, C)
+    float* o_proj;      // (L, C, NH*HD)
+    float* ffn_norm;    // (L, C)
+    float* gate_up;     // (L, 2*H, C), gate rows first
+    float* down;        // (L, C, H)
+    float* final_norm;  // (C)
+    float* lm_head;     // (V, C)
+};
+
+// One parameter tensor kind of the table: its place in the flat buffer.
+struct TensorKind {
+    std::string name;     // e.g. "qkv_proj"
+    int layers;           // L for per-layer tensors, 0 for global ones
+    long rows, cols;      // shape of one layer's slice; cols = 1 for vectors
+    long offset;          // first float in the flat buffer
+    bool norm_or_embedding;
+    bool replicated;      // the same on every tensor-parallel rank (the norm weights)
+    long numel() const { return (layers ? layers : 1) * rows * cols; }
+};
+
+// The parameter table of a shard (of the whole model at size 1), in buffer order.
+std::vector<TensorKind> tensor_table(const ModelConfig& config, const ShardShape& shard);
+
+struct ActivationTensors {
+    float* residual;      // (L+1, B, T, C) stream entering layer l; [L] enters the final norm
+    float* attn_norm;     // (L, B, T, C)
+    float* attn_rstd;     // (L, B, T)
+    float* qkv;           // (L, B, T, QKV), q and k after RoPE
+    float* att;           // (L, B, NH, T, T) probabilities; null with activation checkpointing
+    float* att_out;       // (L, B, T, NH*HD)
+    float* residual_mid;  // (L, B, T, C) stream after attention
+    float* ffn_norm;      // (L, B, T, C)
+    float* ffn_rstd;      // (L, B, T)
+    float* gate_up;       // (L, B, T, 2*H)
+    float* swiglu;        // (L, B, T, H)
+    float* final_norm;    // (B, T, C)
+    float* final_rstd;    // (B, T)
+    float* logits;        // (B, T, V): logits, then probabilities, then their gradient
+    float* losses;        // (B, T)
+};
+
+class Model {
+  public:
+    // Allocates parameters, gradients and activations for micro-batches of
+    // B sequences of T tokens. With checkpoint_attention the attention
+    // probabilities are recomputed in backward instead of stored.
+    // In a bf16 precision mode the matmuls take bf16 inputs (a bf16 copy of the
+    // weights, refreshed whenever params() was handed out for writing) and
+    // their outputs are rounded to bf16; pure bf16 modes also round the
+    // residual stream and its gradient. Parameters and gradients stay in fp32
+    // containers: the trainer keeps them bf16-valued where the mode says so.
+    // With a tensor-parallel group of size > 1 the model is this rank's shard
+    // and forward and backward call the group's all-reduces.
+    Model(const ModelConfig& config, int B, int T, bool checkpoint_attention,
+          const PrecisionConfig& precision = {}, TensorParallelGroup* tp = nullptr);
+
+    // Normal(0, init_std) matrices, unit norms, output projections scaled as the
+    // config says. Deterministic for a seed.
+    void init_weights(unsigned long long seed);
+
+    // Runs the model on inputs (B, T). With targets, returns the mean
+    // cross-entropy and keeps what backward needs; without, leaves the logits
+    // in activations().logits and returns 0.
+    float forward(const int32_t* inputs, const int32_t* targets);
+    // Adds d(loss_scale * sum of token losses)/d(params) to the gradients,
+    // for the batch of the last forward with targets.
+    void backward(float loss_scale);
+    void zero_grad();
+    // The mask_leak fault: each position also attends to the next `lookahead`
+    // tokens. 0 (the default) is the correct causal model.
+    void set_mask_lookahead(int lookahead) { lookahead_ = lookahead; }
+    // Called during backward as gradients become final: with layer l once
+    // layer l's are (L-1 down to 0), with n_layers for the final norm and
+    // lm_head (first), with -1 for the embedding (last). The data-parallel
+    // reducer starts each bucket's all-reduce from here.
+    void set_grads_ready_hook(std::function<void(int)> hook) { grads_ready_ = std::move(hook); }
+
+    const ModelConfig& config() const { return config_; }  // of the whole model
+    const ShardShape& shard() const { return shard_; }
+    bool is_shard() const { return shard_.size > 1; }
+    int batch_size() const { return B_; }
+    int seq_len() const { return T_; }
+    long num_parameters() const { return (long)params_.size(); }
+    float* params() {
+        weights_changed_ = true;
+        return params_.data();
+    }
+    float* grads() { return grads_.data(); }
+    const float* params() const { return params_.data(); }
+    const float* grads() const { return grads_.data(); }
+    const ParameterTensors& param_tensors() const { return p_; }
+    const ParameterTensors& grad_tensors() const { return g_; }
+    const ActivationTensors& activations() const { return a_; }
+    const std::vector<TensorKind>& tensor_kinds() const { return kinds_; }
+
+    // Bytes of the activations kept for backward, and what they would be
+    // without activation checkpointing.
+    long activation_bytes() const { return activation_floats_ * 4; }
+    long activation_bytes_without_checkpointing() const;
+
+  private:
+    float* attention_scratch();
+    // The matmuls of the layers, in fp32 or bf16 as the precision says; weight
+    // points into params_.
+    void linear_forward(float* out, const float* inp, const float* weight, int N, int IC, int OC);
+    void linear_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                         int N, int IC, int OC);
+    // Pure bf16 modes keep activations in bf16: rounds x in place there.
+    void round_if_bf16_state(float* x, long n);
+
+    ModelConfig config_;
+    PrecisionConfig precision_;
+    TensorParallelGroup* tp_;
+    ShardShape shard_;
+    std::function<void(int)> grads_ready_;
+    std::vector<bf16> params_bf16_;  // compute copy of the weights in bf16 modes
+    bool weights_changed_ = true;
+    int B_, T_;
+    bool checkpoint_attention_;
+    int lookahead_ = 0;
+    std::vector<TensorKind> kinds_;
+    std::vector<float> params_, grads_;
+    ParameterTensors p_, g_;
+    std::vector<float> acts_;
+    long activation_floats_ = 0;
+    ActivationTensors a_;
+    // Backward scratch, one micro-batch and one layer at a time.
+    std::vector<float> d_residual_, d_norm_, d_qkv_, d_att_out_, d_gate_up_, d_swiglu_;
+    std::vector<float> att_scratch_;  // per OpenMP thread
+    std::vector<float> rope_cos_, rope_sin_;  // (T, HD/2)
+    std::vector<int32_t> inputs_, targets_;
+};
+
+}  // namespace hlat

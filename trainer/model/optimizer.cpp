@@ -1,0 +1,125 @@
+#include "trainer/model/optimizer.h"
+
+#include "trainer/model/bf16.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace hlat {
+
+double learning_rate(const ScheduleConfig& s, int step) {
+    if (step < s.warmup_steps) return s.max_lr * (step + 1) / s.warmup_steps;
+    if (step >= s.total_steps) return s.min_lr;
+    int decay_steps = s.total_steps - s.warmup_steps;
+    double progress = decay_steps > 0 ? (double)(step - s.warmup_steps) / decay_steps : 1.0;
+    return s.min_lr + 0.5 * (s.max_lr - s.min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+double l2_norm(const float* x, long n) {
+    // Fixed chunks summed in a fixed order: the norm (and so clipping) is
+    // bit-identical run to run, whatever the thread count and scheduling,
+    // which exact resume depends on. An OpenMP reduction combines partial
+    // sums in the order threads finish.
+    constexpr int kChunks = 64;
+    double partial[kChunks];
+#pragma omp parallel for
+    for (int c = 0; c < kChunks; c++) {
+        long begin = n * c / kChunks, end = n * (c + 1) / kChunks;
+        double s = 0.0;
+#pragma omp simd reduction(+ : s)
+        for (long i = begin; i < end; i++) s += (double)x[i] * x[i];
+        partial[c] = s;
+    }
+    double sum = 0.0;
+    for (double p : partial) sum += p;
+    return std::sqrt(sum);
+}
+
+double clip_grad_norm(float* grads, long n, double max_norm, bool* clipped) {
+    double norm = l2_norm(grads, n);
+    *clipped = clip_to_norm(grads, n, norm, max_norm);
+    return norm;
+}
+
+bool clip_to_norm(float* grads, long n, double norm, double max_norm) {
+    if (max_norm <= 0.0 || !std::isfinite(norm)) return false;
+    double factor = max_norm / (norm + 1e-6);
+    if (factor >= 1.0) return false;
+    float f = (float)factor;
+#pragma omp parallel for
+    for (long i = 0; i < n; i++) grads[i] *= f;
+    return true;
+}
+
+AdamW::AdamW(const OptimizerConfig& config, long num_parameters, const PrecisionConfig& precision,
+             unsigned long long seed, int rank, long shard_begin, long shard_end)
+    : config_(config),
+      precision_(precision),
+      rounding_seed_(precision.sr_key_rank ? seed ^ mix64(0x5eed0000ull + (uint64_t)rank) : seed),
+      begin_(shard_begin),
+      end_(shard_end < 0 ? num_parameters : shard_end),
+      m_(end_ - begin_, 0.0f),
+      v_(end_ - begin_, 0.0f) {}
+
+// Narrows x to a bf16 value, stochastically when `stochastic` is set.
+static inline float to_bf16_value(float x, bool stochastic, uint32_t random) {
+    return bf16_to_float(stochastic ? float_to_bf16_stochastic(x, random) : float_to_bf16_rne(x));
+}
+
+void AdamW::step(Model& model, double lr) {
+    t_++;
+    const float b1 = (float)config_.beta1, b2 = (float)config_.beta2, eps = (float)config_.eps;
+    const float bc1 = (float)(1.0 - std::pow(config_.beta1, (double)t_));
+    const float bc2 = (float)(1.0 - std::pow(config_.beta2, (double)t_));
+    const float lr_f = (float)lr;
+    const bool bf16_state = precision_.bf16_state();
+    const bool sr_params = precision_.mode == PrecisionMode::Bf16Sr;
+    const bool sr_moments = sr_params && precision_.sr_moments;
+    float* params = model.params();
+    const float* grads = model.grads();
+    const auto& kinds = model.tensor_kinds();
+    for (size_t ki = 0; ki < kinds.size(); ki++) {
+        const TensorKind& k = kinds[ki];
+        bool decay = config_.decay_norms_and_embeddings || !k.norm_or_embedding;
+        const float wd = decay ? (float)config_.weight_decay : 0.0f;
+        // The part of this tensor inside the shard: elements [lo, hi).
+        const long lo = std::max(0L, begin_ - k.offset), hi = std::min(k.numel(), end_ - k.offset);
+        if (lo >= hi) continue;
+        float* p = params + k.offset;
+        const float* g = grads + k.offset;
+        // Moments are kept for the shard only: element i of the tensor is
+        // m[i - lo] here.
+        float* m = m_.data() + (k.offset + lo - begin_);
+        float* v = v_.data() + (k.offset + lo - begin_);
+        if (!bf16_state) {
+#pragma omp parallel for
+            for (long i = lo; i < hi; i++) {
+                m[i - lo] = b1 * m[i - lo] + (1.0f - b1) * g[i];
+                v[i - lo] = b2 * v[i - lo] + (1.0f - b2) * g[i] * g[i];
+                float m_hat = m[i - lo] / bc1;
+                float v_hat = v[i - lo] / bc2;
+                p[i] -= lr_f * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
+            }
+            continue;
+        }
+        // The same update computed in fp32 from bf16 values and written back
+        // as bf16. Three streams of rounding bits per tensor (weights, first
+        // and second moment); elements are numbered within the tensor, so the
+        // bits do not depend on how the flat buffer is laid out or split.
+        const uint64_t key_p = rounding_key(rounding_seed_, t_, 3 * ki);
+        const uint64_t key_m = rounding_key(rounding_seed_, t_, 3 * ki + 1);
+        const uint64_t key_v = rounding_key(rounding_seed_, t_, 3 * ki + 2);
+#pragma omp parallel for
+        for (long i = lo; i < hi; i++) {
+            m[i - lo] = to_bf16_value(b1 * m[i - lo] + (1.0f - b1) * g[i], sr_moments, sr_moments ? rounding_bits_at(key_m, i) : 0);
+            v[i - lo] = to_bf16_value(b2 * v[i - lo] + (1.0f - b2) * g[i] * g[i], sr_moments,
+                                 sr_moments ? rounding_bits_at(key_v, i) : 0);
+            float m_hat = m[i - lo] / bc1;
+            float v_hat = v[i - lo] / bc2;
+            float updated = p[i] - lr_f * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
+            p[i] = to_bf16_value(updated, sr_params, sr_params ? rounding_bits_at(key_p, i) : 0);
+        }
+    }
+}
+
+}  // namespace hlat

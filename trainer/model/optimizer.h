@@ -1,0 +1,60 @@
+// AdamW with decoupled weight decay, global-norm gradient clipping and the
+// cosine learning-rate schedule with linear warmup.
+#pragma once
+
+#include "trainer/config/model_config.h"
+#include "trainer/config/optimizer_config.h"
+#include "trainer/model/model.h"
+
+#include <vector>
+
+namespace hlat {
+
+// Learning rate of optimizer step `step` (0-based): linear warmup to max_lr over
+// warmup_steps (step 0 gets max_lr / warmup_steps), then cosine decay to min_lr
+// at total_steps, then min_lr.
+double learning_rate(const ScheduleConfig& s, int step);
+
+// L2 norm of n floats, accumulated in double.
+double l2_norm(const float* x, long n);
+
+// Scales the gradients so their global L2 norm is at most max_norm (PyTorch's
+// clip_grad_norm_ rule: factor max_norm / (norm + 1e-6), only when below 1).
+// Returns the norm before clipping; sets *clipped when it scaled.
+double clip_grad_norm(float* grads, long n, double max_norm, bool* clipped);
+// The scaling step of clip_grad_norm, for a norm computed elsewhere (over
+// shards); returns whether it scaled.
+bool clip_to_norm(float* grads, long n, double norm, double max_norm);
+
+class AdamW {
+  public:
+    // In the pure bf16 modes the parameters and moments are bf16 values: each
+    // update is computed in fp32 and written back rounded, to nearest even or,
+    // in bf16_sr, stochastically with bits keyed by (seed, step, tensor,
+    // element), and by rank too when precision.sr_key_rank is set.
+    // ZeRO-1: with a shard [shard_begin, shard_end) of the flat buffer, only
+    // that range is updated and only its moments are kept (end -1: to the end).
+    AdamW(const OptimizerConfig& config, long num_parameters, const PrecisionConfig& precision = {},
+          unsigned long long seed = 0, int rank = 0, long shard_begin = 0, long shard_end = -1);
+    // One update of model.params() from model.grads() at learning rate lr
+    // (of the shard's range only).
+    void step(Model& model, double lr);
+    long steps_taken() const { return t_; }
+    long shard_begin() const { return begin_; }
+    long shard_end() const { return end_; }
+    long state_bytes() const { return (long)(m_.size() + v_.size()) * (long)sizeof(float); }
+    // Moment buffers of the shard's range (all parameters without ZeRO), for checkpoints.
+    std::vector<float>& first_moment() { return m_; }
+    std::vector<float>& second_moment() { return v_; }
+    void set_steps_taken(long t) { t_ = t; }
+
+  private:
+    OptimizerConfig config_;
+    PrecisionConfig precision_;
+    unsigned long long rounding_seed_;
+    long begin_, end_;
+    std::vector<float> m_, v_;
+    long t_ = 0;
+};
+
+}  // namespace hlat

@@ -1,0 +1,55 @@
+#include "trainer/run/build.h"
+
+#include "trainer/model/flops.h"
+#include "trainer/model/kernels_bf16.h"
+#include "trainer/parallel/sharding.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace hlat {
+
+void log_banner(const RunContext& run, double peak_gflops, bool peak_measured) {
+    const TrainConfig& config = run.config;
+    const Parallel& parallel = run.parallel;
+    const int B = config.run.batch_size, T = config.run.seq_len;
+    const ModelConfig& m = config.model;
+    const Model& model = run.trainer.model();
+    const bool bf16_matmuls = config.precision.bf16_compute();
+    spdlog::info("threads: {} (OpenMP, shared by oneDNN){}", config.run.threads,
+                 parallel.distributed() ? " per process" : "");
+    spdlog::info("precision: {}{}", precision_mode_name(config.precision.mode),
+                 bf16_matmuls ? fmt::format(" | bf16 matmuls: {} | softmax {} | grad accumulation {}",
+                                            bf16_matmul_engine_name(), config.precision.softmax_bf16 ? "bf16" : "fp32",
+                                            config.precision.grad_accum_bf16 ? "bf16" : "fp32")
+                              : "");
+    spdlog::info("model: {} parameters, d {} | {} layers | {}/{} heads | hidden {} | vocab {}",
+                 full_parameter_count(m), m.dim, m.n_layers, m.n_heads, m.n_kv_heads, m.hidden_dim, m.vocab_size);
+    if (parallel.distributed())
+        spdlog::info("this rank holds {} parameters{}; gradient reduction {} in {}{}; optimizer state {:.1f} MiB per "
+                     "rank{}",
+                     model.num_parameters(), model.is_shard() ? " (its tensor-parallel shard)" : "",
+                     config.parallel.zero1 ? "reduce-scatter + all-gather (ZeRO-1)" : "bucketed all-reduce",
+                     config.precision.reduce_bf16 ? "bf16" : "fp32",
+                     config.parallel.zero1 ? "" : ", overlapped with backward",
+                     run.trainer.optimizer().state_bytes() / 1048576.0,
+                     config.parallel.zero1 ? fmt::format(" (ZeRO-1: 1/{} of {:.1f} MiB)", parallel.dp_size(),
+                                                         model.num_parameters() * 8.0 / 1048576.0)
+                                           : "");
+    spdlog::info("batch {} x {} x {} accum{} = {} tokens/step", B, T, config.run.grad_accum,
+                 parallel.dp_size() > 1 ? fmt::format(" x {} replicas", parallel.dp_size()) : "",
+                 (long)B * T * config.run.grad_accum * parallel.dp_size());
+    spdlog::info("activations: {:.1f} MiB{}", model.activation_bytes() / 1048576.0,
+                 config.run.activation_checkpointing
+                     ? fmt::format(" with attention recomputed ({:.1f} MiB without: saves {:.1f} MiB)",
+                                   model.activation_bytes_without_checkpointing() / 1048576.0,
+                                   (model.activation_bytes_without_checkpointing() - model.activation_bytes()) /
+                                       1048576.0)
+                     : "");
+    spdlog::info("FLOPs/token: {:.3e} = 6N + 12*L*d*T with N = {} (no input embedding) | peak {:.1f} GFLOP/s ({})",
+                 flops_per_token(m, T), matmul_parameters(m), peak_gflops,
+                 peak_measured ? (bf16_matmuls ? "measured by bf16 matmul probe" : "measured by sgemm probe")
+                                : "from config");
+}
+
+}  // namespace hlat

@@ -1,0 +1,96 @@
+#include "trainer/run/build.h"
+
+#include "trainer/checkpoint/distributed_checkpoint.h"
+#include "trainer/model/flops.h"
+#include "trainer/model/weights.h"
+#include "trainer/parallel/sharding.h"
+#include "trainer/run/checkpoint_hook.h"
+#include "trainer/run/consistency_hook.h"
+#include "trainer/run/detector_hook.h"
+#include "trainer/run/distributed_run.h"
+#include "trainer/run/eval_hook.h"
+#include "trainer/run/fault_hook.h"
+#include "trainer/run/telemetry_hook.h"
+
+#include <spdlog/spdlog.h>
+
+namespace hlat {
+
+BuiltRun::BuiltRun(const TrainConfig& config, const TrainOptions& options)
+    : parallel_(config.parallel.dp, config.parallel.tp) {
+    // Only rank 0 talks: it logs, writes the store and the metrics file, and raises alerts.
+    const bool root = parallel_.is_root();
+    if (!root) spdlog::set_level(spdlog::level::warn);
+    if (parallel_.distributed()) log_layout(parallel_);
+    if (parallel_.distributed() && (!options.save_weights.empty() || !options.init_weights.empty()) &&
+        parallel_.tp_size() > 1)
+        throw std::runtime_error("--init and --save take whole-model weights: not with --tp > 1 (checkpoints load at "
+                                 "any layout)");
+    set_thread_count(config.run.threads);
+    if (options.resume) resume_ = find_resume(config);
+    build_trainer(config, options);
+    const int first_step = trainer_->next_step();
+    recorder_ = std::make_unique<RunRecorder>(config, options.resume, first_step, options.metrics_jsonl, root);
+    alerts_ = std::make_unique<AlertRouter>(*recorder_, config.detectors.webhook, run_name(config), root);
+    const int total_steps = options.steps > 0 ? options.steps : config.schedule.total_steps;
+    context_.reset(new RunContext{config, options, parallel_, *data_, *trainer_, *recorder_, *alerts_, total_steps,
+                                  first_step});
+    log_banner(*context_, peak_gflops_, peak_measured_);
+    if (recorder_->store_enabled()) spdlog::info("store: {} (run \"{}\")", config.run.store, run_name(config));
+    const double entropy = data_->heldout_unigram_entropy;
+    recorder_->start({{"step", first_step},
+                      {"threads", config.run.threads},
+                      {"peak_gflops", peak_gflops_},
+                      {"peak_measured", peak_measured_},
+                      {"flops_per_token", flops_per_token(config.model, config.run.seq_len)},
+                      {"parameters", full_parameter_count(config.model)},
+                      {"heldout_unigram_entropy", std::isfinite(entropy) ? nlohmann::json(entropy) : nullptr},
+                      {"config", config_to_json(config)}});
+    add_hooks(options);
+    if (resume_ && !resume_->state.hooks.is_null()) hooks_.restore(resume_->state.hooks);
+}
+
+BuiltRun::~BuiltRun() = default;
+
+// Data (at the resumed position), the trainer, and its weights: a
+// checkpoint's, --init's, or freshly initialised.
+void BuiltRun::build_trainer(const TrainConfig& config, const TrainOptions& options) {
+    std::optional<LoaderState> loader_state;
+    if (resume_) loader_state = resume_loader_state(resume_->state, parallel_.dp_rank(), parallel_.dp_size());
+    data_ = std::make_unique<RunData>(open_data(config, loader_state, parallel_.dp_rank(), parallel_.dp_size()));
+    if (resume_) check_resumable(config, resume_->state, *data_, options.allow_data_change, resume_->dir);
+    if (resume_ && data_->token_file) data_->token_file->seek(resume_->state.tokens_seen, config.run.seq_len);
+
+    peak_gflops_ = config.run.peak_gflops;
+    peak_measured_ = peak_gflops_ <= 0;
+    if (peak_measured_) peak_gflops_ = measure_peak_gflops(config.precision.bf16_compute());
+    trainer_ = std::make_unique<Trainer>(config, *data_->source, peak_gflops_, &parallel_, options.faults);
+    if (resume_) {
+        load_distributed_checkpoint(resume_->dir, *trainer_);
+        trainer_->set_next_step(resume_->state.step, resume_->state.tokens_seen);
+        spdlog::info("resumed from {} at step {} ({} tokens seen)", resume_->dir, resume_->state.step,
+                     resume_->state.tokens_seen);
+    } else if (!options.init_weights.empty()) {
+        load_weights(trainer_->model(), options.init_weights);
+        spdlog::info("initial weights from {}", options.init_weights);
+    } else {
+        init_shard_weights(trainer_->model(), config.run.seed);
+    }
+}
+
+// The calling order (step_hook.h): what a step measured is recorded first;
+// the held-out loss and the consistency checks fill the detectors' record
+// before the detectors read it; a checkpoint due before a step is written
+// before a fault may kill the process there.
+void BuiltRun::add_hooks(const TrainOptions& options) {
+    RunContext& run = *context_;
+    hooks_.add(std::make_unique<TelemetryHook>(run));
+    hooks_.add(std::make_unique<EvalHook>(run));
+    hooks_.add(std::make_unique<ConsistencyHook>(run));
+    hooks_.add(std::make_unique<DetectorHook>(run));
+    hooks_.add(std::make_unique<CheckpointHook>(run, hooks_));
+    hooks_.add(std::make_unique<FaultHook>(options.faults, parallel_.world_rank(), FaultHook::attempt_from_env()));
+    for (const std::shared_ptr<StepHook>& hook : options.extra_hooks) hooks_.add(hook);
+}
+
+}  // namespace hlat

@@ -1,0 +1,28 @@
+// The consistency checks of a distributed run, every parallel.check_every
+// steps: data-parallel replica hashes of the parameters (and, with
+// parallel.hash_grads, of the reduced gradients, hashed during the step) and
+// tensor-parallel drift of the replicated weights; and the re-sync of those
+// weights every parallel.resync_every steps. Rank 0 records what it finds and
+// puts it into the detectors' record.
+#pragma once
+
+#include "trainer/run/run_context.h"
+#include "trainer/run/step_hook.h"
+
+namespace hlat {
+
+class ConsistencyHook : public StepHook {
+  public:
+    explicit ConsistencyHook(RunContext& run) : run_(run) {}
+    const char* name() const override { return "consistency"; }
+    void before_step(int step, StepRequest& request) override;
+    void after_step(StepResult& result) override;
+
+  private:
+    void check_replicas(StepResult& result);
+    void check_tp_drift(StepResult& result, bool check, bool resync);
+
+    RunContext& run_;
+};
+
+}  // namespace hlat

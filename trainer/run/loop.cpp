@@ -1,0 +1,33 @@
+#include "trainer/run/loop.h"
+
+#include "trainer/run/distributed_run.h"
+#include "trainer/run/stop_signals.h"
+
+namespace hlat {
+
+// A signal may reach one rank only, and only rank 0 raises alerts: every
+// rank leaves the loop after the same step.
+static bool agree_to_end(RunContext& run) {
+    run.stop_signal = agree_on_stop(run.parallel, StopSignals::received(), run.alerts.halt_reason());
+    return run.stop_signal != 0 || run.alerts.halting();
+}
+
+RunEnd run_loop(RunContext& run, StepHooks& hooks) {
+    Trainer& trainer = run.trainer;
+    hooks.on_start();
+    bool ending = agree_to_end(run);  // the probe before the first step may have halted
+    while (!ending && trainer.next_step() < run.total_steps) {
+        StepRequest request;
+        hooks.before_step(trainer.next_step(), request);
+        const StepStats stats = trainer.step(request.tensor_norms, request.hash_grads);
+        StepResult result{stats, {}};
+        for (const StepMetric& m : step_metrics(result.stats)) detectors::apply_metric(result.record, m.key, m.value);
+        result.record.step = result.stats.step;
+        hooks.after_step(result);
+        ending = agree_to_end(run);
+    }
+    if (run.alerts.halting()) return RunEnd::Halted;
+    return run.stop_signal ? RunEnd::Stopped : RunEnd::Finished;
+}
+
+}  // namespace hlat

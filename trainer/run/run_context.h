@@ -1,0 +1,28 @@
+// What the phases and hooks of one training run share. The build phase
+// (build.h) owns every piece; hooks keep a reference to the context.
+#pragma once
+
+#include "trainer/config/config.h"
+#include "trainer/parallel/parallel.h"
+#include "trainer/run/alert_router.h"
+#include "trainer/run/run_data.h"
+#include "trainer/run/run_recorder.h"
+#include "trainer/run/train.h"
+#include "trainer/trainer.h"
+
+namespace hlat {
+
+struct RunContext {
+    const TrainConfig& config;
+    const TrainOptions& options;
+    Parallel& parallel;
+    RunData& data;
+    Trainer& trainer;
+    RunRecorder& recorder;
+    AlertRouter& alerts;
+    const int total_steps;  // the run ends when this many steps are done
+    const int first_step;   // index of this process's first step (> 0 when resumed)
+    int stop_signal = 0;    // the signal that stopped the run, agreed by every rank
+};
+
+}  // namespace hlat

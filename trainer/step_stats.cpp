@@ -1,0 +1,27 @@
+#include "trainer/step_stats.h"
+
+namespace hlat {
+
+std::vector<StepMetric> step_metrics(const StepStats& s) {
+    using K = StepMetric::Kind;
+    return {
+        {"loss", s.loss},
+        {"grad_norm", s.grad_norm},
+        {"clipped", s.clipped ? 1.0 : 0.0, K::Flag},
+        {"param_norm", s.param_norm},
+        {"lr", s.lr},
+        {"tokens_seen", (double)s.tokens_seen, K::Count},
+        {"tokens_per_s", s.tokens_per_second},
+        {"mfu", s.mfu},
+        {"step_s", s.step_seconds},
+        {"data_s", s.data_seconds},
+        {"forward_s", s.forward_seconds},
+        {"backward_s", s.backward_seconds},
+        {"optimizer_s", s.optimizer_seconds},
+        {"comm_s", s.comm_seconds, K::Real, true},
+        {"comm_exposed_s", s.comm_exposed_seconds, K::Real, true},
+        {"tp_comm_s", s.tp_comm_seconds, K::Real, true},
+    };
+}
+
+}  // namespace hlat

@@ -1,0 +1,52 @@
+// What one optimizer step measured, and the per-step metrics it becomes:
+// the store's series, the metrics JSONL's step records and the detectors'
+// inputs all come from step_metrics(), where each key is written once.
+#pragma once
+
+#include "trainer/parallel/replica_check.h"
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace hlat {
+
+struct StepStats {
+    int step;               // 0-based index of the optimizer step just taken
+    double loss;            // mean over the step's tokens
+    double grad_norm;       // global L2 norm before clipping
+    bool clipped;
+    double param_norm;      // global L2 norm after the update
+    double lr;
+    long tokens_seen;       // after this step
+    double step_seconds;
+    double data_seconds, forward_seconds, backward_seconds, optimizer_seconds;
+    double tokens_per_second;
+    double mfu;             // model FLOPs/s over peak_gflops; 0 when the peak is unknown
+    bool update_skipped;    // the loss or gradient was not finite: the weights were left as they were
+    double comm_seconds;    // data-parallel gradient reduction (and ZeRO-1 parameter gather)
+    double comm_exposed_seconds;  // of which the step waited for; the rest overlapped backward
+    double tp_comm_seconds;       // tensor-parallel all-reduces inside forward and backward
+    // When asked for: ("grad_norm/layers.3.qkv_proj", x), ("param_norm/kind/o_proj", y), ...
+    // Gradient norms are taken before clipping, parameter norms after the update.
+    std::vector<std::pair<std::string, double>> tensor_norms;
+    // When asked for: the reduced gradients compared across data-parallel
+    // replicas, before clipping (complete on world rank 0).
+    std::optional<ReplicaReport> grad_replicas;
+};
+
+// One per-step metric: its key in the store and the JSONL, and its value.
+struct StepMetric {
+    enum class Kind { Real, Count, Flag };  // how the JSONL writes it: 0.5, 1234, true
+    const char* key;
+    double value;
+    Kind kind = Kind::Real;
+    bool only_when_nonzero = false;  // the store skips it at 0 (communication of a one-process run)
+};
+
+// The step's metrics in a fixed order (tensor norms not included: their keys
+// are built per tensor).
+std::vector<StepMetric> step_metrics(const StepStats& s);
+
+}  // namespace hlat
