@@ -6,19 +6,23 @@ usage: /usr/bin/python3 torch_eval.py CHECKPOINT_DIR SAMPLES_JSONL THREADS
 float32, each request from scratch as lm-evaluation-harness sends a Hugging
 Face model one: context + continuation through the whole model (every
 position through the LM head), one request at a time. Prints one JSON object:
-{task: {"seconds", "requests", "max_abs_diff"}} where max_abs_diff compares
-its log-likelihoods with hlat's.
+{"tasks": {task: {"seconds", "requests", "max_abs_diff"}}, "blas": {"library",
+"coretype"}} where max_abs_diff compares its log-likelihoods with hlat's. Its
+BLAS as in torch_train_steps.py: the faster core type, never the reference BLAS.
 """
 import json
 import os
 import sys
 import time
 
-from fast_openblas import ensure_fast_openblas
+from fast_openblas import blas_in_use, ensure_fast_openblas, refuse_reference_blas
 
 ensure_fast_openblas()
 
 import torch  # noqa: E402
+
+BLAS = blas_in_use()
+refuse_reference_blas(BLAS)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
 from eval_loglik import continuation_logliks, load, rolling_loglik, unconditional_logliks  # noqa: E402
@@ -41,7 +45,7 @@ def main(checkpoint, samples, threads):
         task["seconds"] += time.perf_counter() - t0
         task["requests"] += len(ref)
         task["max_abs_diff"] = max([task["max_abs_diff"]] + [abs(a - b) for a, b in zip(ours, ref)])
-    print(json.dumps(out))
+    print(json.dumps({"tasks": out, "blas": BLAS}))
 
 
 if __name__ == "__main__":

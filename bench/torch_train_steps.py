@@ -4,16 +4,16 @@ usage: /usr/bin/python3 torch_train_steps.py CONFIG.json TOKENS.u16 STEPS THREAD
 
 Trains the reference model on the same windows of the same token file as
 `hlat train`, with the same optimizer, clipping and schedule, and prints one
-JSON object: {"step_seconds": [...], "losses": [...]}. The precision is float32
+JSON object: {"step_seconds": [...], "losses": [...], "blas": {"library",
+"coretype"}}. The precision is float32
 (the default), autocast (float32 weights and AdamW, forward under
 torch.autocast("cpu", bfloat16): PyTorch's mixed precision) or bf16 (the model
 cast to bfloat16 whole).
 
-Debian's PyTorch does its float32 matmuls with OpenBLAS 0.3.21, which does not
-recognise recent Xeons and falls back to its SSE3 "Prescott" kernels there
-(2.2 s against 0.8 s a step on config S, same losses). Giving the reference its
-best setting, this script then re-runs itself with OPENBLAS_CORETYPE=SkylakeX
-when the CPU has AVX-512 and OpenBLAS named no better core, and says so.
+The reference gets its best BLAS setting and never the reference BLAS
+(fast_openblas.py): on a CPU with AVX-512 it re-runs itself with
+OPENBLAS_CORETYPE=SkylakeX when that measures faster than OpenBLAS's own
+choice, and it exits with code 3 when torch loaded the reference BLAS.
 """
 import contextlib
 import json
@@ -21,12 +21,15 @@ import os
 import sys
 import time
 
-from fast_openblas import ensure_fast_openblas
+from fast_openblas import blas_in_use, ensure_fast_openblas, refuse_reference_blas
 
 ensure_fast_openblas()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+
+BLAS = blas_in_use()
+refuse_reference_blas(BLAS)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
 from llama_ref import Llama, learning_rate, make_optimizer  # noqa: E402
@@ -72,7 +75,7 @@ def main(config_path, tokens_path, steps, threads, precision="fp32"):
         optimizer.step()
         losses.append(loss.item())
         times.append(time.perf_counter() - t0)
-    print(json.dumps({"step_seconds": times, "losses": losses}))
+    print(json.dumps({"step_seconds": times, "losses": losses, "blas": BLAS}))
 
 
 if __name__ == "__main__":

@@ -70,7 +70,7 @@ int train_command(int argc, char** argv) {
         ("inject", po::value<std::vector<std::string>>()->multitoken()->composing(),
          "faults to inject, e.g. mask_leak@100 grad_spike@50:100 nan@70 lr_spike@60:10:5 (added to run.inject)")
         ("precision", po::value<std::string>()->default_value(""),
-         "fp32, bf16, bf16_sr or mixed; overrides precision.mode")
+         "fp32, bf16, bf16_sr, bf16_kahan or mixed; overrides precision.mode")
         ("dp", po::value<int>()->default_value(0),
          "data-parallel replicas; overrides parallel.dp (run under mpirun -np dp*tp)")
         ("tp", po::value<int>()->default_value(0), "tensor-parallel ranks per replica; overrides parallel.tp")

@@ -168,9 +168,11 @@ std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vect
             p.tokens_per_s = tps[tps.size() / 2];
         }
         // What each format needs per parameter: fp32 keeps 4 bytes each of
-        // weight, gradient and the two Adam moments; pure bf16 2 of each;
-        // mixed an fp32 master weight, its bf16 copy, an fp32 gradient and fp32 moments.
-        static const std::map<std::string, double> bytes = {{"fp32", 16}, {"bf16", 8}, {"bf16_sr", 8}, {"mixed", 18}};
+        // weight, gradient and the two Adam moments; pure bf16 2 of each, and
+        // bf16_kahan 2 more for its compensation; mixed an fp32 master weight,
+        // its bf16 copy, an fp32 gradient and fp32 moments.
+        static const std::map<std::string, double> bytes = {
+            {"fp32", 16}, {"bf16", 8}, {"bf16_sr", 8}, {"bf16_kahan", 10}, {"mixed", 18}};
         if (bytes.count(p.precision)) p.state_bytes_per_param = bytes.at(p.precision);
         p.loss_curve = envelopes(loss_points, kChartBuckets);
         if (out.empty()) {

@@ -181,6 +181,68 @@ TEST(Bf16Optimizer, SmallUpdatesStallUnderNearestRoundingAndSurviveStochasticRou
     EXPECT_NEAR(mean[PrecisionMode::Bf16Sr], mean[PrecisionMode::Fp32], bound);
 }
 
+// Kahan summation (bf16_kahan) carries what each rounding lost into the next
+// update: the updates round-to-nearest drops all add up, to within a bf16 step.
+TEST(Bf16Optimizer, KahanKeepsTheUpdatesNearestRoundingLoses) {
+    OptimizerConfig oc;
+    oc.weight_decay = 0.0;
+    const double lr = 1e-3;
+    const int steps = 10;
+    std::map<PrecisionMode, double> mean;
+    std::map<PrecisionMode, double> lost;
+    for (PrecisionMode mode : {PrecisionMode::Fp32, PrecisionMode::Bf16, PrecisionMode::Bf16Kahan}) {
+        PrecisionConfig p;
+        p.mode = mode;
+        FlatModel f(p);
+        AdamW opt(oc, f.model.num_parameters(), p, 42);
+        for (int s = 0; s < steps; s++) opt.step(f.model, lr);
+        mean[mode] = f.mean_param();
+        long unchanged = 0;
+        for (long x : opt.lost_updates()) unchanged += x;
+        lost[mode] = (double)unchanged / f.model.num_parameters();
+        std::printf("%-10s mean weight after %d steps: %.6f\n", precision_mode_name(mode), steps, mean[mode]);
+    }
+    EXPECT_EQ(mean[PrecisionMode::Bf16], 1.0) << "round-to-nearest should lose every update";
+    EXPECT_EQ(lost[PrecisionMode::Bf16], 1.0) << "and count every one as lost";
+    EXPECT_NEAR(mean[PrecisionMode::Bf16Kahan], mean[PrecisionMode::Fp32], std::ldexp(1.0, -8));
+    EXPECT_NE(mean[PrecisionMode::Bf16Kahan], 1.0);
+}
+
+// The lost-update count is exactly the number of weights whose stored value
+// did not change although their update was not zero (every gradient here is
+// non-zero, and so is every update), per tensor kind.
+TEST(Bf16Optimizer, LostUpdatesEqualABruteForceCount) {
+    for (PrecisionMode mode : {PrecisionMode::Bf16, PrecisionMode::Bf16Sr}) {
+        PrecisionConfig p;
+        p.mode = mode;
+        FlatModel f(p);
+        const long n = f.model.num_parameters();
+        auto w = random_vector(n, 5, 1.0f), g = random_vector(n, 6, 0.1f);
+        for (long i = 0; i < n; i++) {
+            f.model.params()[i] = bf16_to_float(float_to_bf16_rne(w[i] * (i % 3 == 0 ? 1e-3f : 1.0f)));
+            f.model.grads()[i] = g[i] == 0.0f ? 1e-3f : g[i];
+        }
+        OptimizerConfig oc;
+        AdamW opt(oc, n, p, 42);
+        opt.step(f.model, 1e-4);  // small enough to lose some updates, large enough to keep others
+        std::vector<float> before(f.model.params(), f.model.params() + n);
+        opt.step(f.model, 1e-4);
+        const auto& kinds = f.model.tensor_kinds();
+        ASSERT_EQ(opt.lost_updates().size(), kinds.size());
+        long total = 0;
+        for (size_t k = 0; k < kinds.size(); k++) {
+            long unchanged = 0;
+            for (long i = kinds[k].offset; i < kinds[k].offset + kinds[k].numel(); i++)
+                unchanged += f.model.params()[i] == before[i];
+            EXPECT_EQ(opt.lost_updates()[k], unchanged) << precision_mode_name(mode) << " " << kinds[k].name;
+            total += unchanged;
+        }
+        std::printf("%s: %ld of %ld updates lost\n", precision_mode_name(mode), total, n);
+        EXPECT_GT(total, 0);
+        EXPECT_LT(total, n);
+    }
+}
+
 TEST(Bf16Optimizer, StateStaysBf16AndStochasticRoundingIsDeterministic) {
     PrecisionConfig p;
     p.mode = PrecisionMode::Bf16Sr;

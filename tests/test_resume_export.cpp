@@ -66,7 +66,7 @@ test::SmallTokenizer* RunTest::small_ = nullptr;
 // In every precision mode: stochastic rounding is keyed by (seed, step,
 // tensor, element), so the resumed run rounds exactly as the straight one.
 TEST_F(RunTest, ResumeIsBitIdenticalToTrainingStraightInEveryPrecision) {
-    for (std::string precision : {"fp32", "mixed", "bf16", "bf16_sr"}) {
+    for (std::string precision : {"fp32", "mixed", "bf16", "bf16_sr", "bf16_kahan"}) {
         SCOPED_TRACE(precision);
         std::string a = dir.file("straight-" + precision), b = dir.file("resumed-" + precision);
         std::string flag = "--precision " + precision;

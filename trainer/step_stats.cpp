@@ -4,6 +4,7 @@ namespace hlat {
 
 std::vector<StepMetric> step_metrics(const StepStats& s) {
     using K = StepMetric::Kind;
+    using W = StepMetric::When;
     return {
         {"loss", s.loss},
         {"grad_norm", s.grad_norm},
@@ -18,9 +19,10 @@ std::vector<StepMetric> step_metrics(const StepStats& s) {
         {"forward_s", s.forward_seconds},
         {"backward_s", s.backward_seconds},
         {"optimizer_s", s.optimizer_seconds},
-        {"comm_s", s.comm_seconds, K::Real, true},
-        {"comm_exposed_s", s.comm_exposed_seconds, K::Real, true},
-        {"tp_comm_s", s.tp_comm_seconds, K::Real, true},
+        {"comm_s", s.comm_seconds, K::Real, W::NonZero},  // distributed runs
+        {"comm_exposed_s", s.comm_exposed_seconds, K::Real, W::NonZero},
+        {"tp_comm_s", s.tp_comm_seconds, K::Real, W::NonZero},
+        {"lost_updates", s.lost_updates, K::Real, W::Measured},  // bf16 modes
     };
 }
 

@@ -28,6 +28,11 @@ struct StepStats {
     double comm_seconds;    // data-parallel gradient reduction (and ZeRO-1 parameter gather)
     double comm_exposed_seconds;  // of which the step waited for; the rest overlapped backward
     double tp_comm_seconds;       // tensor-parallel all-reduces inside forward and backward
+    // bf16 modes: the share of weights whose non-zero update left the stored
+    // value unchanged (lost in rounding), overall and per tensor kind
+    // ("lost_updates/kind/o_proj", x); NaN and empty in fp32 and mixed.
+    double lost_updates;
+    std::vector<std::pair<std::string, double>> lost_updates_by_kind;
     // When asked for: ("grad_norm/layers.3.qkv_proj", x), ("param_norm/kind/o_proj", y), ...
     // Gradient norms are taken before clipping, parameter norms after the update.
     std::vector<std::pair<std::string, double>> tensor_norms;
@@ -39,10 +44,11 @@ struct StepStats {
 // One per-step metric: its key in the store and the JSONL, and its value.
 struct StepMetric {
     enum class Kind { Real, Count, Flag };  // how the JSONL writes it: 0.5, 1234, true
+    enum class When { Always, NonZero, Measured };  // the store skips NonZero ones at 0, both skip unmeasured (NaN) ones
     const char* key;
     double value;
     Kind kind = Kind::Real;
-    bool only_when_nonzero = false;  // the store skips it at 0 (communication of a one-process run)
+    When when = When::Always;
 };
 
 // The step's metrics in a fixed order (tensor norms not included: their keys

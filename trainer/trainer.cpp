@@ -198,8 +198,37 @@ void Trainer::update(StepStats& s) {
     }
 }
 
+// The share of weights whose non-zero update rounded away, over the whole job:
+// each rank counts its own elements (its TP shard, its ZeRO-1 range), the
+// replicated tensors from TP rank 0 only.
+void Trainer::count_lost_updates(StepStats& s) {
+    s.lost_updates = NAN;
+    const std::vector<long>& lost = optimizer_->lost_updates();
+    if (lost.empty() || s.update_skipped) return;
+    const auto& kinds = model_->tensor_kinds();
+    const size_t n = kinds.size();
+    std::vector<double> counts(2 * n, 0.0);  // lost per kind, then elements per kind
+    for (size_t k = 0; k < n; k++) {
+        if (!counts_on_this_rank(kinds[k], parallel_)) continue;
+        counts[k] = (double)lost[k];
+        counts[n + k] = (double)kinds[k].numel();
+    }
+    if (parallel_) {
+        parallel_->allreduce(counts.data(), (long)counts.size(), MPI_DOUBLE, MPI_SUM, Group::Tensor);
+        if (reducer_ && reducer_->zero1()) parallel_->allreduce(counts.data(), (long)n, MPI_DOUBLE, MPI_SUM, Group::Data);
+    }
+    double lost_total = 0.0, elements = 0.0;
+    for (size_t k = 0; k < n; k++) {
+        lost_total += counts[k];
+        elements += counts[n + k];
+        s.lost_updates_by_kind.push_back({"lost_updates/kind/" + kinds[k].name, counts[k] / counts[n + k]});
+    }
+    s.lost_updates = lost_total / elements;
+}
+
 // Parameter norms after the update.
 void Trainer::measure(StepStats& s, bool tensor_norms) {
+    count_lost_updates(s);
     const long n_params = model_->num_parameters();
     s.param_norm = parallel_ ? std::sqrt(job_sum_squares(*parallel_, *model_, model_->params(), 0, n_params, false))
                              : l2_norm(model_->params(), n_params);

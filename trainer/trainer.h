@@ -52,7 +52,8 @@ class Trainer {
     void reduce(StepStats& s, bool hash_grads);     // the all-reduce's rest, the job's loss, the replica check
     void clip(StepStats& s, bool tensor_norms);     // injected gradient faults, norms, global-norm clipping
     void update(StepStats& s);                      // AdamW at the scheduled rate, ZeRO-1 parameter gather
-    void measure(StepStats& s, bool tensor_norms);  // parameter norms (global, and per tensor when asked)
+    void measure(StepStats& s, bool tensor_norms);  // lost updates; parameter norms (global, per tensor when asked)
+    void count_lost_updates(StepStats& s);
     void count_tokens(StepStats& s);                // tokens seen, throughput, MFU, TP comm share
 
     TrainConfig config_;

@@ -55,9 +55,9 @@ std::string save_checkpoint(const std::string& run_dir, const Model& model, Adam
 
     save_weights(model, (tmp / "model.safetensors").string());
     long n = model.num_parameters();
-    save_safetensors((tmp / "optimizer.safetensors").string(),
-                     {{"exp_avg", {n}, optimizer.first_moment().data()},
-                      {"exp_avg_sq", {n}, optimizer.second_moment().data()}},
+    std::vector<TensorOut> optimizer_state;
+    for (auto& [name, buffer] : optimizer.state()) optimizer_state.push_back({name, {n}, buffer->data()});
+    save_safetensors((tmp / "optimizer.safetensors").string(), optimizer_state,
                      {{"step", std::to_string(optimizer.steps_taken())}});
     nlohmann::json j = {{"step", state.step},
                         {"tokens_seen", state.tokens_seen},
@@ -164,8 +164,10 @@ void load_checkpoint(const std::string& dir, Model& model, AdamW& optimizer) {
     load_weights(model, (d / "model.safetensors").string());
     SafetensorsFile opt((d / "optimizer.safetensors").string());
     long n = model.num_parameters();
-    opt.read("exp_avg", {n}, optimizer.first_moment().data());
-    opt.read("exp_avg_sq", {n}, optimizer.second_moment().data());
+    // A buffer this mode keeps but the checkpoint lacks (bf16_kahan resumed
+    // from a bf16 run) starts at zero.
+    for (auto& [name, buffer] : optimizer.state())
+        if (name != "kahan_compensation" || opt.contains(name)) opt.read(name, {n}, buffer->data());
     auto step = opt.metadata().find("step");
     if (step == opt.metadata().end())
         throw std::runtime_error(fmt::format("checkpoint {}: optimizer state has no step count", dir));

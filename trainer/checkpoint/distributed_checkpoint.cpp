@@ -9,14 +9,17 @@ namespace hlat {
 
 namespace {
 
-// This shard's moments over all of its parameters; under ZeRO-1 each replica
-// holds a range of them and they are all-gathered over the replicas.
-void shard_moments(Parallel& parallel, AdamW& opt, long n, std::vector<float>& m, std::vector<float>& v) {
-    m.assign(n, 0.0f);
-    v.assign(n, 0.0f);
-    std::copy(opt.first_moment().begin(), opt.first_moment().end(), m.begin() + opt.shard_begin());
-    std::copy(opt.second_moment().begin(), opt.second_moment().end(), v.begin() + opt.shard_begin());
-    if (opt.shard_begin() == 0 && opt.shard_end() == n) return;
+// This shard's optimizer state (moments, Kahan compensation) over all of its
+// parameters; under ZeRO-1 each replica holds a range of it and it is
+// all-gathered over the replicas.
+std::vector<std::vector<float>> shard_state(Parallel& parallel, AdamW& opt, long n) {
+    std::vector<std::vector<float>> out;
+    for (auto& [name, buffer] : opt.state()) {
+        std::vector<float> x(n, 0.0f);
+        std::copy(buffer->begin(), buffer->end(), x.begin() + opt.shard_begin());
+        out.push_back(std::move(x));
+    }
+    if (opt.shard_begin() == 0 && opt.shard_end() == n) return out;
     const int dp = parallel.dp_size();
     std::vector<long> bounds = zero1_bounds(n, dp);
     std::vector<int> counts(dp), displs(dp);
@@ -24,9 +27,10 @@ void shard_moments(Parallel& parallel, AdamW& opt, long n, std::vector<float>& m
         displs[r] = (int)bounds[r];
         counts[r] = (int)(bounds[r + 1] - bounds[r]);
     }
-    for (float* x : {m.data(), v.data()})
-        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, counts.data(), displs.data(), MPI_FLOAT,
+    for (std::vector<float>& x : out)
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x.data(), counts.data(), displs.data(), MPI_FLOAT,
                        parallel.comm(Group::Data));
+    return out;
 }
 
 // Gathers the tensor-parallel shards of x (n floats each) into the whole
@@ -58,20 +62,19 @@ std::string save_distributed_checkpoint(Parallel& parallel, Trainer& trainer, co
     // or plain data parallelism): rank 0 writes its own.
     if (!model.is_shard() && opt.shard_begin() == 0 && opt.shard_end() == n)
         return parallel.is_root() ? save_checkpoint(run_dir, model, opt, state, tokenizer_path, keep) : "";
-    std::vector<float> m, v;
-    shard_moments(parallel, opt, n, m, v);
+    std::vector<std::vector<float>> opt_state = shard_state(parallel, opt, n);
     // One replica of the model is enough: data-parallel rank 0's TP group.
     if (parallel.dp_rank() != 0) return "";
     std::vector<float> params = gather_whole(parallel, model, model.params(), n);
-    std::vector<float> whole_m = gather_whole(parallel, model, m.data(), n);
-    std::vector<float> whole_v = gather_whole(parallel, model, v.data(), n);
+    std::vector<std::vector<float>> whole_state;
+    for (const std::vector<float>& x : opt_state) whole_state.push_back(gather_whole(parallel, model, x.data(), n));
     if (!parallel.is_root()) return "";
     // The single-process writer, over a whole-model copy (activations for one token only).
     Model whole(model.config(), 1, 1, false);
-    AdamW whole_opt(OptimizerConfig{}, whole.num_parameters());
+    AdamW whole_opt(OptimizerConfig{}, whole.num_parameters(), opt.precision());
     std::copy(params.begin(), params.end(), whole.params());
-    whole_opt.first_moment() = std::move(whole_m);
-    whole_opt.second_moment() = std::move(whole_v);
+    auto buffers = whole_opt.state();
+    for (size_t i = 0; i < buffers.size(); i++) *buffers[i].second = std::move(whole_state[i]);
     whole_opt.set_steps_taken(opt.steps_taken());
     return save_checkpoint(run_dir, whole, whole_opt, state, tokenizer_path, keep);
 }
@@ -82,16 +85,17 @@ void load_distributed_checkpoint(const std::string& dir, Trainer& trainer) {
     if (!model.is_shard() && opt.shard_begin() == 0 && opt.shard_end() == model.num_parameters())
         return load_checkpoint(dir, model, opt);
     Model whole(model.config(), 1, 1, false);
-    AdamW whole_opt(OptimizerConfig{}, whole.num_parameters());
+    AdamW whole_opt(OptimizerConfig{}, whole.num_parameters(), opt.precision());
     load_checkpoint(dir, whole, whole_opt);
     const long n = model.num_parameters();
     std::vector<ShardSegment> segments = shard_segments(model.config(), model.shard());
-    std::vector<float> m(n), v(n);
     extract_shard(segments, whole.params(), model.params());
-    extract_shard(segments, whole_opt.first_moment().data(), m.data());
-    extract_shard(segments, whole_opt.second_moment().data(), v.data());
-    std::copy(m.begin() + opt.shard_begin(), m.begin() + opt.shard_end(), opt.first_moment().begin());
-    std::copy(v.begin() + opt.shard_begin(), v.begin() + opt.shard_end(), opt.second_moment().begin());
+    auto whole_buffers = whole_opt.state(), buffers = opt.state();
+    std::vector<float> x(n);
+    for (size_t i = 0; i < buffers.size(); i++) {
+        extract_shard(segments, whole_buffers[i].second->data(), x.data());
+        std::copy(x.begin() + opt.shard_begin(), x.begin() + opt.shard_end(), buffers[i].second->begin());
+    }
     opt.set_steps_taken(whole_opt.steps_taken());
 }
 

@@ -161,6 +161,7 @@ const char* precision_mode_name(PrecisionMode m) {
         case PrecisionMode::Bf16: return "bf16";
         case PrecisionMode::Bf16Sr: return "bf16_sr";
         case PrecisionMode::Mixed: return "mixed";
+        case PrecisionMode::Bf16Kahan: return "bf16_kahan";
     }
     return "?";
 }
@@ -175,7 +176,8 @@ const Choices<PrecisionMode> kPrecisionModes = {
     {precision_mode_name(PrecisionMode::Fp32), PrecisionMode::Fp32},
     {precision_mode_name(PrecisionMode::Bf16), PrecisionMode::Bf16},
     {precision_mode_name(PrecisionMode::Bf16Sr), PrecisionMode::Bf16Sr},
-    {precision_mode_name(PrecisionMode::Mixed), PrecisionMode::Mixed}};
+    {precision_mode_name(PrecisionMode::Mixed), PrecisionMode::Mixed},
+    {precision_mode_name(PrecisionMode::Bf16Kahan), PrecisionMode::Bf16Kahan}};
 const Choices<bool> kDtypes = {{"fp32", false}, {"bf16", true}};  // the precision knobs: is it bf16?
 
 // Each section's fields, listed once, with their ranges: `f` is a Section

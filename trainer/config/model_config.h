@@ -33,6 +33,10 @@ enum class PrecisionMode {
     Bf16,    // weights, gradients, Adam moments and activations bf16, written back round-to-nearest-even
     Bf16Sr,  // as Bf16, but the parameter update (and with sr_moments the moments) rounds stochastically
     Mixed,   // fp32 master weights, gradients and optimizer state; bf16 copies for compute
+    // As Bf16, with a bf16 Kahan compensation buffer that carries what each
+    // update's rounding lost into the next (Zamirai et al. 2020, "Revisiting
+    // BFloat16 Training").
+    Bf16Kahan,
 };
 
 struct PrecisionConfig {
@@ -44,7 +48,9 @@ struct PrecisionConfig {
     bool sr_key_rank = false;      // key the rounding bits by rank too: replicas then round differently
 
     bool bf16_compute() const { return mode != PrecisionMode::Fp32; }
-    bool bf16_state() const { return mode == PrecisionMode::Bf16 || mode == PrecisionMode::Bf16Sr; }
+    bool bf16_state() const {
+        return mode == PrecisionMode::Bf16 || mode == PrecisionMode::Bf16Sr || mode == PrecisionMode::Bf16Kahan;
+    }
 };
 
 const char* precision_mode_name(PrecisionMode m);

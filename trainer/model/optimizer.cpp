@@ -59,7 +59,14 @@ AdamW::AdamW(const OptimizerConfig& config, long num_parameters, const Precision
       begin_(shard_begin),
       end_(shard_end < 0 ? num_parameters : shard_end),
       m_(end_ - begin_, 0.0f),
-      v_(end_ - begin_, 0.0f) {}
+      v_(end_ - begin_, 0.0f),
+      c_(precision.mode == PrecisionMode::Bf16Kahan ? end_ - begin_ : 0, 0.0f) {}
+
+std::vector<std::pair<std::string, std::vector<float>*>> AdamW::state() {
+    std::vector<std::pair<std::string, std::vector<float>*>> out = {{"exp_avg", &m_}, {"exp_avg_sq", &v_}};
+    if (!c_.empty()) out.push_back({"kahan_compensation", &c_});
+    return out;
+}
 
 // Narrows x to a bf16 value, stochastically when `stochastic` is set.
 static inline float to_bf16_value(float x, bool stochastic, uint32_t random) {
@@ -78,6 +85,7 @@ void AdamW::step(Model& model, double lr) {
     float* params = model.params();
     const float* grads = model.grads();
     const auto& kinds = model.tensor_kinds();
+    if (bf16_state) lost_.assign(kinds.size(), 0);
     for (size_t ki = 0; ki < kinds.size(); ki++) {
         const TensorKind& k = kinds[ki];
         bool decay = config_.decay_norms_and_embeddings || !k.norm_or_embedding;
@@ -109,16 +117,28 @@ void AdamW::step(Model& model, double lr) {
         const uint64_t key_p = rounding_key(rounding_seed_, t_, 3 * ki);
         const uint64_t key_m = rounding_key(rounding_seed_, t_, 3 * ki + 1);
         const uint64_t key_v = rounding_key(rounding_seed_, t_, 3 * ki + 2);
-#pragma omp parallel for
+        float* c = c_.empty() ? nullptr : c_.data() + (k.offset + lo - begin_);
+        long lost = 0;
+#pragma omp parallel for reduction(+ : lost)
         for (long i = lo; i < hi; i++) {
             m[i - lo] = to_bf16_value(b1 * m[i - lo] + (1.0f - b1) * g[i], sr_moments, sr_moments ? rounding_bits_at(key_m, i) : 0);
             v[i - lo] = to_bf16_value(b2 * v[i - lo] + (1.0f - b2) * g[i] * g[i], sr_moments,
                                  sr_moments ? rounding_bits_at(key_v, i) : 0);
             float m_hat = m[i - lo] / bc1;
             float v_hat = v[i - lo] / bc2;
-            float updated = p[i] - lr_f * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
-            p[i] = to_bf16_value(updated, sr_params, sr_params ? rounding_bits_at(key_p, i) : 0);
+            float update = -lr_f * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
+            float stored;
+            if (c) {  // Kahan: the update plus what earlier roundings lost
+                float y = update - c[i - lo];
+                stored = to_bf16_value(p[i] + y, false, 0);
+                c[i - lo] = to_bf16_value((stored - p[i]) - y, false, 0);
+            } else {
+                stored = to_bf16_value(p[i] + update, sr_params, sr_params ? rounding_bits_at(key_p, i) : 0);
+            }
+            lost += update != 0.0f && stored == p[i];
+            p[i] = stored;
         }
+        lost_[ki] = lost;
     }
 }
 

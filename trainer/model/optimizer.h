@@ -6,6 +6,8 @@
 #include "trainer/config/optimizer_config.h"
 #include "trainer/model/model.h"
 
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace hlat {
@@ -31,7 +33,9 @@ class AdamW {
     // In the pure bf16 modes the parameters and moments are bf16 values: each
     // update is computed in fp32 and written back rounded, to nearest even or,
     // in bf16_sr, stochastically with bits keyed by (seed, step, tensor,
-    // element), and by rank too when precision.sr_key_rank is set.
+    // element), and by rank too when precision.sr_key_rank is set; bf16_kahan
+    // rounds to nearest and keeps what the rounding lost in a bf16
+    // compensation buffer, added to the element's next update.
     // ZeRO-1: with a shard [shard_begin, shard_end) of the flat buffer, only
     // that range is updated and only its moments are kept (end -1: to the end).
     AdamW(const OptimizerConfig& config, long num_parameters, const PrecisionConfig& precision = {},
@@ -42,11 +46,19 @@ class AdamW {
     long steps_taken() const { return t_; }
     long shard_begin() const { return begin_; }
     long shard_end() const { return end_; }
-    long state_bytes() const { return (long)(m_.size() + v_.size()) * (long)sizeof(float); }
-    // Moment buffers of the shard's range (all parameters without ZeRO), for checkpoints.
+    long state_bytes() const { return (long)(m_.size() + v_.size() + c_.size()) * (long)sizeof(float); }
+    // The state buffers of the shard's range (all parameters without ZeRO) by
+    // their checkpoint names: exp_avg, exp_avg_sq, and in bf16_kahan
+    // kahan_compensation.
+    std::vector<std::pair<std::string, std::vector<float>*>> state();
     std::vector<float>& first_moment() { return m_; }
     std::vector<float>& second_moment() { return v_; }
     void set_steps_taken(long t) { t_ = t; }
+    const PrecisionConfig& precision() const { return precision_; }
+    // In the bf16 modes, after each step: per tensor kind (model.tensor_kinds()
+    // order), how many elements of this shard had a non-zero update but kept
+    // their stored value, the update lost in rounding. Empty in fp32 and mixed.
+    const std::vector<long>& lost_updates() const { return lost_; }
 
   private:
     OptimizerConfig config_;
@@ -54,6 +66,8 @@ class AdamW {
     unsigned long long rounding_seed_;
     long begin_, end_;
     std::vector<float> m_, v_;
+    std::vector<float> c_;  // bf16_kahan's compensation, else empty
+    std::vector<long> lost_;
     long t_ = 0;
 };
 

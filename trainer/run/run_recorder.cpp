@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 
 namespace hlat {
@@ -75,7 +76,8 @@ void RunRecorder::step(const StepStats& s) {
     if (jsonl_.is_open()) {
         nlohmann::json line = {{"step", s.step}};
         for (const StepMetric& m : metrics)
-            line[m.key] = m.kind == StepMetric::Kind::Flag    ? nlohmann::json(m.value != 0)
+            if (m.when != StepMetric::When::Measured || !std::isnan(m.value))
+                line[m.key] = m.kind == StepMetric::Kind::Flag    ? nlohmann::json(m.value != 0)
                           : m.kind == StepMetric::Kind::Count ? nlohmann::json((long)m.value)
                                                               : nlohmann::json(m.value);
         jsonl(line, true);
@@ -83,11 +85,15 @@ void RunRecorder::step(const StepStats& s) {
     if (!writer_) return;
     double t = now_seconds();
     std::vector<telemetry::MetricPoint> points;
-    for (const StepMetric& m : metrics)
-        if (!m.only_when_nonzero || m.value != 0) points.push_back({m.key, s.step, m.value, t});
+    for (const StepMetric& m : metrics) {
+        if (m.when == StepMetric::When::NonZero && m.value == 0) continue;
+        if (m.when == StepMetric::When::Measured && std::isnan(m.value)) continue;
+        points.push_back({m.key, s.step, m.value, t});
+    }
     points.push_back({"cpu_pct", s.step, usage_.cpu_percent(), t});
     points.push_back({"rss_mb", s.step, ProcessUsage::rss_mb(), t});
     for (const auto& [key, value] : s.tensor_norms) points.push_back({key, s.step, value, t});
+    for (const auto& [key, value] : s.lost_updates_by_kind) points.push_back({key, s.step, value, t});
     writer_->metrics(run_id_, std::move(points));
     if (t - last_heartbeat_ >= kHeartbeatSeconds) event("heartbeat", s.step);
 }

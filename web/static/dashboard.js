@@ -28,6 +28,9 @@ const PANELS = [
   { id: "step_time", title: "step time split (s)", keys: ["data_s", "forward_s", "backward_s", "optimizer_s"] },
   { id: "cpu", title: "system: process CPU % (100 = one core), GPU utilisation %", keys: ["cpu_pct", "gpu_util_pct"] },
   { id: "memory", title: "system: resident memory, GPU memory (MB)", keys: ["rss_mb", "gpu_mem_mb"] },
+  // bf16 precision modes only: the mechanism behind pure bf16's failure.
+  { id: "lost_updates", title: "bf16 lost updates: share of weights whose non-zero update rounded away",
+    keys: ["lost_updates"] },
   // Distributed runs only. Checks come every parallel.check_every steps.
   { id: "comm", title: "communication (s): DP gradients (total, exposed), TP all-reduces",
     keys: ["comm_s", "comm_exposed_s", "tp_comm_s"] },
