@@ -141,3 +141,39 @@ TEST(TrainingRun, ResumedRunRaisesTheAlertsOfTheUninterruptedOne) {
 
 }  // namespace
 }  // namespace hlat
+
+namespace hlat {
+namespace {
+
+// The pure bf16 modes store the share of updates lost to rounding every step,
+// overall and per tensor kind; fp32 stores none (nothing to lose there).
+TEST(TrainingRun, Bf16RunsStoreTheirLostUpdates) {
+    test::ScratchDir dir("lost_updates");
+    test::write_tiny_training(dir, 20, {{"peak_gflops", 1.0}});
+    for (std::string precision : {"fp32", "bf16", "bf16_kahan"}) {
+        test::CommandResult r = test::run_command(fmt::format(
+            "{} train --config {} --data {} --store {} --out-dir {} --precision {}", HLAT_BINARY, dir.file("c.json"),
+            dir.file("t.u16"), dir.file("hlat.db"), dir.file(precision), precision));
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+    }
+    telemetry::Reader reader(dir.file("hlat.db"));
+    auto keys_of = [&](const std::string& name) { return reader.keys(reader.find_run(name)->id); };
+    auto has = [](const std::vector<std::string>& keys, const std::string& key) {
+        return std::find(keys.begin(), keys.end(), key) != keys.end();
+    };
+    EXPECT_FALSE(has(keys_of("fp32"), "lost_updates"));
+    for (const char* precision : {"bf16", "bf16_kahan"}) {
+        std::vector<std::string> keys = keys_of(precision);
+        ASSERT_TRUE(has(keys, "lost_updates")) << precision;
+        EXPECT_TRUE(has(keys, "lost_updates/kind/qkv_proj")) << precision;
+        auto lost = reader.series(reader.find_run(precision)->id, "lost_updates", 0, 19);
+        ASSERT_EQ(lost.size(), 20u) << precision;
+        for (const auto& point : lost) {
+            EXPECT_GE(point.value, 0.0);
+            EXPECT_LE(point.value, 1.0);
+        }
+    }
+}
+
+}  // namespace
+}  // namespace hlat

@@ -18,11 +18,12 @@ inline float bf16_to_float(bf16 h) { return std::bit_cast<float>((uint32_t)h << 
 // Round to nearest, ties to even: add 0x7fff plus the lowest kept bit, then
 // truncate. Carries ripple into the exponent, so the largest finite values
 // round to Inf as IEEE says; Inf stays Inf; NaN stays a (quiet) NaN.
+// Written without a branch so that loops over it vectorize.
 inline bf16 float_to_bf16_rne(float f) {
     uint32_t bits = std::bit_cast<uint32_t>(f);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return (bf16)((bits >> 16) | 0x0040u);  // NaN: keep sign, set quiet bit
-    bits += 0x7fffu + ((bits >> 16) & 1u);
-    return (bf16)(bits >> 16);
+    uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+    uint32_t quiet_nan = (bits >> 16) | 0x0040u;  // NaN: keep sign, set quiet bit
+    return (bf16)((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
 // Stochastic rounding: round up with probability (dropped bits) / 2^16, so
@@ -31,9 +32,8 @@ inline bf16 float_to_bf16_rne(float f) {
 // largest finite bf16 range, as with any rounding.
 inline bf16 float_to_bf16_stochastic(float f, uint32_t random) {
     uint32_t bits = std::bit_cast<uint32_t>(f);
-    if ((bits & 0x7f800000u) == 0x7f800000u) return float_to_bf16_rne(f);
-    bits += random & 0xffffu;
-    return (bf16)(bits >> 16);
+    uint32_t rounded = (bits + (random & 0xffffu)) >> 16;
+    return (bits & 0x7f800000u) == 0x7f800000u ? float_to_bf16_rne(f) : (bf16)rounded;
 }
 
 // Counter-based random bits: a pure function of (seed, step, tensor,

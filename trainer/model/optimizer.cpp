@@ -73,6 +73,44 @@ static inline float to_bf16_value(float x, bool stochastic, uint32_t random) {
     return bf16_to_float(stochastic ? float_to_bf16_stochastic(x, random) : float_to_bf16_rne(x));
 }
 
+// One tensor's (shard range's) AdamW update in the pure bf16 modes. The
+// rounding choices are template parameters so each variant's loop has no
+// branch and vectorizes.
+struct Bf16Update {
+    float* p;        // weights, element i at p[i]
+    const float* g;  // gradients
+    float *m, *v;    // moments, element i at m[i - lo]
+    float* c;        // Kahan compensation like the moments, or null
+    long lo, hi;
+    float b1, b2, bc1, bc2, eps, lr, wd;
+    uint64_t key_p, key_m, key_v;  // rounding bits (stochastic rounding)
+};
+
+template <bool kSrParams, bool kSrMoments, bool kKahan>
+static long bf16_update(const Bf16Update& u) {
+    long lost = 0;
+    float *p = u.p, *m = u.m - u.lo, *v = u.v - u.lo, *c = kKahan ? u.c - u.lo : nullptr;
+    const float* g = u.g;
+#pragma omp parallel for simd reduction(+ : lost)
+    for (long i = u.lo; i < u.hi; i++) {
+        float mi = u.b1 * m[i] + (1.0f - u.b1) * g[i], vi = u.b2 * v[i] + (1.0f - u.b2) * g[i] * g[i];
+        m[i] = to_bf16_value(mi, kSrMoments, kSrMoments ? rounding_bits_at(u.key_m, i) : 0);
+        v[i] = to_bf16_value(vi, kSrMoments, kSrMoments ? rounding_bits_at(u.key_v, i) : 0);
+        float update = -u.lr * ((m[i] / u.bc1) / (std::sqrt(v[i] / u.bc2) + u.eps) + u.wd * p[i]);
+        float stored;
+        if constexpr (kKahan) {  // the update plus what earlier roundings lost
+            float y = update - c[i];
+            stored = to_bf16_value(p[i] + y, false, 0);
+            c[i] = to_bf16_value((stored - p[i]) - y, false, 0);
+        } else {
+            stored = to_bf16_value(p[i] + update, kSrParams, kSrParams ? rounding_bits_at(u.key_p, i) : 0);
+        }
+        lost += update != 0.0f && stored == p[i];
+        p[i] = stored;
+    }
+    return lost;
+}
+
 void AdamW::step(Model& model, double lr) {
     t_++;
     const float b1 = (float)config_.beta1, b2 = (float)config_.beta2, eps = (float)config_.eps;
@@ -114,30 +152,13 @@ void AdamW::step(Model& model, double lr) {
         // as bf16. Three streams of rounding bits per tensor (weights, first
         // and second moment); elements are numbered within the tensor, so the
         // bits do not depend on how the flat buffer is laid out or split.
-        const uint64_t key_p = rounding_key(rounding_seed_, t_, 3 * ki);
-        const uint64_t key_m = rounding_key(rounding_seed_, t_, 3 * ki + 1);
-        const uint64_t key_v = rounding_key(rounding_seed_, t_, 3 * ki + 2);
-        float* c = c_.empty() ? nullptr : c_.data() + (k.offset + lo - begin_);
-        long lost = 0;
-#pragma omp parallel for reduction(+ : lost)
-        for (long i = lo; i < hi; i++) {
-            m[i - lo] = to_bf16_value(b1 * m[i - lo] + (1.0f - b1) * g[i], sr_moments, sr_moments ? rounding_bits_at(key_m, i) : 0);
-            v[i - lo] = to_bf16_value(b2 * v[i - lo] + (1.0f - b2) * g[i] * g[i], sr_moments,
-                                 sr_moments ? rounding_bits_at(key_v, i) : 0);
-            float m_hat = m[i - lo] / bc1;
-            float v_hat = v[i - lo] / bc2;
-            float update = -lr_f * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
-            float stored;
-            if (c) {  // Kahan: the update plus what earlier roundings lost
-                float y = update - c[i - lo];
-                stored = to_bf16_value(p[i] + y, false, 0);
-                c[i - lo] = to_bf16_value((stored - p[i]) - y, false, 0);
-            } else {
-                stored = to_bf16_value(p[i] + update, sr_params, sr_params ? rounding_bits_at(key_p, i) : 0);
-            }
-            lost += update != 0.0f && stored == p[i];
-            p[i] = stored;
-        }
+        Bf16Update u{p, g, m, v, c_.empty() ? nullptr : c_.data() + (k.offset + lo - begin_), lo, hi, b1, b2, bc1,
+                     bc2, eps, lr_f, wd, rounding_key(rounding_seed_, t_, 3 * ki),
+                     rounding_key(rounding_seed_, t_, 3 * ki + 1), rounding_key(rounding_seed_, t_, 3 * ki + 2)};
+        long lost = !c_.empty()   ? bf16_update<false, false, true>(u)
+                    : sr_moments ? bf16_update<true, true, false>(u)
+                    : sr_params  ? bf16_update<true, false, false>(u)
+                                 : bf16_update<false, false, false>(u);
         lost_[ki] = lost;
     }
 }
