@@ -180,24 +180,32 @@ struct FlatModel {
     }
 };
 
+// Ten AdamW steps of lr 1e-3 on a FlatModel (no weight decay): Adam's first
+// steps move each weight by ~lr, a quarter of 2^-9, below half a bf16 step at
+// 1.0. Returns the mean weight, and the share of the last step's updates lost.
+std::pair<double, double> flat_adamw(PrecisionMode mode, double lr, int steps) {
+    OptimizerConfig oc;
+    oc.weight_decay = 0.0;
+    PrecisionConfig p;
+    p.mode = mode;
+    FlatModel f(p);
+    AdamW opt(oc, f.model.num_parameters(), p, 42);
+    for (int s = 0; s < steps; s++) opt.step(f.model, lr);
+    long lost = 0;
+    for (long x : opt.lost_updates()) lost += x;
+    std::printf("%-10s mean weight after %d steps: %.6f\n", precision_mode_name(mode), steps, f.mean_param());
+    return {f.mean_param(), (double)lost / f.model.num_parameters()};
+}
+
 // The paper's point about pure bf16, in one test: an update below half a bf16
 // step (at 1.0 a step is 2^-7) is lost to round-to-nearest every time, while
 // stochastic rounding keeps it in expectation.
 TEST(Bf16Optimizer, SmallUpdatesStallUnderNearestRoundingAndSurviveStochasticRounding) {
-    OptimizerConfig oc;
-    oc.weight_decay = 0.0;
-    const double lr = 1e-3;  // Adam's first steps move each weight by ~lr: a quarter of 2^-9
+    const double lr = 1e-3;
     const int steps = 10;
     std::map<PrecisionMode, double> mean;
-    for (PrecisionMode mode : {PrecisionMode::Fp32, PrecisionMode::Bf16, PrecisionMode::Bf16Sr}) {
-        PrecisionConfig p;
-        p.mode = mode;
-        FlatModel f(p);
-        AdamW opt(oc, f.model.num_parameters(), p, 42);
-        for (int s = 0; s < steps; s++) opt.step(f.model, lr);
-        mean[mode] = f.mean_param();
-        std::printf("%-8s mean weight after %d steps: %.6f\n", precision_mode_name(mode), steps, mean[mode]);
-    }
+    for (PrecisionMode mode : {PrecisionMode::Fp32, PrecisionMode::Bf16, PrecisionMode::Bf16Sr})
+        mean[mode] = flat_adamw(mode, lr, steps).first;
     EXPECT_NEAR(mean[PrecisionMode::Fp32], 1.0 - steps * lr, 1e-4);
     EXPECT_EQ(mean[PrecisionMode::Bf16], 1.0) << "round-to-nearest should lose every update";
     // Each weight is a sum of 10 independent roundings one ulp (2^-8 below 1)
@@ -212,28 +220,13 @@ TEST(Bf16Optimizer, SmallUpdatesStallUnderNearestRoundingAndSurviveStochasticRou
 // Kahan summation (bf16_kahan) carries what each rounding lost into the next
 // update: the updates round-to-nearest drops all add up, to within a bf16 step.
 TEST(Bf16Optimizer, KahanKeepsTheUpdatesNearestRoundingLoses) {
-    OptimizerConfig oc;
-    oc.weight_decay = 0.0;
-    const double lr = 1e-3;
-    const int steps = 10;
-    std::map<PrecisionMode, double> mean;
-    std::map<PrecisionMode, double> lost;
-    for (PrecisionMode mode : {PrecisionMode::Fp32, PrecisionMode::Bf16, PrecisionMode::Bf16Kahan}) {
-        PrecisionConfig p;
-        p.mode = mode;
-        FlatModel f(p);
-        AdamW opt(oc, f.model.num_parameters(), p, 42);
-        for (int s = 0; s < steps; s++) opt.step(f.model, lr);
-        mean[mode] = f.mean_param();
-        long unchanged = 0;
-        for (long x : opt.lost_updates()) unchanged += x;
-        lost[mode] = (double)unchanged / f.model.num_parameters();
-        std::printf("%-10s mean weight after %d steps: %.6f\n", precision_mode_name(mode), steps, mean[mode]);
-    }
-    EXPECT_EQ(mean[PrecisionMode::Bf16], 1.0) << "round-to-nearest should lose every update";
-    EXPECT_EQ(lost[PrecisionMode::Bf16], 1.0) << "and count every one as lost";
-    EXPECT_NEAR(mean[PrecisionMode::Bf16Kahan], mean[PrecisionMode::Fp32], std::ldexp(1.0, -8));
-    EXPECT_NE(mean[PrecisionMode::Bf16Kahan], 1.0);
+    auto [fp32, fp32_lost] = flat_adamw(PrecisionMode::Fp32, 1e-3, 10);
+    auto [bf16, bf16_lost] = flat_adamw(PrecisionMode::Bf16, 1e-3, 10);
+    auto [kahan, kahan_lost] = flat_adamw(PrecisionMode::Bf16Kahan, 1e-3, 10);
+    EXPECT_EQ(bf16, 1.0) << "round-to-nearest should lose every update";
+    EXPECT_EQ(bf16_lost, 1.0) << "and count every one as lost";
+    EXPECT_NEAR(kahan, fp32, std::ldexp(1.0, -8));
+    EXPECT_NE(kahan, 1.0);
 }
 
 // The lost-update count is exactly the number of weights whose stored value

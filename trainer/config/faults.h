@@ -41,10 +41,6 @@ struct Faults {
     int crash_at = -1, crash_rank = 0;
     double crash_mean_seconds = 0.0;  // crash_random
     int hang_at = -1, hang_rank = 0;
-    bool any() const {
-        return mask_leak_from >= 0 || grad_spike_at >= 0 || nan_at >= 0 || lr_spike_from >= 0 ||
-               allreduce_bug != AllreduceBug::None || crash_at >= 0 || crash_mean_seconds > 0 || hang_at >= 0;
-    }
 
     // What the numeric faults do to step `step` (0-based), where the step
     // asks. The all-reduce bug is the gradient reducer's (grad_reducer.h);
