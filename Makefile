@@ -36,6 +36,8 @@ bench: data
 	bench/train_vs_pytorch
 	bench/loader_vs_trainer
 	bench/eval_vs_pytorch
+	bench/precision_throughput
+	bench/precision_verdict
 	bench/detector_matrix
 	bench/scaling
 	bench/uptime

@@ -17,5 +17,6 @@ int serve_command(int argc, char** argv);
 int compare_command(int argc, char** argv);
 int eval_command(int argc, char** argv);
 int make_tasks_command(int argc, char** argv);
+int probe_command(int argc, char** argv);
 
 }  // namespace hlat::cli

@@ -5,6 +5,7 @@
 #include "detectors/monitor.h"
 #include "detectors/postmortem.h"
 #include "detectors/replay.h"
+#include "detectors/setting_verdict.h"
 #include "trainer/files/file_io.h"
 #include "telemetry/reader.h"
 #include "telemetry/writer.h"
@@ -147,11 +148,26 @@ int spikes_command(int argc, char** argv) {
 
 namespace {
 
-// `hlat compare --json`: one object, a key per run.
+// NaN (a number that does not exist, like the held-out loss of a run
+// without evaluations) is null in JSON.
+nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
+
+// The settings of `hlat compare --json`: a key per setting.
+nlohmann::json settings_json(const std::vector<detectors::SettingSummary>& settings) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& s : settings) {
+        nlohmann::json heldout = nlohmann::json::array();
+        for (double v : s.heldout) heldout.push_back(number(v));
+        out[s.name] = {{"precision", s.precision}, {"runs", s.runs},           {"seeds", s.seeds},
+                       {"final_heldout", heldout}, {"mean", number(s.mean)},   {"spread", number(s.spread)},
+                       {"gap", number(s.gap)},     {"margin95", number(s.margin)}, {"paired", s.paired},
+                       {"baseline", s.baseline},   {"verdict", s.verdict}, {"lost_updates", number(s.lost_updates)}};
+    }
+    return out;
+}
+
+// `hlat compare --json`: {"runs": a key per run, "settings": a key per setting}.
 nlohmann::json compare_json(const std::vector<detectors::RunPostmortem>& runs) {
-    // NaN (a number that does not exist, like the held-out loss of a run
-    // without evaluations) is null.
-    auto number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
     nlohmann::json out = nlohmann::json::object();
     for (const auto& r : runs) {
         nlohmann::json alerts = r.alerts;
@@ -173,9 +189,28 @@ nlohmann::json compare_json(const std::vector<detectors::RunPostmortem>& runs) {
                        {"alerts", alerts},
                        {"tokens_per_s", number(r.tokens_per_s)},
                        {"state_bytes_per_param", number(r.state_bytes_per_param)},
+                       {"format_bytes_per_param", number(r.format_bytes_per_param)},
+                       {"seed", r.seed},
+                       {"lost_updates", number(r.lost_updates)},
                        {"evals", evals}};
     }
-    return out;
+    return {{"runs", out}, {"settings", settings_json(detectors::summarize_settings(runs))}};
+}
+
+// The verdict table, when some setting has more than one run (seeds).
+void print_settings(const std::vector<detectors::SettingSummary>& settings) {
+    size_t w = 7;
+    bool grouped = false;
+    for (const auto& s : settings) w = std::max(w, s.name.size()), grouped |= s.runs.size() > 1;
+    if (!grouped) return;
+    auto num = [](double v, const char* spec) { return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : std::string("-"); };
+    fmt::print("\nby setting (final held-out loss over seeds; gap ± its 95% margin):\n");
+    fmt::print("{:<{}}  {:>4}  {:>8}  {:>8}  {:>18}  {:>6}  {}\n", "SETTING", w, "RUNS", "MEAN", "SPREAD", "GAP", "LOST", "VERDICT");
+    for (const auto& s : settings)
+        fmt::print("{:<{}}  {:>4}  {:>8}  {:>8}  {:>18}  {:>6}  {}\n", s.name, w, s.runs.size(), num(s.mean, "{:.4f}"),
+                   num(s.spread, "{:.4f}"),
+                   s.baseline ? "" : num(s.gap, "{:+.4f}") + (std::isfinite(s.margin) ? " ± " + num(s.margin, "{:.4f}") : ""),
+                   num(100 * s.lost_updates, "{:.1f}%"), s.verdict);
 }
 
 // `hlat compare`'s table, the last checkpoint evaluations and the config differences.
@@ -196,8 +231,10 @@ void print_comparison(const std::vector<detectors::RunPostmortem>& runs,
                    num(r.loss_variance, "{:.5f}"), num(r.loss_gap, "{:+.4f}"), num(r.loss_gap_std, "{:.4f}"),
                    num(r.grad_trend, "{:.2f}x"), r.spike_episodes,
                    num(100 * r.one_step_spike_share, "{:.0f}%"), alerts, num(r.tokens_per_s, "{:.0f}"),
-                   num(r.state_bytes_per_param, "{:.0f}"));
+                   num(r.state_bytes_per_param, "{:.0f}") + "/" + num(r.format_bytes_per_param, "{:.0f}"));
     }
+    fmt::print("(B/PARAM: bytes of weights, gradients and optimizer state per parameter, as allocated / as the "
+               "precision's number formats need)\n");
     std::set<std::string> eval_keys;
     for (const auto& r : runs)
         for (const auto& [key, _] : r.evals) eval_keys.insert(key);
@@ -255,6 +292,7 @@ int compare_command(int argc, char** argv) {
         return 0;
     }
     print_comparison(runs, diffs);
+    print_settings(detectors::summarize_settings(runs));
     if (!vm["out"].as<std::string>().empty()) fmt::print("\nreport: {}\n", vm["out"].as<std::string>());
     return 0;
 }

@@ -31,6 +31,7 @@ const Command kCommands[] = {
     {"compare", "post-mortem of runs side by side, with an HTML report", hlat::cli::compare_command},
     {"eval", "score a checkpoint on task files, or each checkpoint of a run as it lands", hlat::cli::eval_command},
     {"make-tasks", "build the frozen evaluation task files from the held-out split", hlat::cli::make_tasks_command},
+    {"probe", "the CPU's fp32 and bf16 ceilings and the rate of each GEMM of a training step", hlat::cli::probe_command},
     {"spikes", "gradient spike episodes of a stored run (the paper's Figure 2)", hlat::cli::spikes_command},
 };
 

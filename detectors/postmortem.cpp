@@ -2,6 +2,7 @@
 
 #include "detectors/detector.h"
 #include "detectors/report_chart.h"
+#include "detectors/setting_verdict.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -49,16 +50,84 @@ void flatten(const nlohmann::json& j, const std::string& prefix, std::map<std::s
     }
 }
 
+// The run's seed, and its config without what differs from run to run of
+// one setting (seed, name, folder, store): runs with equal settings are seeds
+// of one experiment.
+void read_setting(const std::string& config, RunPostmortem& p) {
+    nlohmann::json j = nlohmann::json::parse(config, nullptr, false);
+    if (j.is_discarded()) return;
+    flatten(j, "", p.setting);
+    if (auto it = p.setting.find("run.seed"); it != p.setting.end()) {
+        p.seed = std::stoll(it->second);
+        p.setting.erase(it);
+    }
+    for (const char* key : {"run.name", "run.out_dir", "run.store"}) p.setting.erase(key);
+}
+
+// Final loss (mean of the last `window`), best `window`-step mean, and the
+// variance over the last `window`.
+void summarize_loss(const std::vector<double>& loss, int window, RunPostmortem& p) {
+    p.steps = (int64_t)loss.size();
+    if (loss.empty()) return;
+    size_t w = std::min<size_t>(window, loss.size());
+    p.final_loss = mean(loss.end() - w, loss.end());
+    for (size_t i = 0; i + w <= loss.size(); i++) {
+        double m = mean(loss.begin() + i, loss.begin() + i + w);
+        if (std::isfinite(m) && !(m >= p.best_loss)) p.best_loss = m;
+    }
+    double var = 0.0;
+    for (auto it = loss.end() - w; it != loss.end(); ++it) var += (*it - p.final_loss) * (*it - p.final_loss);
+    p.loss_variance = var / w;
+}
+
+// The loss minus the first run's at the same steps: its mean and standard
+// deviation over the last `window` common steps, and its curve.
+void gap_to_first(const std::vector<std::pair<double, double>>& loss_points, const std::map<int64_t, double>& first_loss,
+                  int window, RunPostmortem& p) {
+    std::vector<std::pair<double, double>> gap;
+    for (auto [step, v] : loss_points) {
+        auto it = first_loss.find((int64_t)step);
+        if (it != first_loss.end() && std::isfinite(v) && std::isfinite(it->second)) gap.push_back({step, v - it->second});
+    }
+    if (gap.empty()) return;
+    size_t w = std::min<size_t>(window, gap.size());
+    double sum = 0.0, sq = 0.0;
+    for (size_t i = gap.size() - w; i < gap.size(); i++) sum += gap[i].second;
+    p.loss_gap = sum / w;
+    for (size_t i = gap.size() - w; i < gap.size(); i++) sq += (gap[i].second - p.loss_gap) * (gap[i].second - p.loss_gap);
+    p.loss_gap_std = std::sqrt(sq / w);
+    p.gap_curve = envelopes(gap, kChartBuckets);
+}
+
+// What each format needs per parameter: fp32 keeps 4 bytes each of weight,
+// gradient and the two Adam moments; pure bf16 2 of each, and bf16_kahan 2
+// more for its compensation; mixed an fp32 master weight, its bf16 copy, an
+// fp32 gradient and fp32 moments. NaN for a precision the run did not state.
+double format_bytes_per_param(const std::string& precision) {
+    static const std::map<std::string, double> bytes = {
+        {"fp32", 16}, {"bf16", 8}, {"bf16_sr", 8}, {"bf16_kahan", 10}, {"mixed", 18}};
+    auto it = bytes.find(precision);
+    return it == bytes.end() ? NAN : it->second;
+}
+
 std::string num(double v, const char* spec = "{:.4f}") { return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : "-"; }
 
 const char* kColors[] = {"#1f6feb", "#d4770c", "#2da44e", "#8250df", "#cf222e", "#57606a"};
+
+// A run's colour: its own, or its setting's when seeds of one setting are
+// compared (fifteen runs in six colours would say nothing).
+const char* run_colour(const std::vector<RunPostmortem>& runs, size_t i) {
+    const std::vector<size_t> of = setting_of_runs(runs);
+    const bool grouped = std::set<size_t>(of.begin(), of.end()).size() < runs.size();
+    return kColors[(grouped ? of[i] : i) % 6];
+}
 
 // Each run's curve in the run's colour; on charts by step, with its alerts marked.
 std::vector<ChartLine> chart_lines(const std::vector<RunPostmortem>& runs,
                                    const std::function<Curve(const RunPostmortem&)>& curve_of, bool by_step) {
     std::vector<ChartLine> lines;
     for (size_t i = 0; i < runs.size(); i++)
-        lines.push_back({curve_of(runs[i]), kColors[i % 6], by_step ? runs[i].alert_steps : std::vector<int64_t>{}});
+        lines.push_back({curve_of(runs[i]), run_colour(runs, i), by_step ? runs[i].alert_steps : std::vector<int64_t>{}});
     return lines;
 }
 
@@ -130,27 +199,17 @@ std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vect
         RunPostmortem p;
         p.name = name;
         p.status = run->status;
-        p.precision = run->precision.empty() ? "fp32" : run->precision;
+        p.precision = run->precision.empty() ? "-" : run->precision;  // an imported log may not say
+        read_setting(run->config, p);
         std::vector<std::pair<double, double>> loss_points;
         std::vector<double> loss;
         for (const auto& pt : reader.series(run->id, "loss", 0, kAll)) {
             loss_points.push_back({(double)pt.step, pt.value});
             loss.push_back(pt.value);
         }
+        summarize_loss(loss, window, p);
         std::vector<double> grad = values(reader, run->id, "grad_norm");
         std::vector<double> heldout = values(reader, run->id, "heldout_loss"), tps = values(reader, run->id, "tokens_per_s");
-        p.steps = (int64_t)loss.size();
-        if (!loss.empty()) {
-            size_t w = std::min<size_t>(window, loss.size());
-            p.final_loss = mean(loss.end() - w, loss.end());
-            for (size_t i = 0; i + w <= loss.size(); i++) {
-                double m = mean(loss.begin() + i, loss.begin() + i + w);
-                if (std::isfinite(m) && !(m >= p.best_loss)) p.best_loss = m;
-            }
-            double var = 0.0;
-            for (auto it = loss.end() - w; it != loss.end(); ++it) var += (*it - p.final_loss) * (*it - p.final_loss);
-            p.loss_variance = var / w;
-        }
         if (!heldout.empty()) {
             p.final_heldout = heldout.back();
             p.best_heldout = *std::min_element(heldout.begin(), heldout.end());
@@ -167,32 +226,17 @@ std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vect
             std::nth_element(tps.begin(), tps.begin() + tps.size() / 2, tps.end());
             p.tokens_per_s = tps[tps.size() / 2];
         }
-        // What each format needs per parameter: fp32 keeps 4 bytes each of
-        // weight, gradient and the two Adam moments; pure bf16 2 of each, and
-        // bf16_kahan 2 more for its compensation; mixed an fp32 master weight,
-        // its bf16 copy, an fp32 gradient and fp32 moments.
-        static const std::map<std::string, double> bytes = {
-            {"fp32", 16}, {"bf16", 8}, {"bf16_sr", 8}, {"bf16_kahan", 10}, {"mixed", 18}};
-        if (bytes.count(p.precision)) p.state_bytes_per_param = bytes.at(p.precision);
+        std::vector<double> lost = values(reader, run->id, "lost_updates");
+        if (!lost.empty()) p.lost_updates = mean(lost.end() - std::min<size_t>(window, lost.size()), lost.end());
+        p.format_bytes_per_param = format_bytes_per_param(p.precision);
+        const nlohmann::json meta = nlohmann::json::parse(run->meta, nullptr, false);
+        if (meta.is_object() && meta.contains("bytes_per_param") && meta["bytes_per_param"].is_number())
+            p.state_bytes_per_param = meta["bytes_per_param"].get<double>();
         p.loss_curve = envelopes(loss_points, kChartBuckets);
         if (out.empty()) {
             for (auto [step, v] : loss_points) first_loss[(int64_t)step] = v;
         } else {
-            std::vector<std::pair<double, double>> gap;
-            for (auto [step, v] : loss_points) {
-                auto it = first_loss.find((int64_t)step);
-                if (it != first_loss.end() && std::isfinite(v) && std::isfinite(it->second))
-                    gap.push_back({step, v - it->second});
-            }
-            if (!gap.empty()) {
-                size_t w = std::min<size_t>(window, gap.size());
-                double sum = 0.0, sq = 0.0;
-                for (size_t i = gap.size() - w; i < gap.size(); i++) sum += gap[i].second;
-                p.loss_gap = sum / w;
-                for (size_t i = gap.size() - w; i < gap.size(); i++) sq += (gap[i].second - p.loss_gap) * (gap[i].second - p.loss_gap);
-                p.loss_gap_std = std::sqrt(sq / w);
-                p.gap_curve = envelopes(gap, kChartBuckets);
-            }
+            gap_to_first(loss_points, first_loss, window, p);
         }
         p.grad_curve = envelopes(points(reader, run->id, "grad_norm"), kChartBuckets);
         collect_evals(reader.evals(run->id), p.evals);
@@ -232,10 +276,11 @@ body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#1b1f24}table{border-c
 th,td{padding:4px 10px;border-bottom:1px solid #e3e5e8;text-align:left}td:first-child{white-space:nowrap}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .swatch{display:inline-block;width:10px;height:10px;margin-right:6px}svg{background:#fff;border:1px solid #e3e5e8;margin:6px}
 code{font-size:12px}</style></head><body><h1>hlat post-mortem</h1>)";
+    h += settings_html(summarize_settings(runs));
     h += "<h2>Runs</h2><table><tr><th>run</th><th>precision</th><th>status</th><th>steps</th><th>final loss</th><th>best loss</th>"
          "<th>final held-out</th><th>best held-out</th><th>loss variance</th><th>loss gap vs first</th><th>gap std</th>"
          "<th>grad-norm trend</th><th>spike episodes</th>"
-         "<th>one-step spikes</th><th>alerts</th><th>tokens/s</th><th>state bytes/param</th></tr>";
+         "<th>one-step spikes</th><th>alerts</th><th>tokens/s</th><th>state bytes/param allocated (format)</th></tr>";
     for (size_t i = 0; i < runs.size(); i++) {
         const RunPostmortem& r = runs[i];
         long alerts = 0;
@@ -244,11 +289,12 @@ code{font-size:12px}</style></head><body><h1>hlat post-mortem</h1>)";
                          R"(<td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td>)"
                          R"(<td class="n">{}</td><td class="n">{}</td>)"
                          R"(<td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td></tr>)",
-                         kColors[i % 6], html_escape(r.name), html_escape(r.precision), html_escape(r.status), r.steps, num(r.final_loss),
+                         run_colour(runs, i), html_escape(r.name), html_escape(r.precision), html_escape(r.status), r.steps, num(r.final_loss),
                          num(r.best_loss), num(r.final_heldout), num(r.best_heldout), num(r.loss_variance, "{:.5f}"),
                          num(r.loss_gap, "{:+.4f}"), num(r.loss_gap_std, "{:.4f}"),
                          num(r.grad_trend, "{:.2f}x"), r.spike_episodes, num(100 * r.one_step_spike_share, "{:.0f}%"), alerts,
-                         num(r.tokens_per_s, "{:.0f}"), num(r.state_bytes_per_param, "{:.0f}"));
+                         num(r.tokens_per_s, "{:.0f}"),
+                         num(r.state_bytes_per_param, "{:.0f}") + " (" + num(r.format_bytes_per_param, "{:.0f}") + ")");
     }
     h += fmt::format("</table><p>Final loss: mean of the last 50 steps; best: lowest 50-step mean; loss variance over the "
                      "last 50 steps; loss gap: the run's loss minus {}'s at the same steps, mean and standard deviation "

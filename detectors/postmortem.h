@@ -22,7 +22,11 @@ struct EvalPoint {
 };
 
 struct RunPostmortem {
-    std::string name, status, precision;
+    std::string name, status, precision;  // precision "-" when the run did not say
+    int64_t seed = -1;                    // run.seed of its config; -1 when it has none
+    // Its config, flattened ("section.field" -> JSON value), without what
+    // tells seeds of one setting apart (seed, name, out_dir, store).
+    std::map<std::string, std::string> setting;
     int64_t steps = 0;
     double final_loss = NAN;          // mean of the last `window` training losses
     double best_loss = NAN;           // lowest `window`-step mean
@@ -34,7 +38,9 @@ struct RunPostmortem {
     std::map<int, long> spike_lengths;
     std::map<std::string, long> alerts;  // by kind
     double tokens_per_s = NAN;        // median
-    double state_bytes_per_param = NAN;  // weights, gradients, optimizer state
+    double lost_updates = NAN;        // pure bf16 modes: mean lost-update fraction over the last `window` steps
+    double state_bytes_per_param = NAN;   // weights, gradients, optimizer state as the run allocated them (its meta)
+    double format_bytes_per_param = NAN;  // what the precision's number formats need
     // Against the first run named, at the same steps: with the same seed and
     // data order the batch-to-batch swings cancel, and what is left is what
     // the setting itself did. NaN for the first run.

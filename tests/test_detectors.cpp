@@ -327,11 +327,12 @@ TEST_F(FaultRun, ComparePutsRunsSideBySide) {
     auto js = test::run_command(fmt::format("{} compare --store {} --runs base,hot,base --json", HLAT_BINARY, dir.file("s.db")));
     ASSERT_EQ(js.exit_code, 0) << js.output;
     nlohmann::json j = nlohmann::json::parse(js.output);
-    EXPECT_TRUE(j["hot"]["loss_gap_vs_first"].is_number()) << j.dump();
-    EXPECT_EQ(j["base"]["precision"], "fp32");
-    EXPECT_EQ(j["base"]["state_bytes_per_param"], 16);
-    EXPECT_EQ(j["base"]["loss_gap_vs_first"], 0.0) << "the last entry named base is compared with itself";
-    EXPECT_EQ(j["base"]["loss_gap_std"], 0.0);
+    EXPECT_TRUE(j["runs"]["hot"]["loss_gap_vs_first"].is_number()) << j.dump();
+    EXPECT_EQ(j["runs"]["base"]["precision"], "fp32");
+    EXPECT_EQ(j["runs"]["base"]["state_bytes_per_param"], 16) << "allocated: weight, gradient, two moments";
+    EXPECT_EQ(j["runs"]["base"]["format_bytes_per_param"], 16);
+    EXPECT_EQ(j["runs"]["base"]["loss_gap_vs_first"], 0.0) << "the last entry named base is compared with itself";
+    EXPECT_EQ(j["runs"]["base"]["loss_gap_std"], 0.0);
     EXPECT_NE(html.find("loss minus base"), std::string::npos) << "the gap chart";
     auto missing = test::run_command(fmt::format("{} compare --store {} --runs base,nope", HLAT_BINARY, dir.file("s.db")));
     EXPECT_EQ(missing.exit_code, 1);

@@ -478,11 +478,11 @@ TEST_F(EvalRun, AnIncompleteCheckpointIsNotReadUntilItsManifestLands) {
     r = test::run_command(fmt::format("{} compare --store {} --runs run --json", HLAT_BINARY, store()));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     auto j = nlohmann::json::parse(r.output.substr(r.output.rfind("\n{") + 1));
-    const auto& acc = j["run"]["evals"]["mc/acc_norm"];
+    const auto& acc = j["runs"]["run"]["evals"]["mc/acc_norm"];
     EXPECT_EQ(acc["tokens"], 8 * 4 * 32) << j.dump();
     EXPECT_TRUE(acc["stderr"].is_number()) << j.dump();
-    EXPECT_TRUE(j["run"]["evals"]["ppl/bits_per_byte"]["value"].is_number()) << j.dump();
-    EXPECT_FALSE(j["run"]["evals"].contains("mc/chance")) << j.dump();
+    EXPECT_TRUE(j["runs"]["run"]["evals"]["ppl/bits_per_byte"]["value"].is_number()) << j.dump();
+    EXPECT_FALSE(j["runs"]["run"]["evals"].contains("mc/chance")) << j.dump();
     r = test::run_command(fmt::format("{} compare --store {} --runs run --out {}", HLAT_BINARY, store(),
                                       small_->dir.file("report.html")));
     ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -18,6 +18,27 @@ double flops_per_token(const ModelConfig& m, int T) {
     return 6.0 * matmul_parameters(m) + 12.0 * m.n_layers * m.dim * T;
 }
 
+std::vector<GemmShape> training_gemms(const ModelConfig& m, int tokens) {
+    struct Linear {
+        const char* name;
+        int in, out, count;
+    };
+    const int C = m.dim, CA = m.n_heads * m.head_dim();
+    const Linear linears[] = {{"qkv", C, m.qkv_dim(), m.n_layers},
+                              {"o", CA, C, m.n_layers},
+                              {"gate_up", C, 2 * m.hidden_dim, m.n_layers},
+                              {"down", m.hidden_dim, C, m.n_layers},
+                              {"head", C, m.vocab_size, 1}};
+    std::vector<GemmShape> out;
+    for (const Linear& l : linears) {
+        // out = inp @ W^T; dinp = dout @ W; dW += dout^T @ inp (kernels.h).
+        out.push_back({l.name, "forward", tokens, l.out, l.in, false, true, false, l.count});
+        out.push_back({l.name, "dinput", tokens, l.in, l.out, false, false, false, l.count});
+        out.push_back({l.name, "dweight", l.out, l.in, tokens, true, false, true, l.count});
+    }
+    return out;
+}
+
 double measure_peak_gflops(bool bf16_matmuls) {
     const int n = 2048;  // large enough that the rate is the kernels', not the call overhead's
     const long nn = (long)n * n;

@@ -3,6 +3,9 @@
 
 #include "trainer/config/model_config.h"
 
+#include <string>
+#include <vector>
+
 namespace hlat {
 
 // Parameters that take part in matmuls: everything but the input embedding
@@ -19,5 +22,18 @@ double flops_per_token(const ModelConfig& m, int T);
 // precision modes run on (so their MFU is against their own peak). Takes
 // about half a second.
 double measure_peak_gflops(bool bf16_matmuls = false);
+
+// One GEMM of a training step: C (m, n) = op(A) (m, k) @ op(B) (k, n).
+struct GemmShape {
+    std::string matmul;  // qkv, o, gate_up, down, head
+    std::string pass;    // forward, dinput, dweight
+    int m, n, k;
+    bool trans_a, trans_b, accumulate;
+    int count;           // how many a step runs (once per layer)
+};
+
+// The GEMMs of the linear layers in a step over `tokens` tokens, forward and
+// backward, with the operand layouts the model uses (kernels.h).
+std::vector<GemmShape> training_gemms(const ModelConfig& m, int tokens);
 
 }  // namespace hlat

@@ -130,6 +130,10 @@ class Model {
     int batch_size() const { return B_; }
     int seq_len() const { return T_; }
     long num_parameters() const { return (long)params_.size(); }
+    // Bytes allocated for the weights, their gradients and the bf16 compute copy.
+    long state_bytes() const {
+        return (long)((params_.size() + grads_.size()) * sizeof(float) + params_bf16_.size() * sizeof(bf16));
+    }
     float* params() {
         weights_changed_ = true;
         return params_.data();

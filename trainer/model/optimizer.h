@@ -46,6 +46,7 @@ class AdamW {
     long steps_taken() const { return t_; }
     long shard_begin() const { return begin_; }
     long shard_end() const { return end_; }
+    // Bytes allocated for the moments (and bf16_kahan's compensation).
     long state_bytes() const { return (long)(m_.size() + v_.size() + c_.size()) * (long)sizeof(float); }
     // The state buffers of the shard's range (all parameters without ZeRO) by
     // their checkpoint names: exp_avg, exp_avg_sq, and in bf16_kahan

@@ -2,6 +2,7 @@
 
 #include "trainer/checkpoint/distributed_checkpoint.h"
 #include "trainer/model/flops.h"
+#include "trainer/model/kernels_bf16.h"
 #include "trainer/model/weights.h"
 #include "trainer/parallel/sharding.h"
 #include "trainer/run/checkpoint_hook.h"
@@ -13,6 +14,8 @@
 #include "trainer/run/telemetry_hook.h"
 
 #include <spdlog/spdlog.h>
+
+#include <cmath>
 
 namespace hlat {
 
@@ -30,7 +33,8 @@ BuiltRun::BuiltRun(const TrainConfig& config, const TrainOptions& options)
     if (options.resume) resume_ = find_resume(config);
     build_trainer(config, options);
     const int first_step = trainer_->next_step();
-    recorder_ = std::make_unique<RunRecorder>(config, options.resume, first_step, options.metrics_jsonl, root);
+    recorder_ = std::make_unique<RunRecorder>(config, run_meta(), options.resume, first_step,
+                                              options.metrics_jsonl, root);
     alerts_ = std::make_unique<AlertRouter>(*recorder_, config.detectors.webhook, run_name(config), root);
     const int total_steps = options.steps > 0 ? options.steps : config.schedule.total_steps;
     context_.reset(new RunContext{config, options, parallel_, *data_, *trainer_, *recorder_, *alerts_, total_steps,
@@ -82,6 +86,18 @@ void BuiltRun::build_trainer(const TrainConfig& config, const TrainOptions& opti
 // the held-out loss and the consistency checks fill the detectors' record
 // before the detectors read it; a checkpoint due before a step is written
 // before a fault may kill the process there.
+// What the store keeps of the run beyond its config: the bytes of training
+// state this rank allocated per parameter it holds (weights, gradients, the
+// bf16 compute copy, the optimizer's moments), the bf16 matmul engine, the
+// number of processes.
+nlohmann::json BuiltRun::run_meta() const {
+    Trainer& t = *trainer_;
+    const double bytes = (double)(t.model().state_bytes() + t.optimizer().state_bytes());
+    return {{"bytes_per_param", std::round(100 * bytes / t.model().num_parameters()) / 100},
+            {"bf16_matmul_engine", bf16_matmul_engine_name()},
+            {"world_size", parallel_.world_size()}};
+}
+
 void BuiltRun::add_hooks(const TrainOptions& options) {
     RunContext& run = *context_;
     hooks_.add(std::make_unique<TelemetryHook>(run));

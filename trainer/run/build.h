@@ -24,6 +24,7 @@ class BuiltRun {
   private:
     void build_trainer(const TrainConfig& config, const TrainOptions& options);
     void add_hooks(const TrainOptions& options);
+    nlohmann::json run_meta() const;
 
     Parallel parallel_;
     std::optional<Resume> resume_;

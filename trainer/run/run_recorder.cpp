@@ -25,8 +25,8 @@ std::string run_name(const TrainConfig& config) {
     return name.empty() ? fs::path(config.run.out_dir).lexically_normal().parent_path().filename().string() : name;
 }
 
-RunRecorder::RunRecorder(const TrainConfig& config, bool resume, int first_step, const std::string& metrics_jsonl,
-                         bool root) {
+RunRecorder::RunRecorder(const TrainConfig& config, const nlohmann::json& meta, bool resume, int first_step,
+                         const std::string& metrics_jsonl, bool root) {
     if (!root) return;
     if (!metrics_jsonl.empty()) {
         jsonl_.open(metrics_jsonl, std::ios::app);
@@ -42,6 +42,7 @@ RunRecorder::RunRecorder(const TrainConfig& config, bool resume, int first_step,
     r.name = run_name(config);
     r.config = config_to_json(config).dump();
     r.precision = precision_mode_name(config.precision.mode);
+    r.meta = meta.dump();
     r.host = host;
     r.git_revision = git_revision();
     r.source = "hlat";

@@ -28,7 +28,9 @@ class RunRecorder {
     // registers the run; with resume, an existing run of the same name is
     // continued. Appends to metrics_jsonl when one is named. Records nothing
     // when `root` is false, and nothing to a store named "".
-    RunRecorder(const TrainConfig& config, bool resume, int first_step, const std::string& metrics_jsonl, bool root);
+    // `meta`: what the run says of itself beyond its config (telemetry/records.h).
+    RunRecorder(const TrainConfig& config, const nlohmann::json& meta, bool resume, int first_step,
+                const std::string& metrics_jsonl, bool root);
     ~RunRecorder();
 
     bool store_enabled() const { return writer_ != nullptr; }

@@ -1,0 +1,182 @@
+#include "detectors/setting_verdict.h"
+
+#include "detectors/report_chart.h"
+
+#include <boost/math/distributions/students_t.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+namespace hlat::detectors {
+
+namespace {
+
+using Setting = std::pair<std::string, std::map<std::string, std::string>>;  // precision, config
+
+double mean_of(const std::vector<double>& v) {
+    double s = 0.0;
+    for (double x : v) s += x;
+    return v.empty() ? NAN : s / v.size();
+}
+
+// Sample standard deviation (n - 1); NaN below two values.
+double spread_of(const std::vector<double>& v) {
+    if (v.size() < 2) return NAN;
+    const double m = mean_of(v);
+    double sq = 0.0;
+    for (double x : v) sq += (x - m) * (x - m);
+    return std::sqrt(sq / (v.size() - 1));
+}
+
+// Half-width of a two-sided 95% interval: Student's t quantile times the standard error.
+double margin95(double degrees_of_freedom, double standard_error) {
+    boost::math::students_t t(degrees_of_freedom);
+    return boost::math::quantile(t, 0.975) * standard_error;
+}
+
+// The setting's name: its precision, and where another setting has the same
+// precision, the config fields in which they differ.
+std::string setting_name(const std::vector<Setting>& settings, size_t g) {
+    std::set<std::string> fields;
+    for (size_t h = 0; h < settings.size(); h++) {
+        if (h == g || settings[h].first != settings[g].first) continue;
+        for (const auto* m : {&settings[g].second, &settings[h].second})
+            for (const auto& [k, v] : *m) {
+                auto a = settings[g].second.find(k), b = settings[h].second.find(k);
+                if (a == settings[g].second.end() || b == settings[h].second.end() || a->second != b->second)
+                    fields.insert(k);
+            }
+    }
+    std::string name = settings[g].first, extra;
+    for (const std::string& k : fields) {
+        auto it = settings[g].second.find(k);
+        extra += fmt::format("{}{}={}", extra.empty() ? "" : ", ", k, it == settings[g].second.end() ? "-" : it->second);
+    }
+    return extra.empty() ? name : name + " (" + extra + ")";
+}
+
+// The gap to the baseline with its 95% margin: paired by seed when every
+// run of the setting has the baseline's run of its seed (the same initial
+// weights and data order, so the seed's own luck cancels), else Welch's
+// interval for two independent samples.
+void judge_gap(const std::vector<RunPostmortem>& runs, const std::vector<size_t>& of, size_t g, size_t base,
+               SettingSummary& s, const SettingSummary& b) {
+    std::map<int64_t, double> base_by_seed;
+    for (size_t i = 0; i < runs.size(); i++)
+        if (of[i] == base && runs[i].seed >= 0 && std::isfinite(runs[i].final_heldout))
+            base_by_seed[runs[i].seed] = runs[i].final_heldout;
+    std::vector<double> gaps;
+    bool paired = true;
+    for (size_t i = 0; i < runs.size() && paired; i++) {
+        if (of[i] != g || !std::isfinite(runs[i].final_heldout)) continue;
+        auto it = base_by_seed.find(runs[i].seed);
+        if (it == base_by_seed.end()) paired = false;
+        else gaps.push_back(runs[i].final_heldout - it->second);
+    }
+    s.paired = paired && gaps.size() >= 2;
+    if (s.paired) {
+        s.gap = mean_of(gaps);
+        s.margin = margin95(gaps.size() - 1, spread_of(gaps) / std::sqrt(gaps.size()));
+        return;
+    }
+    s.gap = s.mean - b.mean;
+    if (s.heldout.size() < 2 || b.heldout.size() < 2) return;
+    const double va = s.spread * s.spread / s.heldout.size(), vb = b.spread * b.spread / b.heldout.size();
+    const double df = (va + vb) * (va + vb) /
+                      (va * va / (s.heldout.size() - 1) + vb * vb / (b.heldout.size() - 1));  // Welch-Satterthwaite
+    s.margin = va + vb > 0 ? margin95(df, std::sqrt(va + vb)) : 0.0;
+}
+
+std::string verdict(const SettingSummary& s, const std::string& baseline) {
+    if (s.baseline) return "the baseline";
+    if (!std::isfinite(s.gap)) return "no final held-out loss to judge by";
+    if (!std::isfinite(s.margin))
+        return fmt::format("gap {:+.4f}; one seed, no spread to judge it by", s.gap);
+    if (std::abs(s.gap) <= s.margin)
+        return fmt::format("indistinguishable from {} ({:+.4f} ± {:.4f})", baseline, s.gap, s.margin);
+    return fmt::format("{} by {:.4f} ± {:.4f}, beyond the seed spread", s.gap > 0 ? "worse" : "better",
+                       std::abs(s.gap), s.margin);
+}
+
+std::string cell(double v, const char* spec = "{:.4f}") {
+    return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : "-";
+}
+
+}  // namespace
+
+std::vector<size_t> setting_of_runs(const std::vector<RunPostmortem>& runs) {
+    std::vector<Setting> settings;
+    std::vector<size_t> of;
+    for (const RunPostmortem& r : runs) {
+        Setting key{r.precision, r.setting};
+        size_t g = 0;
+        while (g < settings.size() && settings[g] != key) g++;
+        if (g == settings.size()) settings.push_back(key);
+        of.push_back(g);
+    }
+    return of;
+}
+
+std::vector<SettingSummary> summarize_settings(const std::vector<RunPostmortem>& runs) {
+    const std::vector<size_t> of = setting_of_runs(runs);
+    std::vector<Setting> keys;
+    std::vector<SettingSummary> out;
+    for (size_t i = 0; i < runs.size(); i++) {
+        if (of[i] == out.size()) {
+            keys.push_back({runs[i].precision, runs[i].setting});
+            out.push_back({});
+            out.back().precision = runs[i].precision;
+        }
+        SettingSummary& s = out[of[i]];
+        s.runs.push_back(runs[i].name);
+        s.seeds.push_back(runs[i].seed);
+        if (std::isfinite(runs[i].final_heldout)) s.heldout.push_back(runs[i].final_heldout);
+    }
+    size_t base = 0;
+    while (base < out.size() && out[base].precision != "fp32") base++;
+    if (base == out.size()) base = 0;
+    for (size_t g = 0; g < out.size(); g++) {
+        SettingSummary& s = out[g];
+        s.name = setting_name(keys, g);
+        s.mean = mean_of(s.heldout);
+        s.spread = spread_of(s.heldout);
+        std::vector<double> lost;
+        for (size_t i = 0; i < runs.size(); i++)
+            if (of[i] == g && std::isfinite(runs[i].lost_updates)) lost.push_back(runs[i].lost_updates);
+        s.lost_updates = mean_of(lost);
+    }
+    out[base].baseline = true;
+    for (size_t g = 0; g < out.size(); g++) {
+        if (g != base) judge_gap(runs, of, g, base, out[g], out[base]);
+        out[g].verdict = verdict(out[g], out[base].name);
+    }
+    return out;
+}
+
+std::string settings_html(const std::vector<SettingSummary>& settings) {
+    bool grouped = false;
+    for (const auto& s : settings) grouped |= s.runs.size() > 1;
+    if (!grouped) return "";
+    std::string h = "<h2>Verdict by setting</h2><table><tr><th>setting</th><th>runs</th><th>final held-out loss by seed</th>"
+                    "<th>mean</th><th>seed spread</th><th>gap</th><th>verdict</th><th>lost updates</th></tr>";
+    for (const auto& s : settings) {
+        std::string per_seed;
+        for (size_t i = 0; i < s.heldout.size(); i++) per_seed += (i ? ", " : "") + cell(s.heldout[i]);
+        h += fmt::format(R"(<tr><td>{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td>)"
+                         R"(<td class="n">{}</td><td><b>{}</b></td><td class="n">{}</td></tr>)",
+                         html_escape(s.name), s.runs.size(), per_seed, cell(s.mean), cell(s.spread),
+                         s.baseline ? "" : cell(s.gap, "{:+.4f}") + (std::isfinite(s.margin) ? " ± " + cell(s.margin) : ""),
+                         html_escape(s.verdict), cell(100 * s.lost_updates, "{:.1f}%"));
+    }
+    return h + "</table><p>Runs with the same config but for the seed are one setting. Final held-out loss: the "
+               "run's last held-out evaluation. Seed spread: the standard deviation of those losses across seeds, the "
+               "noise floor. Gap: the setting's loss minus the baseline's, ± the half-width of its 95% confidence "
+               "interval (Student's t; paired by seed when every seed has a baseline run, which cancels each seed's "
+               "luck of initial weights and data order; Welch's interval otherwise). A gap inside its margin is "
+               "indistinguishable from the baseline. Lost updates: the share of weight elements whose non-zero "
+               "update rounded away, mean over the last 50 steps (pure bf16 modes only).</p>";
+}
+
+}  // namespace hlat::detectors

@@ -1,0 +1,41 @@
+// Runs grouped by setting (the same config but for the seed), and for each
+// setting a verdict against the baseline (fp32 when there is one): is its gap
+// in final held-out loss beyond the seed-to-seed spread? Used by `hlat
+// compare` and its report; bench/precision_verdict is built on it.
+#pragma once
+
+#include "detectors/postmortem.h"
+
+#include <string>
+#include <vector>
+
+namespace hlat::detectors {
+
+struct SettingSummary {
+    std::string name;       // the precision, plus the config fields that set it apart from a same-precision setting
+    std::string precision;
+    std::vector<std::string> runs;
+    std::vector<int64_t> seeds;
+    std::vector<double> heldout;   // final held-out loss of each run, in run order
+    double mean = NAN;             // of the final held-out losses
+    double spread = NAN;           // their sample standard deviation across seeds: the noise floor
+    double gap = NAN;              // mean minus the baseline's mean (paired: mean of the per-seed gaps)
+    double margin = NAN;           // half-width of the gap's 95% confidence interval (Student's t)
+    bool paired = false;           // every run has the baseline's run of the same seed beside it
+    double lost_updates = NAN;     // mean over the runs of their final lost-update fraction
+    bool baseline = false;
+    std::string verdict;           // in words: "indistinguishable from fp32", "worse by X ± Y, beyond the seed spread", ...
+};
+
+// The settings of the runs, in order of first appearance, each judged
+// against the baseline. Runs without a final held-out loss count as runs but
+// not in the numbers.
+std::vector<SettingSummary> summarize_settings(const std::vector<RunPostmortem>& runs);
+
+// For each run, the index of its setting in summarize_settings' answer.
+std::vector<size_t> setting_of_runs(const std::vector<RunPostmortem>& runs);
+
+// The verdicts as an HTML section (empty when no setting has two runs).
+std::string settings_html(const std::vector<SettingSummary>& settings);
+
+}  // namespace hlat::detectors

@@ -1,0 +1,137 @@
+// The precision verdict: runs grouped by setting (the same config but for the
+// seed), each setting's gap to fp32 judged against the seed-to-seed spread,
+// by hand-made runs whose answers are worked out below, and through a store
+// the way `hlat compare` reads it.
+#include "detectors/postmortem.h"
+#include "detectors/setting_verdict.h"
+#include "telemetry/reader.h"
+#include "telemetry/writer.h"
+#include "test_util.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace hlat {
+namespace {
+
+using namespace detectors;
+
+RunPostmortem run(const std::string& name, const std::string& precision, int64_t seed, double heldout,
+                  const std::string& beta2 = "0.95") {
+    RunPostmortem r;
+    r.name = name;
+    r.precision = precision;
+    r.seed = seed;
+    r.final_heldout = heldout;
+    r.setting = {{"precision.mode", '"' + precision + '"'}, {"optimizer.beta2", beta2}};
+    return r;
+}
+
+const SettingSummary& find(const std::vector<SettingSummary>& settings, const std::string& name) {
+    for (const auto& s : settings)
+        if (s.name == name) return s;
+    throw std::runtime_error("no setting " + name);
+}
+
+TEST(SettingVerdict, GapsAgainstTheSeedSpread) {
+    std::vector<RunPostmortem> runs = {
+        run("bf16-1", "bf16", 1, 3.20),      run("fp32-1", "fp32", 1, 3.00),    run("fp32-2", "fp32", 2, 3.02),
+        run("fp32-3", "fp32", 3, 2.98),      run("bf16-2", "bf16", 2, 3.21),    run("bf16-3", "bf16", 3, 3.19),
+        run("sr-1", "bf16_sr", 1, 3.001),    run("sr-2", "bf16_sr", 2, 3.025),  run("sr-3", "bf16_sr", 3, 2.976),
+        run("b99-1", "bf16", 1, 3.5, "0.99"), run("mixed-1", "mixed", 1, 2.9),
+        run("other-4", "bf16_kahan", 4, 3.10), run("other-5", "bf16_kahan", 5, 3.12),
+    };
+    auto settings = summarize_settings(runs);
+    ASSERT_EQ(settings.size(), 6u);
+    EXPECT_EQ(settings[0].name, "bf16 (optimizer.beta2=0.95)") << "the order of first appearance";
+
+    const SettingSummary& fp32 = find(settings, "fp32");
+    EXPECT_TRUE(fp32.baseline) << "fp32 is the baseline wherever it is named";
+    EXPECT_EQ(fp32.verdict, "the baseline");
+    EXPECT_NEAR(fp32.mean, 3.00, 1e-12);
+    EXPECT_NEAR(fp32.spread, 0.02, 1e-12);  // sample standard deviation of 3.00, 3.02, 2.98
+    EXPECT_EQ(fp32.seeds, (std::vector<int64_t>{1, 2, 3}));
+
+    // Paired by seed: gaps 0.20, 0.19, 0.21; mean 0.2, sd 0.01; t(2, 0.975) = 4.3027.
+    const SettingSummary& bf16 = find(settings, "bf16 (optimizer.beta2=0.95)");
+    EXPECT_TRUE(bf16.paired);
+    EXPECT_NEAR(bf16.gap, 0.20, 1e-9);
+    EXPECT_NEAR(bf16.margin, 4.302653 * 0.01 / std::sqrt(3.0), 1e-6);
+    EXPECT_EQ(bf16.verdict, "worse by 0.2000 ± 0.0248, beyond the seed spread");
+
+    // Gaps 0.001, 0.005, -0.004: inside their margin.
+    const SettingSummary& sr = find(settings, "bf16_sr");
+    EXPECT_NEAR(sr.gap, 0.000666667, 1e-8);
+    EXPECT_EQ(sr.verdict.rfind("indistinguishable from fp32 (+0.0007 ± ", 0), 0u) << sr.verdict;
+
+    EXPECT_EQ(find(settings, "bf16 (optimizer.beta2=0.99)").verdict, "gap +0.5000; one seed, no spread to judge it by");
+    EXPECT_EQ(find(settings, "mixed").verdict, "gap -0.1000; one seed, no spread to judge it by");
+
+    // Seeds 4 and 5 have no fp32 run: Welch's interval. Means 3.11 against
+    // 3.00, variances of the mean 0.0002/2 and 0.0004/3, df 2.88.
+    const SettingSummary& kahan = find(settings, "bf16_kahan");
+    EXPECT_FALSE(kahan.paired);
+    EXPECT_NEAR(kahan.gap, 0.11, 1e-9);
+    const double se = std::sqrt(0.0002 / 2 + 0.0004 / 3);
+    EXPECT_GT(kahan.margin, 3.18 * se) << "t at fewer than 3 degrees of freedom";
+    EXPECT_LT(kahan.margin, 4.31 * se) << "t at more than 2 degrees of freedom";
+    EXPECT_EQ(kahan.verdict.rfind("worse by 0.1100 ± ", 0), 0u) << kahan.verdict;
+
+    std::vector<size_t> of = setting_of_runs(runs);
+    EXPECT_EQ(of[0], of[4]);
+    EXPECT_NE(of[0], of[9]) << "another beta2 is another setting";
+}
+
+TEST(SettingVerdict, WithoutFp32TheFirstSettingIsTheBaseline) {
+    auto settings = summarize_settings({run("a", "bf16", 1, 3.0), run("b", "mixed", 1, 3.1), run("c", "bf16", 2, 3.2)});
+    ASSERT_EQ(settings.size(), 2u);
+    EXPECT_TRUE(settings[0].baseline);
+    EXPECT_EQ(settings[0].runs, (std::vector<std::string>{"a", "c"}));
+    EXPECT_NEAR(settings[1].gap, 0.0, 1e-12) << "3.1 against the mean of 3.0 and 3.2";
+    EXPECT_NE(settings[1].verdict.find("one seed, no spread to judge it by"), std::string::npos) << settings[1].verdict;
+}
+
+// Through a store: seeds read from each run's config, the other per-run
+// fields (name, folder) ignored, lost updates averaged over the last steps.
+TEST(SettingVerdict, ComparedRunsFromAStore) {
+    test::ScratchDir dir("setting_verdict");
+    {
+        telemetry::Writer w(dir.file("s.db"));
+        for (const char* precision : {"fp32", "bf16"})
+            for (int seed = 1; seed <= 2; seed++) {
+                telemetry::RunRecord r;
+                r.name = fmt::format("{}-{}", precision, seed);
+                r.precision = precision;
+                r.config = nlohmann::json{{"run", {{"seed", seed}, {"name", r.name}, {"out_dir", "runs/" + r.name}}},
+                                          {"precision", {{"mode", precision}}}}.dump();
+                int64_t id = w.open_run(r, false);
+                std::vector<telemetry::MetricPoint> pts;
+                const bool bf16 = std::string(precision) == "bf16";
+                for (int64_t step = 0; step < 100; step++) {
+                    pts.push_back({"loss", step, 3.0, 1.0 * step});
+                    if (bf16) pts.push_back({"lost_updates", step, step < 50 ? 0.1 : 0.5, 1.0 * step});
+                }
+                pts.push_back({"heldout_loss", 99, (bf16 ? 3.3 : 3.0) + 0.01 * seed, 99.0});
+                w.metrics(id, std::move(pts));
+            }
+    }
+    telemetry::Reader reader(dir.file("s.db"));
+    auto runs = postmortem(reader, {"fp32-1", "fp32-2", "bf16-1", "bf16-2"});
+    EXPECT_EQ(runs[2].seed, 1);
+    EXPECT_EQ(runs[2].setting.count("run.name"), 0u);
+    EXPECT_NEAR(runs[2].lost_updates, 0.5, 1e-12) << "the mean over the last 50 steps";
+    EXPECT_TRUE(std::isnan(runs[0].lost_updates)) << "fp32 has no lost-update series";
+    auto settings = summarize_settings(runs);
+    ASSERT_EQ(settings.size(), 2u);
+    EXPECT_EQ(settings[1].name, "bf16");
+    EXPECT_TRUE(settings[1].paired);
+    EXPECT_NEAR(settings[1].gap, 0.3, 1e-9);
+    EXPECT_NEAR(settings[1].margin, 0.0, 1e-9) << "the same gap at both seeds";
+    EXPECT_EQ(settings[1].verdict, "worse by 0.3000 ± 0.0000, beyond the seed spread");
+    const std::string html = postmortem_html(runs, {});
+    EXPECT_NE(html.find("Verdict by setting"), std::string::npos);
+    EXPECT_NE(html.find("50.0%"), std::string::npos) << "the lost-update share";
+}
+
+}  // namespace
+}  // namespace hlat

@@ -1,0 +1,70 @@
+#include "trainer/model/peak_probe.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <chrono>
+
+namespace hlat {
+namespace {
+
+// Enough independent accumulators to cover the FMA latency on every port
+// (4 cycles x 2 ports on Zen 4 and Ice Lake alike, with room to spare).
+constexpr int kChains = 12;
+constexpr long kIterations = 200'000;  // about 10 ms: short enough that the best of ten sees an idle core
+
+__attribute__((target("avx512f"))) float fma_loop(long iterations) {
+    __m512 acc[kChains];
+    for (int i = 0; i < kChains; i++) acc[i] = _mm512_set1_ps(0.001f * i);
+    const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-4f);
+    for (long it = 0; it < iterations; it++)
+        for (int i = 0; i < kChains; i++) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+    __m512 sum = acc[0];
+    for (int i = 1; i < kChains; i++) sum = _mm512_add_ps(sum, acc[i]);
+    return _mm512_reduce_add_ps(sum);  // the result is used, so the loop stays
+}
+
+__attribute__((target("avx512f,avx512bf16"))) float dot_loop(long iterations) {
+    __m512 acc[kChains];
+    for (int i = 0; i < kChains; i++) acc[i] = _mm512_set1_ps(0.001f * i);
+    const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.5f), _mm512_set1_ps(0.25f));
+    const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(2e-3f));
+    for (long it = 0; it < iterations; it++)
+        for (int i = 0; i < kChains; i++) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+    __m512 sum = acc[0];
+    for (int i = 1; i < kChains; i++) sum = _mm512_add_ps(sum, acc[i]);
+    return _mm512_reduce_add_ps(sum);
+}
+
+// Runs `loop` on every thread at once, best of ten, in GFLOP/s.
+double rate(float (*loop)(long), double flops_per_instruction, int threads) {
+    double best = 0.0;
+    volatile float sink = 0.0f;
+    for (int rep = 0; rep < 10; rep++) {
+        auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads)
+        {
+            float r = loop(kIterations);
+#pragma omp critical
+            sink = sink + r;
+        }
+        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        double gflops = flops_per_instruction * kChains * kIterations * threads / s / 1e9;
+        if (gflops > best) best = gflops;
+    }
+    return best;
+}
+
+}  // namespace
+
+double fp32_fma_peak_gflops(int threads) {
+    if (!__builtin_cpu_supports("avx512f")) return 0.0;
+    return rate(fma_loop, 2.0 * 16, threads);
+}
+
+double bf16_dot_peak_gflops(int threads) {
+    if (!__builtin_cpu_supports("avx512bf16")) return 0.0;
+    return rate(dot_loop, 2.0 * 32, threads);
+}
+
+}  // namespace hlat
