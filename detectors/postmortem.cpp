@@ -80,7 +80,7 @@ void summarize_loss(const std::vector<double>& loss, int window, RunPostmortem& 
     p.loss_variance = var / w;
 }
 
-// The loss minus the first run's at the same steps: its mean and standard
+// The loss minus the reference run's at the same steps: its mean and standard
 // deviation over the last `window` common steps, and its curve.
 void gap_to_first(const std::vector<std::pair<double, double>>& loss_points, const std::map<int64_t, double>& first_loss,
                   int window, RunPostmortem& p) {
@@ -113,6 +113,15 @@ double format_bytes_per_param(const std::string& precision) {
 std::string num(double v, const char* spec = "{:.4f}") { return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : "-"; }
 
 const char* kColors[] = {"#1f6feb", "#d4770c", "#2da44e", "#8250df", "#cf222e", "#57606a"};
+
+// Whose loss the gaps are against: the first run, or with several seeds the
+// first run named with each seed.
+std::string gap_reference(const std::vector<RunPostmortem>& runs) {
+    std::set<int64_t> seeds;
+    for (const auto& r : runs) seeds.insert(r.seed);
+    if (runs.empty()) return "the first run";
+    return seeds.size() > 1 ? "the first run of the same seed" : html_escape(runs[0].name);
+}
 
 // A run's colour: its own, or its setting's when seeds of one setting are
 // compared (fifteen runs in six colours would say nothing).
@@ -192,7 +201,9 @@ std::string evals_html(const std::vector<RunPostmortem>& runs) {
 
 std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vector<std::string>& names, int window) {
     std::vector<RunPostmortem> out;
-    std::map<int64_t, double> first_loss;  // step -> loss of the first run
+    // seed -> step -> loss of the first run named with that seed: a run's gap
+    // is to the run that shared its initial weights and data order.
+    std::map<int64_t, std::map<int64_t, double>> first_loss;
     for (const std::string& name : names) {
         auto run = reader.find_run(name);
         if (!run) throw std::runtime_error(fmt::format("the store has no run \"{}\"", name));
@@ -233,10 +244,11 @@ std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vect
         if (meta.is_object() && meta.contains("bytes_per_param") && meta["bytes_per_param"].is_number())
             p.state_bytes_per_param = meta["bytes_per_param"].get<double>();
         p.loss_curve = envelopes(loss_points, kChartBuckets);
-        if (out.empty()) {
-            for (auto [step, v] : loss_points) first_loss[(int64_t)step] = v;
+        auto [reference, first_of_its_seed] = first_loss.try_emplace(p.seed);
+        if (first_of_its_seed) {
+            for (auto [step, v] : loss_points) reference->second[(int64_t)step] = v;
         } else {
-            gap_to_first(loss_points, first_loss, window, p);
+            gap_to_first(loss_points, reference->second, window, p);
         }
         p.grad_curve = envelopes(points(reader, run->id, "grad_norm"), kChartBuckets);
         collect_evals(reader.evals(run->id), p.evals);
@@ -301,13 +313,13 @@ code{font-size:12px}</style></head><body><h1>hlat post-mortem</h1>)";
                      "over the last 50 (with one seed and data order the batch-to-batch swings cancel, leaving what the "
                      "setting did); grad-norm trend: mean of the last quarter over the second quarter; spike episodes by "
                      "the paper's rule (running mean of 20 + 0.1).</p>",
-                     runs.empty() ? "the first run" : html_escape(runs[0].name));
+                     gap_reference(runs));
     h += "<p>Charts by step: each band spans the lowest to the highest value of a bucket of steps (at most "
          + std::to_string(kChartBuckets) + " buckets), the line is the bucket's mean, so a one-step spike shows "
          "at any length; triangles mark the steps of alerts.</p>";
     h += svg_chart("training loss", chart_lines(runs, [](const RunPostmortem& r) { return r.loss_curve; }, true), false);
     if (runs.size() > 1)
-        h += svg_chart(fmt::format("loss minus {}'s at the same step", runs[0].name),
+        h += svg_chart(fmt::format("loss minus {}'s at the same step", gap_reference(runs)),
                        chart_lines(runs, [](const RunPostmortem& r) { return r.gap_curve; }, true), false);
     h += svg_chart("grad norm (log scale)", chart_lines(runs, [](const RunPostmortem& r) { return r.grad_curve; }, true), true);
     h += evals_html(runs);

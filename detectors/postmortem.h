@@ -41,7 +41,7 @@ struct RunPostmortem {
     double lost_updates = NAN;        // pure bf16 modes: mean lost-update fraction over the last `window` steps
     double state_bytes_per_param = NAN;   // weights, gradients, optimizer state as the run allocated them (its meta)
     double format_bytes_per_param = NAN;  // what the precision's number formats need
-    // Against the first run named, at the same steps: with the same seed and
+    // Against the first run named with the same seed, at the same steps: with the same seed and
     // data order the batch-to-batch swings cancel, and what is left is what
     // the setting itself did. NaN for the first run.
     double loss_gap = NAN;            // mean of (loss - first run's loss) over the last `window` common steps

@@ -92,7 +92,8 @@ TEST(SettingVerdict, WithoutFp32TheFirstSettingIsTheBaseline) {
 }
 
 // Through a store: seeds read from each run's config, the other per-run
-// fields (name, folder) ignored, lost updates averaged over the last steps.
+// fields (name, folder) ignored, lost updates averaged over the last steps,
+// each run's loss gap taken against the first run of its seed.
 TEST(SettingVerdict, ComparedRunsFromAStore) {
     test::ScratchDir dir("setting_verdict");
     {
@@ -108,7 +109,7 @@ TEST(SettingVerdict, ComparedRunsFromAStore) {
                 std::vector<telemetry::MetricPoint> pts;
                 const bool bf16 = std::string(precision) == "bf16";
                 for (int64_t step = 0; step < 100; step++) {
-                    pts.push_back({"loss", step, 3.0, 1.0 * step});
+                    pts.push_back({"loss", step, 3.0 + (bf16 ? 0.2 : 0.0) + 0.05 * seed, 1.0 * step});
                     if (bf16) pts.push_back({"lost_updates", step, step < 50 ? 0.1 : 0.5, 1.0 * step});
                 }
                 pts.push_back({"heldout_loss", 99, (bf16 ? 3.3 : 3.0) + 0.01 * seed, 99.0});
@@ -121,6 +122,8 @@ TEST(SettingVerdict, ComparedRunsFromAStore) {
     EXPECT_EQ(runs[2].setting.count("run.name"), 0u);
     EXPECT_NEAR(runs[2].lost_updates, 0.5, 1e-12) << "the mean over the last 50 steps";
     EXPECT_TRUE(std::isnan(runs[0].lost_updates)) << "fp32 has no lost-update series";
+    EXPECT_TRUE(std::isnan(runs[1].loss_gap)) << "fp32-2 is the first run of seed 2";
+    EXPECT_NEAR(runs[3].loss_gap, 0.2, 1e-9) << "bf16-2 against fp32-2, not against fp32-1";
     auto settings = summarize_settings(runs);
     ASSERT_EQ(settings.size(), 2u);
     EXPECT_EQ(settings[1].name, "bf16");
