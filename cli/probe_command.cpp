@@ -28,12 +28,13 @@ struct GemmRate {
     double fp32_s = 0.0, bf16_s = 0.0;  // best time of one call
 };
 
-// Best of a few timed calls after one untimed call (which builds oneDNN's primitive).
+// Best of five timed calls after one untimed call (which builds oneDNN's primitive): on a
+// shared machine the best is the one least disturbed by neighbours.
 template <typename F>
 double best_seconds(F&& call) {
     call();
     double best = 1e30;
-    for (int rep = 0; rep < 3; rep++) {
+    for (int rep = 0; rep < 5; rep++) {
         auto t0 = std::chrono::steady_clock::now();
         call();
         best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
