@@ -58,7 +58,8 @@ void read_setting(const std::string& config, RunPostmortem& p) {
     if (j.is_discarded()) return;
     flatten(j, "", p.setting);
     if (auto it = p.setting.find("run.seed"); it != p.setting.end()) {
-        p.seed = std::stoll(it->second);
+        const nlohmann::json seed = nlohmann::json::parse(it->second, nullptr, false);
+        if (seed.is_number_integer()) p.seed = seed.get<int64_t>();  // an imported config may hold anything
         p.setting.erase(it);
     }
     for (const char* key : {"run.name", "run.out_dir", "run.store"}) p.setting.erase(key);
@@ -120,7 +121,7 @@ std::string gap_reference(const std::vector<RunPostmortem>& runs) {
     std::set<int64_t> seeds;
     for (const auto& r : runs) seeds.insert(r.seed);
     if (runs.empty()) return "the first run";
-    return seeds.size() > 1 ? "the first run of the same seed" : html_escape(runs[0].name);
+    return seeds.size() > 1 ? "its seed's first run" : runs[0].name;
 }
 
 // A run's colour: its own, or its setting's when seeds of one setting are
@@ -313,7 +314,7 @@ code{font-size:12px}</style></head><body><h1>hlat post-mortem</h1>)";
                      "over the last 50 (with one seed and data order the batch-to-batch swings cancel, leaving what the "
                      "setting did); grad-norm trend: mean of the last quarter over the second quarter; spike episodes by "
                      "the paper's rule (running mean of 20 + 0.1).</p>",
-                     gap_reference(runs));
+                     html_escape(gap_reference(runs)));
     h += "<p>Charts by step: each band spans the lowest to the highest value of a bucket of steps (at most "
          + std::to_string(kChartBuckets) + " buckets), the line is the bucket's mean, so a one-step spike shows "
          "at any length; triangles mark the steps of alerts.</p>";

@@ -67,8 +67,9 @@ struct RunRecord {
     std::string git_revision;
     std::string source;     // "hlat", "ingest" (a log file) or "client" (the Python client)
     // JSON object of what the run says of itself beyond the config: known keys
-    // bytes_per_param, world_size, halt ("trainer", "client", "exit", "signal",
-    // "none": what a requested halt does), format. Absent means unknown.
+    // bytes_per_param (of training state, as allocated), world_size,
+    // bf16_matmul_engine, halt ("trainer", "client", "exit", "signal", "none":
+    // what a requested halt does), format. Absent means unknown.
     std::string meta = "{}";
     std::string tags = "[]";  // JSON array of strings, set from the page
     std::string note;         // free text, set from the page

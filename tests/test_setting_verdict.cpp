@@ -136,5 +136,24 @@ TEST(SettingVerdict, ComparedRunsFromAStore) {
     EXPECT_NE(html.find("50.0%"), std::string::npos) << "the lost-update share";
 }
 
+// A config that does not hold an integer seed (an imported run's) is a run
+// without a seed, not a failed comparison.
+TEST(SettingVerdict, ARunWhoseSeedIsNoIntegerHasNone) {
+    test::ScratchDir dir("setting_verdict_seed");
+    {
+        telemetry::Writer w(dir.file("s.db"));
+        telemetry::RunRecord r;
+        r.name = "imported";
+        r.config = R"({"run": {"seed": "abc"}, "optimizer": {"beta2": 0.95}})";
+        w.open_run(r, false);
+    }
+    telemetry::Reader reader(dir.file("s.db"));
+    auto runs = postmortem(reader, {"imported"});
+    EXPECT_EQ(runs[0].seed, -1);
+    EXPECT_EQ(runs[0].precision, "-") << "a run that did not say its precision";
+    EXPECT_EQ(runs[0].setting.count("run.seed"), 0u);
+    EXPECT_EQ(runs[0].setting.at("optimizer.beta2"), "0.95");
+}
+
 }  // namespace
 }  // namespace hlat
