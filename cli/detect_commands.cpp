@@ -152,6 +152,9 @@ namespace {
 // without evaluations) is null in JSON.
 nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
 
+// A table cell: the number in `spec`, or "-" where there is none.
+std::string num(double v, const char* spec) { return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : "-"; }
+
 // The settings of `hlat compare --json`: a key per setting.
 nlohmann::json settings_json(const std::vector<detectors::SettingSummary>& settings) {
     nlohmann::json out = nlohmann::json::object();
@@ -199,11 +202,9 @@ nlohmann::json compare_json(const std::vector<detectors::RunPostmortem>& runs) {
 
 // The verdict table, when some setting has more than one run (seeds).
 void print_settings(const std::vector<detectors::SettingSummary>& settings) {
+    if (!detectors::some_setting_has_seeds(settings)) return;
     size_t w = 7;
-    bool grouped = false;
-    for (const auto& s : settings) w = std::max(w, s.name.size()), grouped |= s.runs.size() > 1;
-    if (!grouped) return;
-    auto num = [](double v, const char* spec) { return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : std::string("-"); };
+    for (const auto& s : settings) w = std::max(w, s.name.size());
     fmt::print("\nby setting (final held-out loss over seeds; gap ± its 95% margin):\n");
     fmt::print("{:<{}}  {:>4}  {:>8}  {:>8}  {:>18}  {:>6}  {}\n", "SETTING", w, "RUNS", "MEAN", "SPREAD", "GAP", "LOST", "VERDICT");
     for (const auto& s : settings)
@@ -216,7 +217,6 @@ void print_settings(const std::vector<detectors::SettingSummary>& settings) {
 // `hlat compare`'s table, the last checkpoint evaluations and the config differences.
 void print_comparison(const std::vector<detectors::RunPostmortem>& runs,
                       const std::map<std::string, std::vector<std::string>>& diffs) {
-    auto num = [](double v, const char* spec) { return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : std::string("-"); };
     size_t w = 4;
     for (const auto& r : runs) w = std::max(w, r.name.size());
     fmt::print("{:<{}}  {:>9}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>6}  {:>7}  {:>6}  {:>9}  {:>7}\n",

@@ -155,10 +155,14 @@ std::vector<SettingSummary> summarize_settings(const std::vector<RunPostmortem>&
     return out;
 }
 
+bool some_setting_has_seeds(const std::vector<SettingSummary>& settings) {
+    for (const auto& s : settings)
+        if (s.runs.size() > 1) return true;
+    return false;
+}
+
 std::string settings_html(const std::vector<SettingSummary>& settings) {
-    bool grouped = false;
-    for (const auto& s : settings) grouped |= s.runs.size() > 1;
-    if (!grouped) return "";
+    if (!some_setting_has_seeds(settings)) return "";
     std::string h = "<h2>Verdict by setting</h2><table><tr><th>setting</th><th>runs</th><th>final held-out loss by seed</th>"
                     "<th>mean</th><th>seed spread</th><th>gap</th><th>verdict</th><th>lost updates</th></tr>";
     for (const auto& s : settings) {

@@ -32,6 +32,9 @@ struct SettingSummary {
 // not in the numbers.
 std::vector<SettingSummary> summarize_settings(const std::vector<RunPostmortem>& runs);
 
+// Whether some setting has more than one run: only then is there a verdict to show.
+bool some_setting_has_seeds(const std::vector<SettingSummary>& settings);
+
 // For each run, the index of its setting in summarize_settings' answer.
 std::vector<size_t> setting_of_runs(const std::vector<RunPostmortem>& runs);
 
