@@ -124,20 +124,23 @@ std::string gap_reference(const std::vector<RunPostmortem>& runs) {
     return seeds.size() > 1 ? "its seed's first run" : runs[0].name;
 }
 
-// A run's colour: its own, or its setting's when seeds of one setting are
+// Each run's colour: its own, or its setting's when seeds of one setting are
 // compared (fifteen runs in six colours would say nothing).
-const char* run_colour(const std::vector<RunPostmortem>& runs, size_t i) {
+std::vector<const char*> run_colours(const std::vector<RunPostmortem>& runs) {
     const std::vector<size_t> of = setting_of_runs(runs);
     const bool grouped = std::set<size_t>(of.begin(), of.end()).size() < runs.size();
-    return kColors[(grouped ? of[i] : i) % 6];
+    std::vector<const char*> colours;
+    for (size_t i = 0; i < runs.size(); i++) colours.push_back(kColors[(grouped ? of[i] : i) % 6]);
+    return colours;
 }
 
 // Each run's curve in the run's colour; on charts by step, with its alerts marked.
 std::vector<ChartLine> chart_lines(const std::vector<RunPostmortem>& runs,
                                    const std::function<Curve(const RunPostmortem&)>& curve_of, bool by_step) {
+    const std::vector<const char*> colours = run_colours(runs);
     std::vector<ChartLine> lines;
     for (size_t i = 0; i < runs.size(); i++)
-        lines.push_back({curve_of(runs[i]), run_colour(runs, i), by_step ? runs[i].alert_steps : std::vector<int64_t>{}});
+        lines.push_back({curve_of(runs[i]), colours[i], by_step ? runs[i].alert_steps : std::vector<int64_t>{}});
     return lines;
 }
 
@@ -294,6 +297,7 @@ code{font-size:12px}</style></head><body><h1>hlat post-mortem</h1>)";
          "<th>final held-out</th><th>best held-out</th><th>loss variance</th><th>loss gap vs first</th><th>gap std</th>"
          "<th>grad-norm trend</th><th>spike episodes</th>"
          "<th>one-step spikes</th><th>alerts</th><th>tokens/s</th><th>state bytes/param allocated (format)</th></tr>";
+    const std::vector<const char*> colours = run_colours(runs);
     for (size_t i = 0; i < runs.size(); i++) {
         const RunPostmortem& r = runs[i];
         long alerts = 0;
@@ -302,7 +306,7 @@ code{font-size:12px}</style></head><body><h1>hlat post-mortem</h1>)";
                          R"(<td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td>)"
                          R"(<td class="n">{}</td><td class="n">{}</td>)"
                          R"(<td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td></tr>)",
-                         run_colour(runs, i), html_escape(r.name), html_escape(r.precision), html_escape(r.status), r.steps, num(r.final_loss),
+                         colours[i], html_escape(r.name), html_escape(r.precision), html_escape(r.status), r.steps, num(r.final_loss),
                          num(r.best_loss), num(r.final_heldout), num(r.best_heldout), num(r.loss_variance, "{:.5f}"),
                          num(r.loss_gap, "{:+.4f}"), num(r.loss_gap_std, "{:.4f}"),
                          num(r.grad_trend, "{:.2f}x"), r.spike_episodes, num(100 * r.one_step_spike_share, "{:.0f}%"), alerts,

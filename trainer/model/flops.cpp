@@ -8,10 +8,29 @@
 
 namespace hlat {
 
+namespace {
+
+// The model's linear layers: each weight is (out, in), `count` of them.
+struct Linear {
+    const char* name;
+    int in, out, count;
+};
+
+std::vector<Linear> linears(const ModelConfig& m) {
+    const int C = m.dim, CA = m.n_heads * m.head_dim();
+    return {{"qkv", C, m.qkv_dim(), m.n_layers},
+            {"o", CA, C, m.n_layers},
+            {"gate_up", C, 2 * m.hidden_dim, m.n_layers},
+            {"down", m.hidden_dim, C, m.n_layers},
+            {"head", C, m.vocab_size, 1}};
+}
+
+}  // namespace
+
 long matmul_parameters(const ModelConfig& m) {
-    long C = m.dim, H = m.hidden_dim, CA = (long)m.n_heads * m.head_dim();
-    long per_layer = (long)m.qkv_dim() * C + C * CA + 2 * H * C + C * H;
-    return m.n_layers * per_layer + (long)m.vocab_size * C;
+    long n = 0;
+    for (const Linear& l : linears(m)) n += (long)l.in * l.out * l.count;
+    return n;
 }
 
 double flops_per_token(const ModelConfig& m, int T) {
@@ -19,18 +38,8 @@ double flops_per_token(const ModelConfig& m, int T) {
 }
 
 std::vector<GemmShape> training_gemms(const ModelConfig& m, int tokens) {
-    struct Linear {
-        const char* name;
-        int in, out, count;
-    };
-    const int C = m.dim, CA = m.n_heads * m.head_dim();
-    const Linear linears[] = {{"qkv", C, m.qkv_dim(), m.n_layers},
-                              {"o", CA, C, m.n_layers},
-                              {"gate_up", C, 2 * m.hidden_dim, m.n_layers},
-                              {"down", m.hidden_dim, C, m.n_layers},
-                              {"head", C, m.vocab_size, 1}};
     std::vector<GemmShape> out;
-    for (const Linear& l : linears) {
+    for (const Linear& l : linears(m)) {
         // out = inp @ W^T; dinp = dout @ W; dW += dout^T @ inp (kernels.h).
         out.push_back({l.name, "forward", tokens, l.out, l.in, false, true, false, l.count});
         out.push_back({l.name, "dinput", tokens, l.in, l.out, false, false, false, l.count});
