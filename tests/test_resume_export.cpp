@@ -92,6 +92,11 @@ TEST_F(RunTest, ResumeIsBitIdenticalToTrainingStraightInEveryPrecision) {
             return bytes;
         };
         EXPECT_TRUE(weights(a) == weights(b)) << "final weights differ";
+        // The optimizer state is saved at the width the mode keeps it in.
+        SafetensorsFile opt(b + "/checkpoints/step_00000008/optimizer.safetensors");
+        bool bf16 = precision.rfind("bf16", 0) == 0;
+        for (const std::string& name : opt.names()) EXPECT_EQ(opt.dtype(name), bf16 ? "BF16" : "F32") << name;
+        EXPECT_EQ(opt.contains("kahan_compensation"), precision == "bf16_kahan");
     }
 }
 

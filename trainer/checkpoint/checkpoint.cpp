@@ -56,7 +56,10 @@ std::string save_checkpoint(const std::string& run_dir, const Model& model, Adam
     save_weights(model, (tmp / "model.safetensors").string());
     long n = model.num_parameters();
     std::vector<TensorOut> optimizer_state;
-    for (auto& [name, buffer] : optimizer.state()) optimizer_state.push_back({name, {n}, buffer->data()});
+    // Each buffer is written at the width it is kept in (BF16 in the pure
+    // bf16 modes), so a resume reads back the same bits.
+    for (auto& [name, buffer] : optimizer.state())
+        optimizer_state.push_back({name, {n}, buffer->f32(), buffer->is_bf16() ? buffer->b16() : nullptr});
     save_safetensors((tmp / "optimizer.safetensors").string(), optimizer_state,
                      {{"step", std::to_string(optimizer.steps_taken())}});
     nlohmann::json j = {{"step", state.step},
@@ -166,8 +169,12 @@ void load_checkpoint(const std::string& dir, Model& model, AdamW& optimizer) {
     long n = model.num_parameters();
     // A buffer this mode keeps but the checkpoint lacks (bf16_kahan resumed
     // from a bf16 run) starts at zero.
-    for (auto& [name, buffer] : optimizer.state())
-        if (name != "kahan_compensation" || opt.contains(name)) opt.read(name, {n}, buffer->data());
+    std::vector<float> staged(n);
+    for (auto& [name, buffer] : optimizer.state()) {
+        if (name == "kahan_compensation" && !opt.contains(name)) continue;
+        opt.read(name, {n}, staged.data());
+        buffer->assign(staged.data());
+    }
     auto step = opt.metadata().find("step");
     if (step == opt.metadata().end())
         throw std::runtime_error(fmt::format("checkpoint {}: optimizer state has no step count", dir));

@@ -15,8 +15,8 @@ namespace {
 std::vector<std::vector<float>> shard_state(Parallel& parallel, AdamW& opt, long n) {
     std::vector<std::vector<float>> out;
     for (auto& [name, buffer] : opt.state()) {
-        std::vector<float> x(n, 0.0f);
-        std::copy(buffer->begin(), buffer->end(), x.begin() + opt.shard_begin());
+        std::vector<float> x(n, 0.0f), own = buffer->to_float();
+        std::copy(own.begin(), own.end(), x.begin() + opt.shard_begin());
         out.push_back(std::move(x));
     }
     if (opt.shard_begin() == 0 && opt.shard_end() == n) return out;
@@ -74,7 +74,7 @@ std::string save_distributed_checkpoint(Parallel& parallel, Trainer& trainer, co
     AdamW whole_opt(OptimizerConfig{}, whole.num_parameters(), opt.precision());
     std::copy(params.begin(), params.end(), whole.params());
     auto buffers = whole_opt.state();
-    for (size_t i = 0; i < buffers.size(); i++) *buffers[i].second = std::move(whole_state[i]);
+    for (size_t i = 0; i < buffers.size(); i++) buffers[i].second->assign(whole_state[i].data());
     whole_opt.set_steps_taken(opt.steps_taken());
     return save_checkpoint(run_dir, whole, whole_opt, state, tokenizer_path, keep);
 }
@@ -93,8 +93,8 @@ void load_distributed_checkpoint(const std::string& dir, Trainer& trainer) {
     auto whole_buffers = whole_opt.state(), buffers = opt.state();
     std::vector<float> x(n);
     for (size_t i = 0; i < buffers.size(); i++) {
-        extract_shard(segments, whole_buffers[i].second->data(), x.data());
-        std::copy(x.begin() + opt.shard_begin(), x.begin() + opt.shard_end(), buffers[i].second->begin());
+        extract_shard(segments, whole_buffers[i].second->to_float().data(), x.data());
+        buffers[i].second->assign(x.data() + opt.shard_begin());
     }
     opt.set_steps_taken(whole_opt.steps_taken());
 }

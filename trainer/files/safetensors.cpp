@@ -18,14 +18,16 @@ static int64_t numel(const std::vector<int64_t>& shape) {
     return n;
 }
 
+size_t TensorOut::bytes() const { return numel(shape) * (bf16 ? 2 : 4); }
+
 void save_safetensors(const std::string& path, const std::vector<TensorOut>& tensors,
                       const std::map<std::string, std::string>& metadata) {
     json header = json::object();
     if (!metadata.empty()) header["__metadata__"] = metadata;
     size_t offset = 0;
     for (const TensorOut& t : tensors) {
-        size_t bytes = numel(t.shape) * sizeof(float);
-        header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+        size_t bytes = t.bytes();
+        header[t.name] = {{"dtype", t.bf16 ? "BF16" : "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
         offset += bytes;
     }
     std::string text = header.dump();
@@ -36,7 +38,7 @@ void save_safetensors(const std::string& path, const std::vector<TensorOut>& ten
     for (int i = 0; i < 8; i++) len_bytes[i] = (char)((len >> (8 * i)) & 0xff);
     std::vector<std::string_view> parts = {{len_bytes, 8}, text};
     for (const TensorOut& t : tensors)
-        parts.emplace_back((const char*)t.data, numel(t.shape) * sizeof(float));
+        parts.emplace_back(t.bf16 ? (const char*)t.bf16 : (const char*)t.data, t.bytes());
     write_file_atomic(path, parts);
 }
 
@@ -91,17 +93,19 @@ std::vector<std::string> SafetensorsFile::names() const {
     return out;
 }
 
-std::vector<int64_t> SafetensorsFile::shape(const std::string& name) const {
+const SafetensorsFile::Entry& SafetensorsFile::entry(const std::string& name) const {
     auto it = tensors_.find(name);
     if (it == tensors_.end()) throw std::runtime_error(fmt::format("{} has no tensor {}", path_, name));
-    return it->second.shape;
+    return it->second;
 }
+
+std::vector<int64_t> SafetensorsFile::shape(const std::string& name) const { return entry(name).shape; }
+
+std::string SafetensorsFile::dtype(const std::string& name) const { return entry(name).dtype; }
 
 void SafetensorsFile::read(const std::string& name, const std::vector<int64_t>& expected_shape,
                            float* out) const {
-    auto it = tensors_.find(name);
-    if (it == tensors_.end()) throw std::runtime_error(fmt::format("{} has no tensor {}", path_, name));
-    const Entry& e = it->second;
+    const Entry& e = entry(name);
     if (e.shape != expected_shape)
         throw std::runtime_error(fmt::format("{}: tensor {} has shape [{}], expected [{}]", path_, name,
                                              fmt::join(e.shape, ", "), fmt::join(expected_shape, ", ")));

@@ -14,7 +14,9 @@ namespace hlat {
 struct TensorOut {
     std::string name;
     std::vector<int64_t> shape;
-    const float* data;  // numel(shape) floats, written as F32
+    const float* data;              // numel(shape) floats, written as F32
+    const uint16_t* bf16 = nullptr;  // or numel(shape) bf16 values, written as BF16
+    size_t bytes() const;
 };
 
 // Writes tensors (in the given order) and string metadata atomically.
@@ -30,6 +32,7 @@ class SafetensorsFile {
     bool contains(const std::string& name) const { return tensors_.count(name) > 0; }
     std::vector<std::string> names() const;
     std::vector<int64_t> shape(const std::string& name) const;
+    std::string dtype(const std::string& name) const;  // "F32", "BF16", ...
     // Copies a tensor into out as fp32 (F32 and BF16 are accepted), after
     // checking its shape equals expected_shape.
     void read(const std::string& name, const std::vector<int64_t>& expected_shape, float* out) const;
@@ -41,6 +44,7 @@ class SafetensorsFile {
         std::vector<int64_t> shape;
         size_t begin, end;
     };
+    const Entry& entry(const std::string& name) const;  // throws naming the file when absent
     std::string path_;
     std::vector<char> bytes_;
     size_t data_start_ = 0;

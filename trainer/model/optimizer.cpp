@@ -58,19 +58,20 @@ AdamW::AdamW(const OptimizerConfig& config, long num_parameters, const Precision
       rounding_seed_(precision.sr_key_rank ? seed ^ mix64(0x5eed0000ull + (uint64_t)rank) : seed),
       begin_(shard_begin),
       end_(shard_end < 0 ? num_parameters : shard_end),
-      m_(end_ - begin_, 0.0f),
-      v_(end_ - begin_, 0.0f),
-      c_(precision.mode == PrecisionMode::Bf16Kahan ? end_ - begin_ : 0, 0.0f) {}
+      m_(end_ - begin_, precision.bf16_state()),
+      v_(end_ - begin_, precision.bf16_state()) {
+    if (precision.mode == PrecisionMode::Bf16Kahan) c_.emplace(end_ - begin_, true);
+}
 
-std::vector<std::pair<std::string, std::vector<float>*>> AdamW::state() {
-    std::vector<std::pair<std::string, std::vector<float>*>> out = {{"exp_avg", &m_}, {"exp_avg_sq", &v_}};
-    if (!c_.empty()) out.push_back({"kahan_compensation", &c_});
+std::vector<std::pair<std::string, StateBuffer*>> AdamW::state() {
+    std::vector<std::pair<std::string, StateBuffer*>> out = {{"exp_avg", &m_}, {"exp_avg_sq", &v_}};
+    if (c_) out.push_back({"kahan_compensation", &*c_});
     return out;
 }
 
-// Narrows x to a bf16 value, stochastically when `stochastic` is set.
-static inline float to_bf16_value(float x, bool stochastic, uint32_t random) {
-    return bf16_to_float(stochastic ? float_to_bf16_stochastic(x, random) : float_to_bf16_rne(x));
+// Narrows x to bf16, stochastically when `stochastic` is set.
+static inline bf16 to_bf16(float x, bool stochastic, uint32_t random) {
+    return stochastic ? float_to_bf16_stochastic(x, random) : float_to_bf16_rne(x);
 }
 
 // One tensor's (shard range's) AdamW update in the pure bf16 modes. The
@@ -79,8 +80,8 @@ static inline float to_bf16_value(float x, bool stochastic, uint32_t random) {
 struct Bf16Update {
     float* p;        // weights, element i at p[i]
     const float* g;  // gradients
-    float *m, *v;    // moments, element i at m[i - lo]
-    float* c;        // Kahan compensation like the moments, or null
+    bf16 *m, *v;     // moments, element i at m[i - lo]
+    bf16* c;         // Kahan compensation like the moments, or null
     long lo, hi;
     float b1, b2, bc1, bc2, eps, lr, wd;
     uint64_t key_p, key_m, key_v;  // rounding bits (stochastic rounding)
@@ -89,21 +90,24 @@ struct Bf16Update {
 template <bool kSrParams, bool kSrMoments, bool kKahan>
 static long bf16_update(const Bf16Update& u) {
     long lost = 0;
-    float *p = u.p, *m = u.m - u.lo, *v = u.v - u.lo, *c = kKahan ? u.c - u.lo : nullptr;
+    float* p = u.p;
+    bf16 *m = u.m - u.lo, *v = u.v - u.lo, *c = kKahan ? u.c - u.lo : nullptr;
     const float* g = u.g;
 #pragma omp parallel for simd reduction(+ : lost)
     for (long i = u.lo; i < u.hi; i++) {
-        float mi = u.b1 * m[i] + (1.0f - u.b1) * g[i], vi = u.b2 * v[i] + (1.0f - u.b2) * g[i] * g[i];
-        m[i] = to_bf16_value(mi, kSrMoments, kSrMoments ? rounding_bits_at(u.key_m, i) : 0);
-        v[i] = to_bf16_value(vi, kSrMoments, kSrMoments ? rounding_bits_at(u.key_v, i) : 0);
-        float update = -u.lr * ((m[i] / u.bc1) / (std::sqrt(v[i] / u.bc2) + u.eps) + u.wd * p[i]);
+        float mi = u.b1 * bf16_to_float(m[i]) + (1.0f - u.b1) * g[i];
+        float vi = u.b2 * bf16_to_float(v[i]) + (1.0f - u.b2) * g[i] * g[i];
+        m[i] = to_bf16(mi, kSrMoments, kSrMoments ? rounding_bits_at(u.key_m, i) : 0);
+        v[i] = to_bf16(vi, kSrMoments, kSrMoments ? rounding_bits_at(u.key_v, i) : 0);
+        float m_hat = bf16_to_float(m[i]) / u.bc1, v_hat = bf16_to_float(v[i]) / u.bc2;
+        float update = -u.lr * (m_hat / (std::sqrt(v_hat) + u.eps) + u.wd * p[i]);
         float stored;
         if constexpr (kKahan) {  // the update plus what earlier roundings lost
-            float y = update - c[i];
-            stored = to_bf16_value(p[i] + y, false, 0);
-            c[i] = to_bf16_value((stored - p[i]) - y, false, 0);
+            float y = update - bf16_to_float(c[i]);
+            stored = bf16_to_float(to_bf16(p[i] + y, false, 0));
+            c[i] = to_bf16((stored - p[i]) - y, false, 0);
         } else {
-            stored = to_bf16_value(p[i] + update, kSrParams, kSrParams ? rounding_bits_at(u.key_p, i) : 0);
+            stored = bf16_to_float(to_bf16(p[i] + update, kSrParams, kSrParams ? rounding_bits_at(u.key_p, i) : 0));
         }
         lost += update != 0.0f && stored == p[i];
         p[i] = stored;
@@ -135,9 +139,9 @@ void AdamW::step(Model& model, double lr) {
         const float* g = grads + k.offset;
         // Moments are kept for the shard only: element i of the tensor is
         // m[i - lo] here.
-        float* m = m_.data() + (k.offset + lo - begin_);
-        float* v = v_.data() + (k.offset + lo - begin_);
+        const long at = k.offset + lo - begin_;
         if (!bf16_state) {
+            float *m = m_.f32() + at, *v = v_.f32() + at;
 #pragma omp parallel for
             for (long i = lo; i < hi; i++) {
                 m[i - lo] = b1 * m[i - lo] + (1.0f - b1) * g[i];
@@ -152,10 +156,10 @@ void AdamW::step(Model& model, double lr) {
         // as bf16. Three streams of rounding bits per tensor (weights, first
         // and second moment); elements are numbered within the tensor, so the
         // bits do not depend on how the flat buffer is laid out or split.
-        Bf16Update u{p, g, m, v, c_.empty() ? nullptr : c_.data() + (k.offset + lo - begin_), lo, hi, b1, b2, bc1,
+        Bf16Update u{p, g, m_.b16() + at, v_.b16() + at, c_ ? c_->b16() + at : nullptr, lo, hi, b1, b2, bc1,
                      bc2, eps, lr_f, wd, rounding_key(rounding_seed_, t_, 3 * ki),
                      rounding_key(rounding_seed_, t_, 3 * ki + 1), rounding_key(rounding_seed_, t_, 3 * ki + 2)};
-        long lost = !c_.empty()   ? bf16_update<false, false, true>(u)
+        long lost = c_            ? bf16_update<false, false, true>(u)
                     : sr_moments ? bf16_update<true, true, false>(u)
                     : sr_params  ? bf16_update<true, false, false>(u)
                                  : bf16_update<false, false, false>(u);

@@ -5,7 +5,9 @@
 #include "trainer/config/model_config.h"
 #include "trainer/config/optimizer_config.h"
 #include "trainer/model/model.h"
+#include "trainer/model/state_buffer.h"
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,14 +48,15 @@ class AdamW {
     long steps_taken() const { return t_; }
     long shard_begin() const { return begin_; }
     long shard_end() const { return end_; }
-    // Bytes allocated for the moments (and bf16_kahan's compensation).
-    long state_bytes() const { return (long)(m_.size() + v_.size() + c_.size()) * (long)sizeof(float); }
+    // Bytes allocated for the moments (and bf16_kahan's compensation): 4 an
+    // element in fp32 and mixed, 2 in the pure bf16 modes.
+    long state_bytes() const { return m_.bytes() + v_.bytes() + (c_ ? c_->bytes() : 0); }
     // The state buffers of the shard's range (all parameters without ZeRO) by
     // their checkpoint names: exp_avg, exp_avg_sq, and in bf16_kahan
     // kahan_compensation.
-    std::vector<std::pair<std::string, std::vector<float>*>> state();
-    std::vector<float>& first_moment() { return m_; }
-    std::vector<float>& second_moment() { return v_; }
+    std::vector<std::pair<std::string, StateBuffer*>> state();
+    StateBuffer& first_moment() { return m_; }
+    StateBuffer& second_moment() { return v_; }
     void set_steps_taken(long t) { t_ = t; }
     const PrecisionConfig& precision() const { return precision_; }
     // In the bf16 modes, after each step: per tensor kind (model.tensor_kinds()
@@ -66,8 +69,8 @@ class AdamW {
     PrecisionConfig precision_;
     unsigned long long rounding_seed_;
     long begin_, end_;
-    std::vector<float> m_, v_;
-    std::vector<float> c_;  // bf16_kahan's compensation, else empty
+    StateBuffer m_, v_;
+    std::optional<StateBuffer> c_;  // bf16_kahan's compensation
     std::vector<long> lost_;
     long t_ = 0;
 };
