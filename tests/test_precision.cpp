@@ -79,8 +79,9 @@ TEST(Bf16Matmul, ForwardAndBackwardAgreeWithFp32WithinBf16Tolerance) {
         set_bf16_matmul_engine(engine);
         SCOPED_TRACE(bf16_matmul_engine_name());
         std::vector<float> out((long)N * OC), dinp((long)N * IC), dw((long)OC * IC, 1.0f);
-        matmul_forward_bf16(out.data(), inp.data(), w16.data(), N, IC, OC);
-        matmul_backward_bf16(dinp.data(), dw.data(), dout.data(), inp.data(), w16.data(), N, IC, OC);
+        auto inp16 = narrow(inp);
+        matmul_forward_bf16(out.data(), inp16.data(), w16.data(), N, IC, OC);
+        matmul_backward_bf16(dinp.data(), dw.data(), dout.data(), inp16.data(), w16.data(), N, IC, OC);
         for (float& x : dw) x -= 1.0f;  // dweight accumulates onto what was there
         // Outputs and input gradients are rounded to bf16 (half an ulp: 2^-9
         // relative); the weight gradient is kept in fp32.

@@ -78,10 +78,10 @@ class OneDnnMatmuls {
     std::map<std::tuple<int, int, int, bool, bool, bool>, Entry> cache_;
 };
 
-// Scratch for the narrowed activations and the widened operands; grows to the
-// largest matmul and stays.
+// Scratch for the narrowed output gradient and the widened operands; grows to
+// the largest matmul and stays.
 struct Scratch {
-    std::vector<bf16> a, b;
+    std::vector<bf16> a;
     std::vector<float> wa, wb;
 };
 
@@ -131,20 +131,17 @@ void gemm_bf16(float* C, const bf16* A, const bf16* B, int M, int N, int K, bool
           accumulate ? 1.0f : 0.0f, C, N);
 }
 
-void matmul_forward_bf16(float* out, const float* inp, const bf16* weight, int N, int IC, int OC) {
-    const bf16* x = narrowed(scratch().a, inp, (long)N * IC);
-    gemm_bf16(out, x, weight, N, OC, IC, false, true, false);
+void matmul_forward_bf16(float* out, const bf16* inp, const bf16* weight, int N, int IC, int OC) {
+    gemm_bf16(out, inp, weight, N, OC, IC, false, true, false);
     bf16_round_inplace(out, (long)N * OC);
 }
 
-void matmul_backward_bf16(float* dinp, float* dweight, const float* dout, const float* inp, const bf16* weight,
+void matmul_backward_bf16(float* dinp, float* dweight, const float* dout, const bf16* inp, const bf16* weight,
                           int N, int IC, int OC) {
-    Scratch& s = scratch();
-    const bf16* g = narrowed(s.a, dout, (long)N * OC);
+    const bf16* g = narrowed(scratch().a, dout, (long)N * OC);
     gemm_bf16(dinp, g, weight, N, IC, OC, false, false, false);
     bf16_round_inplace(dinp, (long)N * IC);
-    const bf16* x = narrowed(s.b, inp, (long)N * IC);
-    gemm_bf16(dweight, g, x, OC, IC, N, true, false, true);
+    gemm_bf16(dweight, g, inp, OC, IC, N, true, false, true);
 }
 
 }  // namespace hlat

@@ -33,11 +33,12 @@ void bf16_round_inplace(float* x, long n);
 void gemm_bf16(float* C, const bf16* A, const bf16* B, int M, int N, int K, bool trans_a, bool trans_b,
                bool accumulate);
 
-// out (N, OC) = bf16(inp) (N, IC) @ weight (OC, IC)^T, rounded to bf16.
-void matmul_forward_bf16(float* out, const float* inp, const bf16* weight, int N, int IC, int OC);
+// out (N, OC) = inp (N, IC) @ weight (OC, IC)^T, rounded to bf16. The caller
+// narrows the input (bf16_narrow) and keeps it for the backward pass.
+void matmul_forward_bf16(float* out, const bf16* inp, const bf16* weight, int N, int IC, int OC);
 // With g = bf16(dout): dinp (N, IC) = bf16(g @ weight) (overwritten);
-// dweight (OC, IC) += g^T @ bf16(inp), the sum kept in fp32.
-void matmul_backward_bf16(float* dinp, float* dweight, const float* dout, const float* inp, const bf16* weight,
+// dweight (OC, IC) += g^T @ inp, the sum kept in fp32; inp is the forward's.
+void matmul_backward_bf16(float* dinp, float* dweight, const float* dout, const bf16* inp, const bf16* weight,
                           int N, int IC, int OC);
 
 }  // namespace hlat

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <random>
 #include <stdexcept>
+#include <utility>
 
 namespace hlat {
 
@@ -109,6 +110,17 @@ Model::Model(const ModelConfig& config, int B, int T, bool checkpoint_attention,
                            ptrs[5], ptrs[6], ptrs[7],  ptrs[8],  ptrs[9],
                            ptrs[10], ptrs[11], ptrs[12], ptrs[13], ptrs[14]};
 
+    if (precision.bf16_compute()) {
+        acts_bf16_.assign(L * N * (2 * C + CA + H) + N * C, 0);
+        bf16* cursor16 = acts_bf16_.data();
+        auto carve = [&](long n) { return std::exchange(cursor16, cursor16 + n); };
+        a16_.attn_norm = carve(L * N * C);
+        a16_.att_out = carve(L * N * CA);
+        a16_.ffn_norm = carve(L * N * C);
+        a16_.swiglu = carve(L * N * H);
+        a16_.final_norm = carve(N * C);
+    }
+
     d_residual_.assign(N * C, 0.0f);
     d_norm_.assign(N * C, 0.0f);
     d_qkv_.assign(N * QKV, 0.0f);
@@ -162,15 +174,19 @@ float* Model::attention_scratch() {
 
 void Model::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
 
-void Model::linear_forward(float* out, const float* inp, const float* weight, int N, int IC, int OC) {
+// Layer l's part of a per-layer bf16 activation; null in fp32, where there is none.
+static bf16* layer_slot(bf16* base, int l, long per_layer) { return base ? base + l * per_layer : nullptr; }
+
+void Model::linear_forward(float* out, const float* inp, bf16* inp16, const float* weight, int N, int IC, int OC) {
     if (!precision_.bf16_compute()) return matmul_forward(out, inp, weight, N, IC, OC);
-    matmul_forward_bf16(out, inp, params_bf16_.data() + (weight - params_.data()), N, IC, OC);
+    bf16_narrow(inp16, inp, (long)N * IC);
+    matmul_forward_bf16(out, inp16, params_bf16_.data() + (weight - params_.data()), N, IC, OC);
 }
 
-void Model::linear_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
-                            int N, int IC, int OC) {
+void Model::linear_backward(float* dinp, float* dweight, const float* dout, const float* inp, const bf16* inp16,
+                            const float* weight, int N, int IC, int OC) {
     if (!precision_.bf16_compute()) return matmul_backward(dinp, dweight, dout, inp, weight, N, IC, OC);
-    matmul_backward_bf16(dinp, dweight, dout, inp, params_bf16_.data() + (weight - params_.data()), N, IC, OC);
+    matmul_backward_bf16(dinp, dweight, dout, inp16, params_bf16_.data() + (weight - params_.data()), N, IC, OC);
 }
 
 void Model::round_if_bf16_state(float* x, long n) {
@@ -212,25 +228,25 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
         float* next = a.residual + nc + (long)N * C;
 
         rmsnorm_forward(an, a.attn_rstd + (long)l * N, res, p.attn_norm + (long)l * C, N, C, eps);
-        linear_forward(qkv, an, p.qkv + (long)l * QKV * C, N, C, QKV);
+        linear_forward(qkv, an, layer_slot(a16_.attn_norm, l, (long)N * C), p.qkv + (long)l * QKV * C, N, C, QKV);
         rope_forward(qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
         // Rotated q and k are bf16 tensors in every bf16 mode, as under autocast.
         if (precision_.bf16_compute()) bf16_round_inplace(qkv, (long)N * QKV);
         attention_forward(att_out, att, attention_scratch(), qkv, B, T, NH, NKV, HD, lookahead_, probs_bf16);
-        linear_forward(mid, att_out, p.o_proj + (long)l * C * CA, N, CA, C);
+        linear_forward(mid, att_out, layer_slot(a16_.att_out, l, (long)N * CA), p.o_proj + (long)l * C * CA, N, CA, C);
         if (tp_) tp_->allreduce_sum(mid, (long)N * C);  // row-parallel: sum the partial outputs
         residual_forward(mid, mid, res, (long)N * C);
         round_if_bf16_state(mid, (long)N * C);
         rmsnorm_forward(fn, a.ffn_rstd + (long)l * N, mid, p.ffn_norm + (long)l * C, N, C, eps);
-        linear_forward(gu, fn, p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
+        linear_forward(gu, fn, layer_slot(a16_.ffn_norm, l, (long)N * C), p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
         swiglu_forward(sw, gu, N, H);
-        linear_forward(next, sw, p.down + (long)l * C * H, N, H, C);
+        linear_forward(next, sw, layer_slot(a16_.swiglu, l, (long)N * H), p.down + (long)l * C * H, N, H, C);
         if (tp_) tp_->allreduce_sum(next, (long)N * C);
         residual_forward(next, next, mid, (long)N * C);
         round_if_bf16_state(next, (long)N * C);
     }
     rmsnorm_forward(a.final_norm, a.final_rstd, a.residual + (long)L * N * C, p.final_norm, N, C, eps);
-    linear_forward(a.logits, a.final_norm, p.lm_head, N, C, V);
+    linear_forward(a.logits, a.final_norm, a16_.final_norm, p.lm_head, N, C, V);
     if (!targets) return 0.0f;
 
     std::copy(targets, targets + N, targets_.begin());
@@ -263,7 +279,7 @@ void Model::backward(float loss_scale) {
     } else {
         crossentropy_backward(a.logits, targets_.data(), loss_scale, N, V);
     }
-    linear_backward(d_norm, g.lm_head, a.logits, a.final_norm, p.lm_head, N, C, V);
+    linear_backward(d_norm, g.lm_head, a.logits, a.final_norm, a16_.final_norm, p.lm_head, N, C, V);
     // The input of a column-parallel matmul is replicated: its gradient is the
     // sum of every rank's part.
     if (tp_) tp_->allreduce_sum(d_norm, (long)N * C);
@@ -276,10 +292,10 @@ void Model::backward(float loss_scale) {
         const long nc = (long)l * N * C;
         // d_res holds the gradient of the stream leaving layer l.
         linear_backward(d_swiglu_.data(), g.down + (long)l * C * H, d_res,
-                        a.swiglu + (long)l * N * H, p.down + (long)l * C * H, N, H, C);
+                        a.swiglu + (long)l * N * H, layer_slot(a16_.swiglu, l, (long)N * H), p.down + (long)l * C * H, N, H, C);
         swiglu_backward(d_gate_up_.data(), d_swiglu_.data(), a.gate_up + (long)l * N * 2 * H, N, H);
         linear_backward(d_norm, g.gate_up + (long)l * 2 * H * C, d_gate_up_.data(),
-                        a.ffn_norm + nc, p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
+                        a.ffn_norm + nc, layer_slot(a16_.ffn_norm, l, (long)N * C), p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
         if (tp_) tp_->allreduce_sum(d_norm, (long)N * C);
         rmsnorm_backward_accumulate(d_res, g.ffn_norm + (long)l * C, d_norm, a.residual_mid + nc,
                                     p.ffn_norm + (long)l * C, a.ffn_rstd + (long)l * N, N, C);
@@ -288,12 +304,12 @@ void Model::backward(float loss_scale) {
         const float* qkv = a.qkv + (long)l * N * QKV;
         const float* att = a.att ? a.att + (long)l * B * NH * T * T : nullptr;
         linear_backward(d_att_out_.data(), g.o_proj + (long)l * C * CA, d_res,
-                        a.att_out + (long)l * N * CA, p.o_proj + (long)l * C * CA, N, CA, C);
+                        a.att_out + (long)l * N * CA, layer_slot(a16_.att_out, l, (long)N * CA), p.o_proj + (long)l * C * CA, N, CA, C);
         attention_backward(d_qkv_.data(), attention_scratch(), d_att_out_.data(), qkv, att, B, T,
                            NH, NKV, HD, lookahead_, precision_.softmax_bf16);
         rope_backward(d_qkv_.data(), rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
         linear_backward(d_norm, g.qkv + (long)l * QKV * C, d_qkv_.data(), a.attn_norm + nc,
-                        p.qkv + (long)l * QKV * C, N, C, QKV);
+                        layer_slot(a16_.attn_norm, l, (long)N * C), p.qkv + (long)l * QKV * C, N, C, QKV);
         if (tp_) tp_->allreduce_sum(d_norm, (long)N * C);
         rmsnorm_backward_accumulate(d_res, g.attn_norm + (long)l * C, d_norm, a.residual + nc,
                                     p.attn_norm + (long)l * C, a.attn_rstd + (long)l * N, N, C);

@@ -88,6 +88,16 @@ struct ActivationTensors {
     float* losses;        // (B, T)
 };
 
+// The inputs of the linear layers narrowed to bf16 in the forward pass (bf16
+// modes only), kept for the weight gradients of the backward pass.
+struct Bf16LinearInputs {
+    bf16* attn_norm;   // (L, B, T, C) input of qkv_proj
+    bf16* att_out;     // (L, B, T, NH*HD) input of o_proj
+    bf16* ffn_norm;    // (L, B, T, C) input of gate_up_proj
+    bf16* swiglu;      // (L, B, T, H) input of down_proj
+    bf16* final_norm;  // (B, T, C) input of lm_head
+};
+
 class Model {
   public:
     // Allocates parameters, gradients and activations for micro-batches of
@@ -148,16 +158,17 @@ class Model {
 
     // Bytes of the activations kept for backward, and what they would be
     // without activation checkpointing.
-    long activation_bytes() const { return activation_floats_ * 4; }
+    long activation_bytes() const { return activation_floats_ * 4 + (long)acts_bf16_.size() * 2; }
     long activation_bytes_without_checkpointing() const;
 
   private:
     float* attention_scratch();
     // The matmuls of the layers, in fp32 or bf16 as the precision says; weight
-    // points into params_.
-    void linear_forward(float* out, const float* inp, const float* weight, int N, int IC, int OC);
-    void linear_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
-                         int N, int IC, int OC);
+    // points into params_. In the bf16 modes forward narrows inp into inp16,
+    // a slot of acts_bf16_, and backward reads it from there.
+    void linear_forward(float* out, const float* inp, bf16* inp16, const float* weight, int N, int IC, int OC);
+    void linear_backward(float* dinp, float* dweight, const float* dout, const float* inp, const bf16* inp16,
+                         const float* weight, int N, int IC, int OC);
     // Pure bf16 modes keep activations in bf16: rounds x in place there.
     void round_if_bf16_state(float* x, long n);
 
@@ -177,6 +188,8 @@ class Model {
     std::vector<float> acts_;
     long activation_floats_ = 0;
     ActivationTensors a_;
+    std::vector<bf16> acts_bf16_;
+    Bf16LinearInputs a16_{};  // all null in fp32
     // Backward scratch, one micro-batch and one layer at a time.
     std::vector<float> d_residual_, d_norm_, d_qkv_, d_att_out_, d_gate_up_, d_swiglu_;
     std::vector<float> att_scratch_;  // per OpenMP thread
