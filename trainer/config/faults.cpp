@@ -5,18 +5,43 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstring>
 #include <sstream>
 
 namespace hlat {
 
+namespace {
+
+// slow_rank:R:F and sdc:R, as the fleet faults are usually written, start at step 0.
+std::string with_step(const std::string& spec) {
+    for (const char* name : {"slow_rank:", "sdc:"})
+        if (spec.rfind(name, 0) == 0) return spec.substr(0, std::strlen(name) - 1) + "@0:" + spec.substr(std::strlen(name));
+    return spec;
+}
+
+// The number p spells in full, or NaN.
+double number(const std::string& p) {
+    try {
+        size_t used;
+        double x = std::stod(p, &used);
+        return used == p.size() ? x : NAN;
+    } catch (const std::exception&) {
+        return NAN;
+    }
+}
+
+}  // namespace
+
 Faults parse_faults(const std::vector<std::string>& specs) {
     Faults f;
-    for (const std::string& spec : specs) {
+    for (const std::string& given : specs) {
         auto bad = [&](const std::string& why) {
             return ConfigError(fmt::format("fault \"{}\": {}; expected NAME@STEP[:ARGS] with NAME one of mask_leak, "
-                                           "grad_spike, nan, lr_spike, allreduce_bug, crash, crash_random, hang",
-                                           spec, why));
+                                           "grad_spike, nan, lr_spike, allreduce_bug, crash, crash_random, hang, "
+                                           "slow_rank, sdc",
+                                           given, why));
         };
+        const std::string spec = with_step(given);
         size_t at = spec.find('@');
         if (at == std::string::npos) throw bad("no @STEP");
         std::string name = spec.substr(0, at);
@@ -41,13 +66,8 @@ Faults parse_faults(const std::vector<std::string>& specs) {
         }
         std::vector<double> nums;
         for (const std::string& p : parts) {
-            try {
-                size_t used;
-                nums.push_back(std::stod(p, &used));
-                if (used != p.size()) throw bad("\"" + p + "\" is not a number");
-            } catch (const std::invalid_argument&) {
-                throw bad("\"" + p + "\" is not a number");
-            }
+            nums.push_back(number(p));
+            if (std::isnan(nums.back())) throw bad("\"" + p + "\" is not a number");
         }
         if (nums.empty() || nums[0] < 0 || nums[0] != (int)nums[0]) throw bad("the step must be an integer >= 0");
         int step = (int)nums[0];
@@ -66,6 +86,13 @@ Faults parse_faults(const std::vector<std::string>& specs) {
             if (rank < 0 || (nums.size() == 2 && nums[1] != rank)) throw bad("the rank must be an integer >= 0");
             (name == "crash" ? f.crash_at : f.hang_at) = step;
             (name == "crash" ? f.crash_rank : f.hang_rank) = rank;
+        } else if (name == "slow_rank" && nums.size() == 3) {
+            if (nums[1] < 0 || nums[1] != (int)nums[1]) throw bad("the rank must be an integer >= 0");
+            if (!(nums[2] >= 1)) throw bad("the slowdown factor must be >= 1");
+            f.slow_from = step, f.slow_rank = (int)nums[1], f.slow_factor = nums[2];
+        } else if (name == "sdc" && nums.size() == 2) {
+            if (nums[1] < 0 || nums[1] != (int)nums[1]) throw bad("the rank must be an integer >= 0");
+            f.sdc_from = step, f.sdc_rank = (int)nums[1];
         } else if (name == "crash_random" && nums.size() == 1) {
             if (step < 1) throw bad("the mean interval must be >= 1 second");
             f.crash_mean_seconds = step;

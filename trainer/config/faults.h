@@ -12,6 +12,10 @@
 //   crash_random@SECONDS             each launch is killed after an exponentially distributed time of
 //                                    mean SECONDS (the uptime bench; HLAT_FAULT_SEED fixes the draws)
 //   hang@S[:RANK]                    at step S the rank stops responding, first launch only
+//   slow_rank@S:RANK:F (slow_rank:RANK:F from step 0)
+//                                    from step S the rank's compute takes F times as long (a straggler)
+//   sdc@S:RANK (sdc:RANK from step 0) from step S every GEMM of the rank flips one bit of its output
+//                                    (silent data corruption: a core computing wrong numbers)
 // "First launch only": not when the supervisor relaunched the job (HLAT_ATTEMPT > 0),
 // as a transient hardware fault would not recur.
 // The paper's configurations that go bad on their own are config settings,
@@ -41,12 +45,22 @@ struct Faults {
     int crash_at = -1, crash_rank = 0;
     double crash_mean_seconds = 0.0;  // crash_random
     int hang_at = -1, hang_rank = 0;
+    int slow_from = -1, slow_rank = -1;
+    double slow_factor = 1.0;
+    int sdc_from = -1, sdc_rank = -1;
 
     // What the numeric faults do to step `step` (0-based), where the step
     // asks. The all-reduce bug is the gradient reducer's (grad_reducer.h);
     // crashes and hangs are the process's (run/fault_hook.h).
     int mask_lookahead(int step) const { return mask_leak_from >= 0 && step >= mask_leak_from ? 1 : 0; }
     void corrupt_gradients(int step, float* grads, long n) const;  // grad_spike, nan: before clipping
+    // How many times as long world rank `rank`'s compute takes at `step`.
+    double slowdown(int rank, int step) const {
+        return rank == slow_rank && slow_from >= 0 && step >= slow_from ? slow_factor : 1.0;
+    }
+    bool corrupts_arithmetic(int rank, int step) const {
+        return rank == sdc_rank && sdc_from >= 0 && step >= sdc_from;
+    }
     double lr_factor(int step) const {
         bool spiking = lr_spike_from >= 0 && step >= lr_spike_from && step < lr_spike_from + lr_spike_steps;
         return spiking ? lr_spike_factor : 1.0;

@@ -119,6 +119,7 @@ void gemm_bf16(float* C, const bf16* A, const bf16* B, int M, int N, int K, bool
     if (engine_choice() == Bf16MatmulEngine::OneDnn) {
         static OneDnnMatmuls matmuls;
         matmuls.run(C, A, B, M, N, K, trans_a, trans_b, accumulate);
+        flip_bit_if_injected(C);
         return;
     }
     Scratch& s = scratch();

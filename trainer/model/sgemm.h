@@ -10,6 +10,12 @@
 
 namespace hlat {
 
+// Silent data corruption, injected (`--inject sdc`): while on, every sgemm
+// and gemm_bf16 of this process flips one mantissa bit of its first output,
+// as a core with bad arithmetic corrupts results without crashing.
+void set_gemm_bit_flip(bool on);
+void flip_bit_if_injected(float* C);
+
 void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
            int ldb, float beta, float* C, int ldc);
 

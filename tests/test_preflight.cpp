@@ -1,0 +1,113 @@
+// hlat preflight: the judgment on made-up fleets, then the command under
+// mpirun on 2 ranks: a healthy machine passes, a rank with wrong arithmetic
+// (sdc) or a slowed one (slow_rank) fails it by name, and the store keeps the
+// result as a run of its own.
+#include "test_util.h"
+#include "telemetry/reader.h"
+#include "trainer/parallel/preflight.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace hlat {
+namespace {
+
+std::vector<RankMeasurement> healthy_fleet(int n) {
+    std::vector<RankMeasurement> ranks;
+    for (int r = 0; r < n; r++) ranks.push_back({r, fmt::format("node{}", r / 2), 200.0 + r, 400.0 - r, 20.0, 0, 42});
+    return ranks;
+}
+
+bool names(const std::vector<std::string>& failures, const std::string& what) {
+    for (const std::string& f : failures)
+        if (f.find(what) != std::string::npos) return true;
+    return false;
+}
+
+TEST(PreflightJudgment, AHealthyFleetPasses) { EXPECT_TRUE(judge_preflight(healthy_fleet(4), 0.8).empty()); }
+
+TEST(PreflightJudgment, ASlowRankIsNamedWithItsHostAndMeasurement) {
+    auto ranks = healthy_fleet(4);
+    ranks[3].triad_gbs = 12.0;  // 60% of the median 20
+    auto failures = judge_preflight(ranks, 0.8);
+    ASSERT_EQ(failures.size(), 1u);
+    EXPECT_TRUE(names(failures, "rank 3 (node1): memory bandwidth (triad) 12.0 GB/s is 60% of the fleet median 20.0"))
+        << failures[0];
+    EXPECT_TRUE(judge_preflight(ranks, 0.5).empty()) << "the fraction is the user's";
+}
+
+TEST(PreflightJudgment, WrongArithmeticIsNamedByTheExactGemmAndTheChecksumMajority) {
+    auto ranks = healthy_fleet(3);
+    ranks[1].model_checksum = 7;
+    auto failures = judge_preflight(ranks, 0.8);
+    ASSERT_EQ(failures.size(), 1u);
+    EXPECT_TRUE(names(failures, "rank 1 (node0) computes wrong numbers: its model forward/backward checksum"));
+    // Two ranks disagreeing: the one whose exact-integer GEMMs are right is trusted.
+    auto two = healthy_fleet(2);
+    two[0].model_checksum = 7;
+    two[0].wrong_elements = 2;
+    failures = judge_preflight(two, 0.8);
+    EXPECT_EQ(failures.size(), 2u);
+    EXPECT_FALSE(names(failures, "rank 1")) << "rank 1 computed right";
+    // And with nothing to break the tie, both are named.
+    two[0].wrong_elements = 0;
+    failures = judge_preflight(two, 0.8);
+    EXPECT_TRUE(names(failures, "rank 0") && names(failures, "rank 1"));
+}
+
+TEST(PreflightJudgment, BusBandwidthFollowsNcclTests) {
+    EXPECT_DOUBLE_EQ(bus_bandwidth("all_reduce", 10.0, 4), 15.0);
+    EXPECT_DOUBLE_EQ(bus_bandwidth("all_gather", 10.0, 4), 7.5);
+    EXPECT_DOUBLE_EQ(bus_bandwidth("all_reduce", 10.0, 2), 10.0);
+}
+
+class PreflightCommand : public ::testing::Test {
+  protected:
+    test::ScratchDir dir{"preflight"};
+    std::string store = dir.file("s.db");
+    test::CommandResult preflight(const std::string& name, const std::string& args = "") {
+        return test::run_command(fmt::format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun "
+                                             "--oversubscribe -np 2 {} preflight --max-bytes 65536 --store {} --name "
+                                             "{} {}",
+                                             HLAT_BINARY, store, name, args));
+    }
+};
+
+TEST_F(PreflightCommand, PassesOnAHealthyMachineAndStoresItsRun) {
+    auto r = preflight("healthy");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("pre-flight passed"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("all_reduce"), std::string::npos) << "the collectives table";
+    telemetry::Reader reader(store);
+    auto run = reader.find_run("healthy");
+    ASSERT_TRUE(run.has_value());
+    auto meta = nlohmann::json::parse(run->meta);
+    EXPECT_EQ(meta["kind"], "preflight");
+    ASSERT_EQ(meta["preflight"]["ranks"].size(), 2u);
+    EXPECT_GT(meta["preflight"]["ranks"][1]["fp32_gemm_gflops"].get<double>(), 0.0);
+    EXPECT_TRUE(reader.alerts(run->id).empty());
+}
+
+TEST_F(PreflightCommand, FailsNamingARankThatComputesWrongNumbers) {
+    auto r = preflight("sdc", "--inject sdc:1");
+    EXPECT_EQ(r.exit_code, 3) << r.output;
+    EXPECT_NE(r.output.find("rank 1 (" ), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("computes wrong numbers"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("rank 0 ("), std::string::npos) << "rank 0 is healthy:\n" << r.output;
+    telemetry::Reader reader(store);
+    auto alerts = reader.alerts(reader.find_run("sdc")->id);
+    ASSERT_FALSE(alerts.empty());
+    EXPECT_EQ(alerts[0].kind, "preflight");
+    EXPECT_NE(alerts[0].message.find("rank 1"), std::string::npos);
+}
+
+TEST_F(PreflightCommand, FailsNamingASlowRank) {
+    auto r = preflight("slow", "--inject slow_rank:0:3");
+    EXPECT_EQ(r.exit_code, 3) << r.output;
+    EXPECT_NE(r.output.find("rank 0 ("), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("of the fleet median"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("rank 1 ("), std::string::npos) << "rank 1 is healthy:\n" << r.output;
+}
+
+}  // namespace
+}  // namespace hlat
