@@ -5,6 +5,7 @@
 // rank exits 0 when the fleet passed and 3 when it did not.
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "telemetry/reader.h"
 #include "telemetry/writer.h"
 #include "trainer/config/config.h"
 #include "trainer/parallel/preflight.h"
@@ -40,7 +41,10 @@ void store_report(const std::string& path, const std::string& name, const Prefli
     if (!parent.empty()) fs::create_directories(parent);
     telemetry::Writer writer(path);
     telemetry::RunRecord r;
+    // A pre-flight is never resumed: a name taken by an earlier one gets a suffix.
     r.name = name;
+    telemetry::Reader reader(path);
+    for (int n = 2; reader.find_run(r.name); n++) r.name = fmt::format("{}-{}", name, n);
     r.config = config_to_json(config).dump();
     r.status = "finished";
     r.host = report.ranks.empty() ? "" : report.ranks[0].host;

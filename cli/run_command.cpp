@@ -30,7 +30,10 @@ int run_command(int argc, char** argv) {
         ("backoff-max", po::value<double>()->default_value(60.0), "cap on the wait before a relaunch, seconds")
         ("hang-timeout", po::value<double>()->default_value(300.0),
          "seconds without a heartbeat in the store (a step or an event) after which the job is killed and "
-         "relaunched; 0: never");
+         "relaunched; 0: never")
+        ("preflight", "run `hlat preflight` under the launcher before every launch; a failure stops (exit 3)")
+        ("preflight-args", po::value<std::string>()->default_value(""),
+         "more options for hlat preflight, e.g. \"--min-fraction 0.7\"");
     auto parsed = parse_options(split, argv, opts,
                                 "usage: hlat run [options] -- [hlat train options]\n"
                                 "Relaunches a crashed or hung job from its latest good checkpoint (adding --resume);\n"
@@ -45,6 +48,9 @@ int run_command(int argc, char** argv) {
     o.backoff_seconds = vm["backoff"].as<double>();
     o.backoff_max_seconds = vm["backoff-max"].as<double>();
     o.hang_timeout_seconds = vm["hang-timeout"].as<double>();
+    o.preflight = vm.count("preflight") > 0;
+    std::istringstream preflight_args(vm["preflight-args"].as<std::string>());
+    for (std::string word; preflight_args >> word;) o.preflight_args.push_back(word);
     if (o.max_restarts < 0 || o.backoff_seconds < 0 || o.backoff_max_seconds < 0 || o.hang_timeout_seconds < 0)
         throw std::runtime_error("--max-restarts, --backoff, --backoff-max and --hang-timeout must be >= 0");
     return supervise(o);

@@ -151,6 +151,7 @@ class Supervisor {
             argv.push_back("train");
             argv.insert(argv.end(), o_.train_args.begin(), o_.train_args.end());
             if (attempt > 0 && !has_resume) argv.push_back("--resume");
+            if (o_.preflight && !preflight_passes(attempt)) return kPreflightFailed;
             const double launched = now();
             pid_t pid = launch(argv, attempt);
             spdlog::info("supervisor: launch {} (pid {}): {}", attempt + 1, pid, fmt::join(argv, " "));
@@ -166,6 +167,26 @@ class Supervisor {
     }
 
   private:
+    static constexpr int kPreflightFailed = 3;
+
+    // `hlat preflight` on the job's ranks, stored beside the run; the model
+    // checksummed is the job's own (its --config).
+    bool preflight_passes(int attempt) {
+        std::vector<std::string> argv = o_.launcher;
+        argv.insert(argv.end(), {hlat_, "preflight", "--store", config_.run.store.empty() ? "none" : config_.run.store,
+                                 "--name", fmt::format("{}-preflight-{}", run_name(config_), attempt + 1)});
+        auto config = std::find(o_.train_args.begin(), o_.train_args.end(), "--config");
+        if (config != o_.train_args.end() && config + 1 != o_.train_args.end())
+            argv.insert(argv.end(), {"--config", *(config + 1)});
+        argv.insert(argv.end(), o_.preflight_args.begin(), o_.preflight_args.end());
+        spdlog::info("supervisor: pre-flight before launch {}: {}", attempt + 1, fmt::join(argv, " "));
+        int status = 0;
+        waitpid(launch(argv, attempt), &status, 0);
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
+        spdlog::error("supervisor: the pre-flight failed ({}); the job is not launched", describe_status(status));
+        return false;
+    }
+
     // Waits for the job to end: passes a stop signal on, kills a job that hangs.
     JobEnd wait_for(pid_t pid, double launched) {
         JobEnd end;

@@ -27,11 +27,15 @@ struct SupervisorOptions {
     double backoff_seconds = 1.0;         // wait before relaunch n: backoff * 2^(n-1), capped
     double backoff_max_seconds = 60.0;
     double hang_timeout_seconds = 300.0;  // 0: never treat silence as a hang
+    // `hlat preflight` under the same launcher before every launch; a failed
+    // one stops the supervisor (exit 3) instead of starting a job on a bad rank.
+    bool preflight = false;
+    std::vector<std::string> preflight_args;  // added to hlat preflight's own
 };
 
 // Runs the job to its end and returns the exit code to report: the job's own
-// (0 finished, 3 halted, 128+N stopped by signal N), or 1 after too many
-// restarts. Throws with a message when the job's config cannot be read.
+// (0 finished, 3 halted, 128+N stopped by signal N), 3 when a pre-flight
+// failed, or 1 after too many restarts. Throws with a message when the job's config cannot be read.
 int supervise(const SupervisorOptions& options);
 
 }  // namespace hlat

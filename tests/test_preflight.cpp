@@ -109,5 +109,29 @@ TEST_F(PreflightCommand, FailsNamingASlowRank) {
     EXPECT_EQ(r.output.find("rank 1 ("), std::string::npos) << "rank 1 is healthy:\n" << r.output;
 }
 
+// `hlat run --preflight`: the pre-flight runs under the job's launcher before
+// the launch; when it fails the job never starts.
+TEST_F(PreflightCommand, TheSupervisorLaunchesOnlyAfterAPassingPreflight) {
+    test::write_tiny_training(dir, 20, {{"store", store}, {"name", "job"}, {"out_dir", dir.file("job")}});
+    const std::string launcher = "--launcher \"mpirun --oversubscribe -np 2\"";
+    const std::string env = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ";
+    auto r = test::run_command(fmt::format("{}{} run {} --preflight --preflight-args \"--max-bytes 4096 --inject "
+                                           "slow_rank:1:3\" -- --config {} --data {} --dp 2 --steps 4",
+                                           env, HLAT_BINARY, launcher, dir.file("c.json"), dir.file("t.u16")));
+    EXPECT_EQ(r.exit_code, 3) << r.output;
+    EXPECT_NE(r.output.find("the pre-flight failed"), std::string::npos) << r.output;
+    telemetry::Reader reader(store);
+    EXPECT_FALSE(reader.find_run("job").has_value()) << "no job on a failed fleet";
+    EXPECT_TRUE(reader.find_run("job-preflight-1").has_value());
+
+    r = test::run_command(fmt::format("{}{} run {} --preflight --preflight-args \"--max-bytes 4096\" -- --config {} "
+                                      "--data {} --dp 2 --steps 4",
+                                      env, HLAT_BINARY, launcher, dir.file("c.json"), dir.file("t.u16")));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    telemetry::Reader after(store);
+    ASSERT_TRUE(after.find_run("job").has_value());
+    EXPECT_EQ(after.find_run("job")->status, "finished");
+}
+
 }  // namespace
 }  // namespace hlat
