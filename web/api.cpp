@@ -34,6 +34,12 @@ json parse_or_null(const std::string& text) {
     return j.is_discarded() ? json(nullptr) : j;
 }
 
+// A pre-flight run's report (per-rank table, collectives, failures), else null.
+json preflight_of(const RunRecord& run) {
+    json meta = parse_or_null(run.meta);
+    if (!meta.is_object() || meta.value("kind", "") != "preflight" || !meta.contains("preflight")) return nullptr;
+    return meta["preflight"];
+}
 
 json run_json(const RunSummary& s) {
     return {{"name", s.run.name},
@@ -52,7 +58,8 @@ json run_json(const RunSummary& s) {
             {"config", parse_or_null(s.run.config)},
             {"halt_route", s.run.status == "running" ? json(halt_route(s.run).value_or("")) : json(nullptr)},
             {"tags", parse_or_null(s.run.tags)},
-            {"note", s.run.note}};
+            {"note", s.run.note},
+            {"preflight", preflight_of(s.run)}};
 }
 
 }  // namespace

@@ -53,6 +53,9 @@ const tpRun = mpi(train("tp-drift-run", "tp.json", ["--tp", "2"]));
 check(tpRun.status === 0, `a TP=2 bf16_sr run trains under mpirun ${tpRun.status ? tpRun.stderr : ""}`);
 const dpRun = mpi(train("dp-bug-run", "dp.json", ["--dp", "2", "--inject", "allreduce_bug@12:sum"]));
 check(dpRun.status === 0, `a DP=2 run with an all-reduce bug trains under mpirun ${dpRun.status ? dpRun.stderr : ""}`);
+const preflight = mpi(["preflight", "--store", store, "--name", "preflight-run", "--max-bytes", "65536",
+  "--inject", "slow_rank:1:3"]);
+check(preflight.status === 3, `a pre-flight with a slowed rank fails (exit ${preflight.status})`);
 
 // A run on text with a tokenizer, its checkpoints scored by `hlat eval --watch`.
 const words = "the model gradient norm spike loss step layer token attention mask rank checkpoint python".split(" ");
@@ -136,6 +139,14 @@ try {
   check(mismatch === "0,0,1,1,1,1,1,1" && bugAlerts.includes("replica_mismatch@14"),
         `the replica panel shows the replicas parting at the first check after the bug (${mismatch}; ${bugAlerts})`);
   await page.screenshot({ path: path.join(work, "replicas.png"), fullPage: true });
+
+  await page.goto(`${url}static/run.html?run=preflight-run`);
+  await page.waitForSelector("#preflight table", { timeout: 10000 });
+  const failedRows = await page.locator("#preflight tr.failed td:first-child").allInnerTexts();
+  const preflightVerdict = await page.locator("#preflight .verdict").innerText();
+  check(failedRows.join(",") === "1" && preflightVerdict.includes("FAILED"),
+        `the pre-flight page marks the slowed rank (${failedRows}; ${preflightVerdict})`);
+  await page.screenshot({ path: path.join(work, "preflight.png"), fullPage: true });
 
   await page.goto(`${url}static/run.html?run=evaluated-run`);
   await page.waitForSelector('.chart[data-panel="mc: accuracy"] canvas', { timeout: 10000 });

@@ -9,6 +9,7 @@ import { COLORS, fetchJson, loadSeries, appendLive, envelopeParts, yTicks, range
 import { chartSvg, downloadPng, downloadSvg } from "./chart_export.js";
 import { evalPanels, drawEvalPanel } from "./eval_panels.js";
 import { loadUptime } from "./uptime.js";
+import { showPreflight } from "./preflight.js";
 
 const params = new URLSearchParams(location.search);
 const runName = params.get("run");
@@ -323,6 +324,10 @@ function showHeader(run) {
   showSteps();
   state.haltRoute = run.halt_route;
   showHaltButton(run.status);
+  if (run.preflight) {  // a pre-flight has no steps: its tables, not charts
+    document.body.classList.add("preflight-run");
+    showPreflight(run.preflight, $("#preflight"));
+  }
 }
 
 function showSteps() {
