@@ -86,12 +86,12 @@ DetectorsConfig detectors_from_json(const json& j) {
     if (!j.is_object()) throw DetectorConfigError("config field \"detectors\" must be an object");
     static const std::set<std::string> known = {"grad_spike", "nonfinite",  "leak_probe", "loss_floor",
                                                 "loss_jump",  "divergence", "tp_drift",   "replica_mismatch",
-                                                "webhook"};
+                                                "straggler",  "health_check", "webhook"};
     for (auto it = j.begin(); it != j.end(); ++it)
         if (!known.count(it.key()))
             throw DetectorConfigError(fmt::format(
                 "unknown detector \"detectors.{}\"; known: grad_spike, nonfinite, leak_probe, loss_floor, loss_jump, "
-                "divergence, tp_drift, replica_mismatch, webhook",
+                "divergence, tp_drift, replica_mismatch, straggler, health_check, webhook",
                 it.key()));
 
     Fields g(j, "grad_spike");
@@ -133,6 +133,14 @@ DetectorsConfig detectors_from_json(const json& j) {
     Fields rm(j, "replica_mismatch");
     rm.policy(c.replica_mismatch.policy);
     rm.done();
+    Fields st(j, "straggler");
+    st.policy(c.straggler.policy);
+    st.number("factor", c.straggler.factor, true);
+    st.integer("steps", c.straggler.steps, 1);
+    st.done();
+    Fields hc(j, "health_check");
+    hc.policy(c.health_check.policy);
+    hc.done();
     if (j.contains("webhook")) {
         const json& w = j.at("webhook");
         if (!w.is_string() || (!w.get<std::string>().empty() && w.get<std::string>().rfind("http://", 0) != 0))
@@ -171,6 +179,9 @@ json detectors_to_json(const DetectorsConfig& c) {
           {"threshold", c.tp_drift.threshold},
           {"growth_checks", c.tp_drift.growth_checks}}},
         {"replica_mismatch", {{"policy", policy_name(c.replica_mismatch.policy)}}},
+        {"straggler",
+         {{"policy", policy_name(c.straggler.policy)}, {"factor", c.straggler.factor}, {"steps", c.straggler.steps}}},
+        {"health_check", {{"policy", policy_name(c.health_check.policy)}}},
         {"webhook", c.webhook},
     };
 }

@@ -9,6 +9,8 @@
 //   "divergence": {"policy", "window", "grad_growth", "min_loss_drop"}
 //   "tp_drift":   {"policy", "threshold", "growth_checks"}
 //   "replica_mismatch": {"policy"}
+//   "straggler":  {"policy", "factor", "steps"}
+//   "health_check": {"policy"}
 //   "webhook":    "http://host:port/path" or ""
 #pragma once
 
@@ -69,6 +71,16 @@ struct ReplicaMismatchConfig {
     Policy policy = Policy::Halt;  // replicas that disagree train a different model on each rank
 };
 
+struct StragglerConfig {
+    Policy policy = Policy::Warn;
+    double factor = 2.0;  // a rank's compute time over the median of the others'
+    int steps = 5;        // for this many consecutive steps
+};
+
+struct HealthCheckConfig {
+    Policy policy = Policy::Halt;  // a rank computing wrong numbers corrupts every replica it reduces with
+};
+
 struct DetectorsConfig {
     GradSpikeConfig grad_spike;
     NonFiniteConfig nonfinite;
@@ -78,6 +90,8 @@ struct DetectorsConfig {
     DivergenceConfig divergence;
     TpDriftConfig tp_drift;
     ReplicaMismatchConfig replica_mismatch;
+    StragglerConfig straggler;
+    HealthCheckConfig health_check;
     std::string webhook;
 };
 

@@ -31,6 +31,11 @@
 //   so it lives in the trainer and raises this alert itself; the Python
 //   client's probe sends the series, and this detector turns it into the same
 //   alert, with leak_probe's policy.
+// - straggler: one rank's compute time exceeds `factor` (2) x the median of
+//   the other ranks' for `steps` (5) consecutive steps (the same rank each
+//   time). Evidence: rank, ratio. Once per episode.
+// - health_check: the between-steps health check found a rank whose GEMMs of
+//   exact integers came out wrong (silent data corruption). Evidence: count.
 #pragma once
 
 #include "detectors/config.h"
@@ -63,6 +68,14 @@ struct StepRecord {
     double replica_mismatch = NAN;  // data-parallel ranks whose hash differs from their replica 0
     std::string replica_detail;     // which ranks and the first tensor, when known
     double causality_leak = NAN;    // largest logit change a causality probe saw (0: none)
+    // Distributed runs, every step: the slowest rank's compute time over the
+    // median of the others', and which rank that is.
+    double straggler_ratio = NAN;
+    double straggler_rank = NAN;
+    std::string straggler_detail;     // its host and times, when known
+    // On health-check steps: how many ranks computed wrong numbers, and who.
+    double health_check_failures = NAN;
+    std::string health_detail;
 };
 
 // The metric keys the detectors read; sets the field of `r` that `key` feeds

@@ -362,6 +362,49 @@ class ReplicaMismatch : public Detector {
     bool alerted_ = false;
 };
 
+class Straggler : public Detector {
+  public:
+    explicit Straggler(const StragglerConfig& c) : c_(c) {}
+    void observe(const StepRecord& r, std::vector<Alert>& out) override {
+        if (std::isnan(r.straggler_ratio)) return;
+        const bool slow = r.straggler_ratio > c_.factor;
+        run_ = slow && r.straggler_rank == rank_ ? run_ + 1 : slow ? 1 : 0;
+        rank_ = slow ? r.straggler_rank : -1;
+        if (run_ == c_.steps)
+            out.push_back(make_alert(
+                "straggler", "warning", r.step,
+                fmt::format("rank {:.0f} is a straggler: its compute took {:.1f}x the median of the other ranks' for "
+                            "{} consecutive steps{}; every other rank waits for it at each all-reduce",
+                            r.straggler_rank, r.straggler_ratio, c_.steps,
+                            r.straggler_detail.empty() ? "" : " (" + r.straggler_detail + ")"),
+                {{"rank", r.straggler_rank}, {"ratio", r.straggler_ratio}, {"steps", c_.steps}}));
+    }
+    json state() const override { return {{"rank", rank_}, {"run", run_}}; }
+    void restore(const json& j) override {
+        rank_ = j.at("rank").get<double>();
+        run_ = j.at("run").get<int>();
+    }
+
+  private:
+    StragglerConfig c_;
+    double rank_ = -1;
+    int run_ = 0;  // consecutive slow steps of rank_
+};
+
+class HealthCheck : public Detector {
+  public:
+    void observe(const StepRecord& r, std::vector<Alert>& out) override {
+        if (!(r.health_check_failures > 0)) return;  // NaN: not checked at this step
+        out.push_back(make_alert("health_check", "critical", r.step,
+                                 (r.health_detail.empty() ? fmt::format("{:.0f} rank(s) computed wrong numbers",
+                                                                        r.health_check_failures)
+                                                          : r.health_detail) +
+                                     " in the health check (silent data corruption: its GEMMs are wrong, and so is "
+                                     "what it contributes to training)",
+                                 {{"ranks", r.health_check_failures}}));
+    }
+};
+
 class InformationLeak : public Detector {
   public:
     void observe(const StepRecord& r, std::vector<Alert>& out) override {
@@ -387,6 +430,9 @@ bool apply_metric(StepRecord& r, const std::string& key, double value) {
         {"tp_drift", &StepRecord::tp_drift},
         {"replica_mismatch", &StepRecord::replica_mismatch},
         {"causality_leak", &StepRecord::causality_leak},
+        {"straggler_ratio", &StepRecord::straggler_ratio},
+        {"straggler_rank", &StepRecord::straggler_rank},
+        {"health_check_failures", &StepRecord::health_check_failures},
     };
     auto it = fields.find(key);
     if (it == fields.end()) return false;
@@ -398,7 +444,8 @@ bool apply_metric(StepRecord& r, const std::string& key, double value) {
 
 const std::vector<std::string>& detector_keys() {
     static const std::vector<std::string> keys = {"loss", "grad_norm", "param_norm", "lr", "heldout_loss",
-                                                  "tp_drift", "replica_mismatch", "causality_leak"};
+                                                  "tp_drift", "replica_mismatch", "causality_leak",
+                                                  "straggler_ratio", "straggler_rank", "health_check_failures"};
     return keys;
 }
 
@@ -413,6 +460,8 @@ DetectorSuite::DetectorSuite(const DetectorsConfig& c, Source source) {
     add("divergence", std::make_unique<Divergence>(c.divergence), c.divergence.policy);
     add("tp_drift", std::make_unique<TpDrift>(c.tp_drift), c.tp_drift.policy);
     add("replica_mismatch", std::make_unique<ReplicaMismatch>(), c.replica_mismatch.policy);
+    add("straggler", std::make_unique<Straggler>(c.straggler), c.straggler.policy);
+    add("health_check", std::make_unique<HealthCheck>(), c.health_check.policy);
     // The embedded trainer raises information_leak from its own probe; this
     // one reads probes sent from outside (no series in the trainer's runs).
     add("information_leak", std::make_unique<InformationLeak>(), c.leak_probe.policy);

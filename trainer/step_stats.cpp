@@ -22,6 +22,7 @@ std::vector<StepMetric> step_metrics(const StepStats& s) {
         {"comm_s", s.comm_seconds, K::Real, W::NonZero},  // distributed runs
         {"comm_exposed_s", s.comm_exposed_seconds, K::Real, W::NonZero},
         {"tp_comm_s", s.tp_comm_seconds, K::Real, W::NonZero},
+        {"compute_s", s.compute_seconds},
         {"lost_updates", s.lost_updates, K::Real, W::Measured},  // bf16 modes
     };
 }

@@ -2,6 +2,7 @@
 
 #include "trainer/model/flops.h"
 #include "trainer/model/kernels_bf16.h"
+#include "trainer/model/sgemm.h"
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <thread>
 
 namespace hlat {
 
@@ -100,6 +102,7 @@ StepStats Trainer::step(bool tensor_norms, bool hash_grads) {
     StepStats s{};
     s.step = step_;
     auto t_step = Clock::now();
+    const double stall = inject_fleet_faults(s);
     accumulate(s);
     reduce(s, hash_grads);
     auto t0 = Clock::now();
@@ -108,9 +111,26 @@ StepStats Trainer::step(bool tensor_norms, bool hash_grads) {
     measure(s, tensor_norms);
     s.optimizer_seconds = seconds_since(t0);
     s.step_seconds = seconds_since(t_step);
+    s.compute_seconds =
+        std::max(0.0, s.forward_seconds + s.backward_seconds + s.optimizer_seconds - s.comm_exposed_seconds);
+    last_compute_seconds_ = s.compute_seconds - stall;
     count_tokens(s);
     step_++;
     return s;
+}
+
+// A throttled core: the step's compute takes `slowdown` times as long, so
+// this rank sleeps the difference (estimated from its previous step) before
+// computing, and reaches each all-reduce late. Counted as forward time.
+double Trainer::inject_fleet_faults(StepStats& s) {
+    const int rank = parallel_ ? parallel_->world_rank() : 0;
+    set_gemm_bit_flip(faults_.corrupts_arithmetic(rank, step_));
+    const double slowdown = faults_.slowdown(rank, step_);
+    if (slowdown <= 1.0 || last_compute_seconds_ <= 0.0) return 0.0;
+    const double stall = (slowdown - 1.0) * last_compute_seconds_;
+    std::this_thread::sleep_for(std::chrono::duration<double>(stall));
+    s.forward_seconds += stall;
+    return stall;
 }
 
 void Trainer::accumulate(StepStats& s) {

@@ -55,6 +55,7 @@ class Trainer {
     void measure(StepStats& s, bool tensor_norms);  // lost updates; parameter norms (global, per tensor when asked)
     void count_lost_updates(StepStats& s);
     void count_tokens(StepStats& s);                // tokens seen, throughput, MFU, TP comm share
+    double inject_fleet_faults(StepStats& s);       // slow_rank stretches this rank's compute; sdc corrupts its GEMMs
 
     TrainConfig config_;
     BatchSource& data_;
@@ -68,6 +69,7 @@ class Trainer {
     int step_ = 0;
     long tokens_seen_ = 0;
     bool weights_rounded_ = false;
+    double last_compute_seconds_ = 0.0;  // of the previous step: what slow_rank stretches
 };
 
 // Sets the thread count (OpenMP's, which oneDNN shares) for the whole process.

@@ -267,6 +267,7 @@ void parallel_fields(F& f, C& c) {
     f.integer("check_every", c.check_every, 0, kMaxInt);
     f.boolean("hash_grads", c.hash_grads);
     f.integer("resync_every", c.resync_every, 0, kMaxInt);
+    f.integer("health_every", c.health_every, 0, kMaxInt);
 }
 
 // Calls visit(name, fields) for each section but detectors (detectors/config.h

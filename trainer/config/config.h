@@ -57,6 +57,9 @@ struct ParallelConfig {
     int check_every = 10;       // steps between replica hashes and TP drift measurements; 0: never
     bool hash_grads = false;    // hash the reduced gradients too (they must agree across replicas)
     int resync_every = 0;       // copy replicated weights from TP rank 0 every this many steps; 0: never
+    // Health check between steps (exact-integer GEMMs on every rank, an
+    // all-reduce timed) every this many steps of a distributed run; 0: never.
+    int health_every = 100;
 };
 
 struct TrainConfig {

@@ -75,33 +75,6 @@ double triad_gbs(double slowdown) {
     return 12.0 * n / t / 1e9;
 }
 
-// GEMMs of integers in [-8, 8]: every product and partial sum is an integer
-// below 2^24, exact in fp32 and in bf16 inputs, so the right answer does not
-// depend on the order of the sums and any other answer is wrong arithmetic.
-long wrong_gemm_elements() {
-    const int n = 256;
-    std::mt19937 rng(2024);
-    std::vector<float> a((long)n * n), b((long)n * n), c((long)n * n);
-    for (float& x : a) x = (float)((int)(rng() % 17) - 8);
-    for (float& x : b) x = (float)((int)(rng() % 17) - 8);
-    std::vector<long> exact((long)n * n, 0);
-    for (int i = 0; i < n; i++)
-        for (int k = 0; k < n; k++)
-            for (int j = 0; j < n; j++) exact[(long)i * n + j] += (long)a[(long)i * n + k] * (long)b[(long)k * n + j];
-    auto count_wrong = [&] {
-        long wrong = 0;
-        for (long i = 0; i < (long)c.size(); i++) wrong += c[i] != (float)exact[i];
-        return wrong;
-    };
-    sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    long wrong = count_wrong();
-    std::vector<bf16> a16(a.size()), b16(b.size());
-    bf16_narrow(a16.data(), a.data(), (long)a.size());
-    bf16_narrow(b16.data(), b.data(), (long)b.size());
-    gemm_bf16(c.data(), a16.data(), b16.data(), n, n, n, false, false, false);
-    return wrong + count_wrong();
-}
-
 // FNV-1a over the gradients (and loss) of one seeded forward/backward of the
 // configured model on a short batch: the same bits on every healthy rank.
 uint64_t model_checksum(const ModelConfig& config) {
@@ -122,11 +95,6 @@ uint64_t model_checksum(const ModelConfig& config) {
     return h;
 }
 
-std::string host_name() {
-    char host[256] = {0};
-    gethostname(host, sizeof host - 1);
-    return host;
-}
 
 // One collective at one size: the mean of `iters` calls after two untimed,
 // the slowest rank's.
@@ -220,6 +188,39 @@ std::optional<uint64_t> reference_checksum(const std::vector<RankMeasurement>& r
 }
 
 }  // namespace
+
+// GEMMs of integers in [-8, 8]: every product and partial sum is an integer
+// below 2^24, exact in fp32 and in bf16 inputs, so the right answer does not
+// depend on the order of the sums and any other answer is wrong arithmetic.
+long wrong_gemm_elements() {
+    const int n = 256;
+    std::mt19937 rng(2024);
+    std::vector<float> a((long)n * n), b((long)n * n), c((long)n * n);
+    for (float& x : a) x = (float)((int)(rng() % 17) - 8);
+    for (float& x : b) x = (float)((int)(rng() % 17) - 8);
+    std::vector<long> exact((long)n * n, 0);
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < n; k++)
+            for (int j = 0; j < n; j++) exact[(long)i * n + j] += (long)a[(long)i * n + k] * (long)b[(long)k * n + j];
+    auto count_wrong = [&] {
+        long wrong = 0;
+        for (long i = 0; i < (long)c.size(); i++) wrong += c[i] != (float)exact[i];
+        return wrong;
+    };
+    sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    long wrong = count_wrong();
+    std::vector<bf16> a16(a.size()), b16(b.size());
+    bf16_narrow(a16.data(), a.data(), (long)a.size());
+    bf16_narrow(b16.data(), b.data(), (long)b.size());
+    gemm_bf16(c.data(), a16.data(), b16.data(), n, n, n, false, false, false);
+    return wrong + count_wrong();
+}
+
+std::string host_name() {
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    return host;
+}
 
 double bus_bandwidth(const std::string& op, double algbw, int ranks) {
     if (ranks < 2) return 0.0;

@@ -58,6 +58,14 @@ struct PreflightReport {
 // Faults: slow_rank stretches that rank's timed compute, sdc corrupts its GEMMs.
 PreflightReport run_preflight(Parallel& parallel, const PreflightOptions& options, const Faults& faults);
 
+// fp32 and bf16 GEMMs of small integers, whose exact result is known: the
+// number of output elements that came out wrong (0 on a healthy core). The
+// pre-flight's arithmetic check, and the health check's between steps.
+long wrong_gemm_elements();
+
+// This machine's host name.
+std::string host_name();
+
 // The judgment alone: each rate against the fleet median, the exact GEMMs,
 // the model checksums (a rank outside the majority is wrong; with no majority
 // every rank is named).

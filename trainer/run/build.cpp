@@ -7,6 +7,7 @@
 #include "trainer/parallel/sharding.h"
 #include "trainer/run/checkpoint_hook.h"
 #include "trainer/run/consistency_hook.h"
+#include "trainer/run/fleet_hook.h"
 #include "trainer/run/detector_hook.h"
 #include "trainer/run/distributed_run.h"
 #include "trainer/run/eval_hook.h"
@@ -103,6 +104,7 @@ void BuiltRun::add_hooks(const TrainOptions& options) {
     hooks_.add(std::make_unique<TelemetryHook>(run));
     hooks_.add(std::make_unique<EvalHook>(run));
     hooks_.add(std::make_unique<ConsistencyHook>(run));
+    hooks_.add(std::make_unique<FleetHook>(run));
     hooks_.add(std::make_unique<DetectorHook>(run));
     hooks_.add(std::make_unique<CheckpointHook>(run, hooks_));
     hooks_.add(std::make_unique<FaultHook>(options.faults, parallel_.world_rank(), FaultHook::attempt_from_env()));

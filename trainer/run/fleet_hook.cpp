@@ -1,0 +1,93 @@
+#include "trainer/run/fleet_hook.h"
+
+#include "trainer/parallel/preflight.h"
+#include "trainer/run/schedule.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace hlat {
+
+namespace {
+
+double median_of(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+StragglerSummary summarize_stragglers(const std::vector<double>& compute) {
+    StragglerSummary worst{NAN, -1};
+    if (compute.size() < 2) return worst;
+    for (size_t r = 0; r < compute.size(); r++) {
+        std::vector<double> others = compute;
+        others.erase(others.begin() + r);
+        const double median = median_of(others);
+        const double ratio = median > 0 ? compute[r] / median : NAN;
+        if (!std::isnan(ratio) && (std::isnan(worst.ratio) || ratio > worst.ratio)) worst = {ratio, (int)r};
+    }
+    return worst;
+}
+
+FleetHook::FleetHook(RunContext& run) : run_(run) {
+    if (run_.parallel.distributed()) hosts_ = run_.parallel.gather(host_name(), Group::World);
+}
+
+void FleetHook::after_step(StepResult& result) {
+    if (!run_.parallel.distributed()) return;
+    record_rank_times(result);
+    if (every(run_.config.parallel.health_every, result.stats.step + 1)) health_check(result);
+}
+
+void FleetHook::record_rank_times(StepResult& result) {
+    const StepStats& s = result.stats;
+    std::vector<double> all = run_.parallel.gather(std::vector<double>{s.compute_seconds, s.comm_exposed_seconds, s.data_seconds},
+                                                   Group::World);
+    if (!run_.parallel.is_root()) return;
+    const size_t n = all.size() / 3;
+    std::vector<double> compute(n), comm(n), data(n);
+    for (size_t r = 0; r < n; r++) compute[r] = all[3 * r], comm[r] = all[3 * r + 1], data[r] = all[3 * r + 2];
+    run_.recorder.rank_metrics(s.step, "rank/compute_s", compute);
+    run_.recorder.rank_metrics(s.step, "rank/comm_wait_s", comm);
+    run_.recorder.rank_metrics(s.step, "rank/data_wait_s", data);
+    const StragglerSummary worst = summarize_stragglers(compute);
+    result.record.straggler_ratio = worst.ratio;
+    result.record.straggler_rank = worst.rank;
+    if (worst.rank >= 0)
+        result.record.straggler_detail = fmt::format("{}, compute {:.3f} s", hosts_[worst.rank], compute[worst.rank]);
+    run_.recorder.metrics(s.step, {{"straggler_ratio", worst.ratio}, {"straggler_rank", (double)worst.rank}});
+}
+
+void FleetHook::health_check(StepResult& result) {
+    Parallel& parallel = run_.parallel;
+    const double wrong = (double)wrong_gemm_elements();
+    std::vector<float> buffer(1 << 18, 1.0f);  // 1 MB
+    auto t0 = std::chrono::steady_clock::now();
+    parallel.allreduce(buffer.data(), (long)buffer.size(), MPI_FLOAT, MPI_SUM, Group::World);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::vector<double> all = parallel.gather(std::vector<double>{wrong, seconds}, Group::World);
+    if (!parallel.is_root()) return;
+    const int64_t step = result.stats.step;
+    std::vector<double> wrong_by_rank, allreduce_us;
+    std::string failing;
+    for (size_t r = 0; r < all.size() / 2; r++) {
+        wrong_by_rank.push_back(all[2 * r]);
+        allreduce_us.push_back(1e6 * all[2 * r + 1]);
+        if (all[2 * r] > 0)
+            failing += fmt::format("{}rank {} ({}) got {:.0f} elements of its exact-integer GEMMs wrong",
+                                   failing.empty() ? "" : "; ", r, hosts_[r], all[2 * r]);
+    }
+    run_.recorder.rank_metrics(step, "health/wrong_gemm_elements", wrong_by_rank);
+    run_.recorder.rank_metrics(step, "health/allreduce_us", allreduce_us);
+    const double failures = (double)std::count_if(wrong_by_rank.begin(), wrong_by_rank.end(), [](double w) { return w > 0; });
+    result.record.health_check_failures = failures;
+    result.record.health_detail = failing;
+    run_.recorder.metrics(step, {{"health_check_failures", failures}});
+}
+
+}  // namespace hlat
