@@ -193,6 +193,10 @@ nlohmann::json compare_json(const std::vector<detectors::RunPostmortem>& runs) {
                        {"tokens_per_s", number(r.tokens_per_s)},
                        {"state_bytes_per_param", number(r.state_bytes_per_param)},
                        {"format_bytes_per_param", number(r.format_bytes_per_param)},
+                       {"world_size", r.world_size},
+                       {"price_per_rank_hour", number(r.price_per_rank_hour)},
+                       {"cost_per_4m_tokens", number(r.cost_per_4m_tokens)},
+                       {"tokens_per_unit_price", number(r.tokens_per_unit_price)},
                        {"seed", r.seed},
                        {"lost_updates", number(r.lost_updates)},
                        {"evals", evals}};
@@ -219,22 +223,24 @@ void print_comparison(const std::vector<detectors::RunPostmortem>& runs,
                       const std::map<std::string, std::vector<std::string>>& diffs) {
     size_t w = 4;
     for (const auto& r : runs) w = std::max(w, r.name.size());
-    fmt::print("{:<{}}  {:>9}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>6}  {:>7}  {:>6}  {:>9}  {:>7}\n",
+    fmt::print("{:<{}}  {:>9}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>6}  {:>7}  {:>6}  {:>9}  {:>7}  {:>8}\n",
                "RUN", w, "PRECISION", "STEPS", "FINAL", "BEST", "HELDOUT", "LOSS VAR", "GAP", "GAP STD", "GRAD TREND",
-               "SPIKES", "1-STEP", "ALERTS", "TOK/S", "B/PARAM");
+               "SPIKES", "1-STEP", "ALERTS", "TOK/S", "B/PARAM", "CPT");
     for (const auto& r : runs) {
         long alerts = 0;
         for (auto& [k, n] : r.alerts) alerts += n;
-        fmt::print("{:<{}}  {:>9}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>6}  {:>7}  {:>6}  {:>9}  {:>7}\n",
+        fmt::print("{:<{}}  {:>9}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>6}  {:>7}  {:>6}  {:>9}  {:>7}  {:>8}\n",
                    r.name, w, r.precision, r.steps,
                    num(r.final_loss, "{:.4f}"), num(r.best_loss, "{:.4f}"), num(r.final_heldout, "{:.4f}"),
                    num(r.loss_variance, "{:.5f}"), num(r.loss_gap, "{:+.4f}"), num(r.loss_gap_std, "{:.4f}"),
                    num(r.grad_trend, "{:.2f}x"), r.spike_episodes,
                    num(100 * r.one_step_spike_share, "{:.0f}%"), alerts, num(r.tokens_per_s, "{:.0f}"),
-                   num(r.state_bytes_per_param, "{:.0f}") + "/" + num(r.format_bytes_per_param, "{:.0f}"));
+                   num(r.state_bytes_per_param, "{:.0f}") + "/" + num(r.format_bytes_per_param, "{:.0f}"),
+                   num(r.cost_per_4m_tokens, "{:.4g}"));
     }
     fmt::print("(B/PARAM: bytes of weights, gradients and optimizer state per parameter, as allocated / as the "
-               "precision's number formats need)\n");
+               "precision's number formats need; CPT: cost per 4M tokens at the median throughput, every rank billed at "
+               "its price per hour)\n");
     std::set<std::string> eval_keys;
     for (const auto& r : runs)
         for (const auto& [key, _] : r.evals) eval_keys.insert(key);
@@ -270,6 +276,8 @@ int compare_command(int argc, char** argv) {
         "store", po::value<std::string>()->default_value("runs/hlat.db"), "telemetry store")(
         "runs", po::value<std::string>()->default_value(""), "runs to compare, comma-separated")(
         "out", po::value<std::string>()->default_value(""), "also write a self-contained HTML report here")(
+        "price", po::value<double>(), "price of one rank for an hour, for every run's cost per 4M tokens (default: "
+                                      "each run's own run.price_per_rank_hour, if any)")(
         "json", "print the numbers as one JSON object (last line) instead of the table");
     auto parsed = parse_options(argc, argv, opts,
                                 "usage: hlat compare --store FILE --runs A,B[,...] [--out report.html] [--json]\n\nThe post-mortem "
@@ -284,6 +292,8 @@ int compare_command(int argc, char** argv) {
     if (names.empty()) throw std::runtime_error("--runs names no run");
     telemetry::Reader reader(vm["store"].as<std::string>());
     auto runs = detectors::postmortem(reader, names);
+    if (vm.count("price"))
+        for (auto& r : runs) detectors::price_run(r, vm["price"].as<double>());
     auto diffs = detectors::config_differences(reader, names);
     if (!vm["out"].as<std::string>().empty())
         write_file_atomic(vm["out"].as<std::string>(), {detectors::postmortem_html(runs, diffs)});

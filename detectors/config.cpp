@@ -137,6 +137,7 @@ DetectorsConfig detectors_from_json(const json& j) {
     st.policy(c.straggler.policy);
     st.number("factor", c.straggler.factor, true);
     st.integer("steps", c.straggler.steps, 1);
+    st.integer("warmup", c.straggler.warmup, 0);
     st.done();
     Fields hc(j, "health_check");
     hc.policy(c.health_check.policy);
@@ -180,7 +181,8 @@ json detectors_to_json(const DetectorsConfig& c) {
           {"growth_checks", c.tp_drift.growth_checks}}},
         {"replica_mismatch", {{"policy", policy_name(c.replica_mismatch.policy)}}},
         {"straggler",
-         {{"policy", policy_name(c.straggler.policy)}, {"factor", c.straggler.factor}, {"steps", c.straggler.steps}}},
+         {{"policy", policy_name(c.straggler.policy)}, {"factor", c.straggler.factor}, {"steps", c.straggler.steps},
+          {"warmup", c.straggler.warmup}}},
         {"health_check", {{"policy", policy_name(c.health_check.policy)}}},
         {"webhook", c.webhook},
     };

@@ -9,7 +9,7 @@
 //   "divergence": {"policy", "window", "grad_growth", "min_loss_drop"}
 //   "tp_drift":   {"policy", "threshold", "growth_checks"}
 //   "replica_mismatch": {"policy"}
-//   "straggler":  {"policy", "factor", "steps"}
+//   "straggler":  {"policy", "factor", "steps", "warmup"}
 //   "health_check": {"policy"}
 //   "webhook":    "http://host:port/path" or ""
 #pragma once
@@ -75,6 +75,7 @@ struct StragglerConfig {
     Policy policy = Policy::Warn;
     double factor = 2.0;  // a rank's compute time over the median of the others'
     int steps = 5;        // for this many consecutive steps
+    int warmup = 10;      // steps ignored at the start (allocation, first-touch page faults, caches)
 };
 
 struct HealthCheckConfig {

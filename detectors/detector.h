@@ -33,7 +33,8 @@
 //   alert, with leak_probe's policy.
 // - straggler: one rank's compute time exceeds `factor` (2) x the median of
 //   the other ranks' for `steps` (5) consecutive steps (the same rank each
-//   time). Evidence: rank, ratio. Once per episode.
+//   time), after the first `warmup` (10) steps. Evidence: rank, ratio. Once
+//   per episode.
 // - health_check: the between-steps health check found a rank whose GEMMs of
 //   exact integers came out wrong (silent data corruption). Evidence: count.
 #pragma once

@@ -366,7 +366,7 @@ class Straggler : public Detector {
   public:
     explicit Straggler(const StragglerConfig& c) : c_(c) {}
     void observe(const StepRecord& r, std::vector<Alert>& out) override {
-        if (std::isnan(r.straggler_ratio)) return;
+        if (std::isnan(r.straggler_ratio) || r.step < c_.warmup) return;
         const bool slow = r.straggler_ratio > c_.factor;
         run_ = slow && r.straggler_rank == rank_ ? run_ + 1 : slow ? 1 : 0;
         rank_ = slow ? r.straggler_rank : -1;

@@ -62,6 +62,10 @@ void read_setting(const std::string& config, RunPostmortem& p) {
         if (seed.is_number_integer()) p.seed = seed.get<int64_t>();  // an imported config may hold anything
         p.setting.erase(it);
     }
+    if (auto it = p.setting.find("run.price_per_rank_hour"); it != p.setting.end()) {
+        p.price_per_rank_hour = std::stod(it->second);
+        p.setting.erase(it);  // what a run cost is not part of its setting
+    }
     for (const char* key : {"run.name", "run.out_dir", "run.store"}) p.setting.erase(key);
 }
 
@@ -203,6 +207,15 @@ std::string evals_html(const std::vector<RunPostmortem>& runs) {
 
 }  // namespace
 
+void price_run(RunPostmortem& p, double price) {
+    p.price_per_rank_hour = price > 0 ? price : NAN;
+    p.cost_per_4m_tokens = p.tokens_per_unit_price = NAN;
+    if (!(price > 0) || !(p.tokens_per_s > 0)) return;
+    const double per_second = price * p.world_size / 3600.0;
+    p.cost_per_4m_tokens = per_second * 4e6 / p.tokens_per_s;
+    p.tokens_per_unit_price = p.tokens_per_s / per_second;
+}
+
 std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vector<std::string>& names, int window) {
     std::vector<RunPostmortem> out;
     // seed -> step -> loss of the first run named with that seed: a run's gap
@@ -247,6 +260,11 @@ std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vect
         const nlohmann::json meta = nlohmann::json::parse(run->meta, nullptr, false);
         if (meta.is_object() && meta.contains("bytes_per_param") && meta["bytes_per_param"].is_number())
             p.state_bytes_per_param = meta["bytes_per_param"].get<double>();
+        if (meta.is_object() && meta.contains("world_size") && meta["world_size"].is_number_integer())
+            p.world_size = std::max(1, meta["world_size"].get<int>());
+        if (meta.is_object() && meta.contains("price_per_rank_hour") && meta["price_per_rank_hour"].is_number())
+            p.price_per_rank_hour = meta["price_per_rank_hour"].get<double>();
+        price_run(p, p.price_per_rank_hour);
         p.loss_curve = envelopes(loss_points, kChartBuckets);
         auto [reference, first_of_its_seed] = first_loss.try_emplace(p.seed);
         if (first_of_its_seed) {
@@ -296,7 +314,8 @@ code{font-size:12px}</style></head><body><h1>hlat post-mortem</h1>)";
     h += "<h2>Runs</h2><table><tr><th>run</th><th>precision</th><th>status</th><th>steps</th><th>final loss</th><th>best loss</th>"
          "<th>final held-out</th><th>best held-out</th><th>loss variance</th><th>loss gap vs first</th><th>gap std</th>"
          "<th>grad-norm trend</th><th>spike episodes</th>"
-         "<th>one-step spikes</th><th>alerts</th><th>tokens/s</th><th>state bytes/param allocated (format)</th></tr>";
+         "<th>one-step spikes</th><th>alerts</th><th>tokens/s</th><th>state bytes/param allocated (format)</th>"
+         "<th>cost per 4M tokens</th></tr>";
     const std::vector<const char*> colours = run_colours(runs);
     for (size_t i = 0; i < runs.size(); i++) {
         const RunPostmortem& r = runs[i];
@@ -305,13 +324,14 @@ code{font-size:12px}</style></head><body><h1>hlat post-mortem</h1>)";
         h += fmt::format(R"(<tr><td><span class="swatch" style="background:{}"></span>{}</td><td>{}</td><td>{}</td><td class="n">{}</td>)"
                          R"(<td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td>)"
                          R"(<td class="n">{}</td><td class="n">{}</td>)"
-                         R"(<td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td></tr>)",
+                         R"(<td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td></tr>)",
                          colours[i], html_escape(r.name), html_escape(r.precision), html_escape(r.status), r.steps, num(r.final_loss),
                          num(r.best_loss), num(r.final_heldout), num(r.best_heldout), num(r.loss_variance, "{:.5f}"),
                          num(r.loss_gap, "{:+.4f}"), num(r.loss_gap_std, "{:.4f}"),
                          num(r.grad_trend, "{:.2f}x"), r.spike_episodes, num(100 * r.one_step_spike_share, "{:.0f}%"), alerts,
                          num(r.tokens_per_s, "{:.0f}"),
-                         num(r.state_bytes_per_param, "{:.0f}") + " (" + num(r.format_bytes_per_param, "{:.0f}") + ")");
+                         num(r.state_bytes_per_param, "{:.0f}") + " (" + num(r.format_bytes_per_param, "{:.0f}") + ")",
+                         num(r.cost_per_4m_tokens, "{:.4g}"));
     }
     h += fmt::format("</table><p>Final loss: mean of the last 50 steps; best: lowest 50-step mean; loss variance over the "
                      "last 50 steps; loss gap: the run's loss minus {}'s at the same steps, mean and standard deviation "

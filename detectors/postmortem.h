@@ -37,7 +37,13 @@ struct RunPostmortem {
     double one_step_spike_share = NAN;
     std::map<int, long> spike_lengths;
     std::map<std::string, long> alerts;  // by kind
-    double tokens_per_s = NAN;        // median
+    double tokens_per_s = NAN;        // median, of the whole job
+    // Cost, when a price per rank-hour is known (run.price_per_rank_hour, the
+    // run's meta, or `hlat compare --price`): what 4M tokens cost at the median
+    // throughput with every rank billed (the paper's CPT), and its inverse.
+    double price_per_rank_hour = NAN;
+    int world_size = 1;
+    double cost_per_4m_tokens = NAN, tokens_per_unit_price = NAN;
     double lost_updates = NAN;        // pure bf16 modes: mean lost-update fraction over the last `window` steps
     double state_bytes_per_param = NAN;   // weights, gradients, optimizer state as the run allocated them (its meta)
     double format_bytes_per_param = NAN;  // what the precision's number formats need
@@ -54,6 +60,9 @@ struct RunPostmortem {
     // folded in; the trainer's own held-out loss is final_heldout above).
     std::map<std::string, std::vector<EvalPoint>> evals;
 };
+
+// Sets the cost figures of p from a price per rank-hour (<= 0: unknown).
+void price_run(RunPostmortem& p, double price_per_rank_hour);
 
 // Summaries of the named runs; throws naming a run the store does not have.
 std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vector<std::string>& runs, int window = 50);

@@ -28,7 +28,7 @@ struct StepStats {
     double comm_seconds;    // data-parallel gradient reduction (and ZeRO-1 parameter gather)
     double comm_exposed_seconds;  // of which the step waited for; the rest overlapped backward
     double tp_comm_seconds;       // tensor-parallel all-reduces inside forward and backward
-    double compute_seconds;       // forward, backward and optimizer less the waits for communication
+    double compute_seconds;       // forward, backward and optimizer less the time in communication
     // bf16 modes: the share of weights whose non-zero update left the stored
     // value unchanged (lost in rounding), overall and per tensor kind
     // ("lost_updates/kind/o_proj", x); NaN and empty in fp32 and mixed.

@@ -111,10 +111,12 @@ StepStats Trainer::step(bool tensor_norms, bool hash_grads) {
     measure(s, tensor_norms);
     s.optimizer_seconds = seconds_since(t0);
     s.step_seconds = seconds_since(t_step);
-    s.compute_seconds =
-        std::max(0.0, s.forward_seconds + s.backward_seconds + s.optimizer_seconds - s.comm_exposed_seconds);
-    last_compute_seconds_ = s.compute_seconds - stall;
     count_tokens(s);
+    // Waits for other ranks (the data-parallel reduction's exposed part, the
+    // tensor-parallel all-reduces) are not compute: a fast rank waits there.
+    s.compute_seconds = std::max(0.0, s.forward_seconds + s.backward_seconds + s.optimizer_seconds -
+                                          s.comm_exposed_seconds - s.tp_comm_seconds);
+    last_compute_seconds_ = s.compute_seconds - stall;
     step_++;
     return s;
 }

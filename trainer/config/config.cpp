@@ -237,6 +237,7 @@ void run_fields(F& f, C& c) {
     f.string("data", c.data);
     f.string("data_dtype", c.data_dtype, {"uint16", "uint32"});
     f.number("peak_gflops", c.peak_gflops, 0.0, 1e9);
+    f.number("price_per_rank_hour", c.price_per_rank_hour, 0.0, 1e9);
     f.integer("log_every", c.log_every, 1, kMaxInt);
     f.string("out_dir", c.out_dir);
     f.string("name", c.name);

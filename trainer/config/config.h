@@ -35,6 +35,7 @@ struct RunConfig {
     std::string data;                       // binary token file
     std::string data_dtype = "uint16";      // uint16 or uint32
     double peak_gflops = 0.0;               // 0: measure with an sgemm probe at start
+    double price_per_rank_hour = 0.0;       // what one rank costs an hour (any currency); 0: unknown, no cost figures
     int log_every = 1;
     std::string out_dir = "runs/default";  // run folder: checkpoints live here
     std::string name;                       // run name in the store; empty: the out_dir's folder name
