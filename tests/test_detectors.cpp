@@ -331,6 +331,15 @@ TEST_F(FaultRun, ComparePutsRunsSideBySide) {
     EXPECT_EQ(j["runs"]["base"]["precision"], "fp32");
     EXPECT_EQ(j["runs"]["base"]["state_bytes_per_param"], 16) << "allocated: weight, gradient, two moments";
     EXPECT_EQ(j["runs"]["base"]["format_bytes_per_param"], 16);
+    EXPECT_TRUE(j["runs"]["base"]["cost_per_4m_tokens"].is_null()) << "no price, no cost";
+    // Priced at 3.6 per rank-hour (one rank): 4M tokens cost 4000 / (tokens/s).
+    auto priced = test::run_command(fmt::format("{} compare --store {} --runs base --json --price 3.6", HLAT_BINARY,
+                                                dir.file("s.db")));
+    ASSERT_EQ(priced.exit_code, 0) << priced.output;
+    nlohmann::json p = nlohmann::json::parse(priced.output)["runs"]["base"];
+    const double tps = p["tokens_per_s"].get<double>();
+    EXPECT_NEAR(p["cost_per_4m_tokens"].get<double>(), 4000.0 / tps, 1e-9 * 4000.0 / tps);
+    EXPECT_NEAR(p["tokens_per_unit_price"].get<double>(), tps * 1000.0, 1e-9 * tps * 1000.0);
     EXPECT_EQ(j["runs"]["base"]["loss_gap_vs_first"], 0.0) << "the last entry named base is compared with itself";
     EXPECT_EQ(j["runs"]["base"]["loss_gap_std"], 0.0);
     EXPECT_NE(html.find("loss minus base"), std::string::npos) << "the gap chart";
