@@ -110,6 +110,30 @@ std::vector<SeriesPoint> Reader::series(int64_t run, const std::string& key, int
     return out;
 }
 
+std::vector<std::string> Reader::rank_keys(int64_t run) {
+    std::vector<std::string> out;
+    Statement s = db_.prepare("SELECT name FROM metric_keys WHERE id IN "
+                              "(SELECT DISTINCT key_id FROM rank_metrics WHERE run_id = ?1) ORDER BY name");
+    s.bind(1, run);
+    while (s.step()) out.push_back(s.column_text(0));
+    return out;
+}
+
+Reader::RankSeries Reader::rank_series(int64_t run, const std::string& key, int64_t max_points) {
+    RankSeries out;
+    auto key_ = key_id(key);
+    if (!key_) return out;
+    Statement last = db_.prepare("SELECT max(step) FROM rank_metrics WHERE run_id = ?1 AND key_id = ?2");
+    last.bind(1, run).bind(2, *key_);
+    if (last.step()) out.stride = std::max<int64_t>(1, (last.column_int(0) + max_points) / std::max<int64_t>(1, max_points));
+    Statement s = db_.prepare("SELECT rank, step, value, wall_time FROM rank_metrics WHERE run_id = ?1 AND "
+                              "key_id = ?2 AND step % ?3 = 0 ORDER BY rank, step");
+    s.bind(1, run).bind(2, *key_).bind(3, out.stride);
+    while (s.step())
+        out.ranks[(int)s.column_int(0)].push_back({s.column_int(1), s.column_double_or_nan(2), s.column_double(3)});
+    return out;
+}
+
 namespace {
 
 // Accumulates points or block summaries into one bucket.

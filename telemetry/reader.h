@@ -7,6 +7,7 @@
 #include "telemetry/sqlite.h"
 
 #include <cmath>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -61,6 +62,15 @@ class Reader {
     std::vector<std::string> keys(int64_t run);
     // Points with step in [first, last].
     std::vector<SeriesPoint> series(int64_t run, const std::string& key, int64_t first, int64_t last);
+    // Per-rank series (rank_metrics): the keys, and one key's points by rank,
+    // every stride-th step with the stride that keeps each rank to at most
+    // max_points (all steps when they fit).
+    std::vector<std::string> rank_keys(int64_t run);
+    struct RankSeries {
+        int64_t stride = 1;
+        std::map<int, std::vector<SeriesPoint>> ranks;
+    };
+    RankSeries rank_series(int64_t run, const std::string& key, int64_t max_points);
     // The same range in at most `buckets` buckets of equal step width (a
     // multiple of 64 for long ranges, so whole precomputed blocks are used).
     std::vector<Bucket> downsample(int64_t run, const std::string& key, int64_t first, int64_t last, int buckets);

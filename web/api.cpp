@@ -176,6 +176,8 @@ Response Api::handle_run(const Request& r, const std::string& name, const std::s
         return reply(202, {{"run", name}, {"halt", *route}});
     }
     if (what == "keys") return reply(200, {{"keys", reader.keys(run->id)}});
+    if (what == "rank_keys") return reply(200, {{"keys", reader.rank_keys(run->id)}});
+    if (what == "rank_series") return rank_series_reply(reader, run->id, r);
     if (what == "series") return series_reply(reader, run->id, r);
     if (what == "episodes") return episodes_reply(reader, run->id, r);
     if (what == "csv") return csv_reply(reader, run->id, r);

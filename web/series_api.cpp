@@ -84,6 +84,18 @@ Response series_reply(Reader& reader, int64_t run, const Request& r) {
     return reply(200, {{"key", key}, {"columns", {"step", "value", "time"}}, {"points", rows}});
 }
 
+Response rank_series_reply(Reader& reader, int64_t run, const Request& r) {
+    std::string key = required(r, "key");
+    Reader::RankSeries series = reader.rank_series(run, key, int_param(r, "points", 2000, 1, 100000));
+    json ranks = json::object();
+    for (const auto& [rank, pts] : series.ranks) {
+        json rows = json::array();
+        for (const SeriesPoint& p : pts) rows.push_back({p.step, json_number(p.value)});
+        ranks[std::to_string(rank)] = rows;
+    }
+    return reply(200, {{"key", key}, {"stride", series.stride}, {"ranks", ranks}});
+}
+
 Response episodes_reply(Reader& reader, int64_t run, const Request& r) {
     std::string key = required(r, "key");
     auto [from, to] = step_range(r);

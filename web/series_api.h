@@ -3,6 +3,8 @@
 //             [first, last, min, max, last value, has_nan, mean, first time, last time]
 //   episodes  spike episodes at full resolution (spike_episodes below)
 //   csv       every stored point of some keys, one row per step
+//   rank_series  one per-rank key's points by rank ({"0": [[step, value], ...], ...}),
+//             every stride-th step so that no rank has more than `points` (2000)
 #pragma once
 
 #include "telemetry/reader.h"
@@ -16,6 +18,7 @@ namespace hlat::web {
 Response series_reply(telemetry::Reader& reader, int64_t run, const Request& r);
 Response episodes_reply(telemetry::Reader& reader, int64_t run, const Request& r);
 Response csv_reply(telemetry::Reader& reader, int64_t run, const Request& r);
+Response rank_series_reply(telemetry::Reader& reader, int64_t run, const Request& r);
 
 // A run of consecutive points above the spike threshold.
 struct SpikeEpisode {

@@ -138,6 +138,12 @@ try {
   const bugAlerts = await page.evaluate(() => window.hlatDashboard.alerts.map((a) => `${a.kind}@${a.step}`));
   check(mismatch === "0,0,1,1,1,1,1,1" && bugAlerts.includes("replica_mismatch@14"),
         `the replica panel shows the replicas parting at the first check after the bug (${mismatch}; ${bugAlerts})`);
+  await page.waitForSelector('.chart[data-panel="rank/compute_s"] canvas', { timeout: 10000 });
+  const rankLines = await page.evaluate(() => {
+    const p = window.hlatDashboard.rankPanels.find((r) => r.key === "rank/compute_s");
+    return p ? p.series.slice(1).map((s) => `${s.label}:${p.data[1 + p.series.slice(1).indexOf(s)].filter((v) => v > 0).length}`) : [];
+  });
+  check(rankLines.join(",") === "rank 0:40,rank 1:40", `each rank's compute time is drawn per step (${rankLines})`);
   await page.screenshot({ path: path.join(work, "replicas.png"), fullPage: true });
 
   await page.goto(`${url}static/run.html?run=preflight-run`);

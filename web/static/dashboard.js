@@ -10,6 +10,7 @@ import { chartSvg, downloadPng, downloadSvg } from "./chart_export.js";
 import { evalPanels, drawEvalPanel } from "./eval_panels.js";
 import { loadUptime } from "./uptime.js";
 import { showPreflight } from "./preflight.js";
+import { loadRankPanels, drawRankPanel } from "./rank_panels.js";
 
 const params = new URLSearchParams(location.search);
 const runName = params.get("run");
@@ -58,6 +59,7 @@ const state = (window.hlatDashboard = {
   lastStep: -1,
   status: null,
   evals: [],
+  rankPanels: [],    // per-rank series of a distributed run (rank_panels.js)
   haltRoute: null,   // what a halt does for this run ("" when nothing here can stop it)
   drawn: 0,          // draws so far (the bench waits for the first)
   loadFailed: false, // the message shows a load error (cleared by the next good load)
@@ -250,6 +252,7 @@ function draw() {
     drawPanel(container, panel, width);
     if (panel.id === "loss") for (const p of evalPanels(state.evals)) drawEvalPanel(container, width, p, state);
   }
+  for (const p of state.rankPanels) drawRankPanel(container, width, p, state.charts);
   if (!state.drawn) state.firstDrawMs = performance.now();  // since navigation start (bench/web_dashboard)
   state.drawn++;
 }
@@ -381,7 +384,8 @@ async function load() {
     const q = state.zoom ? `&from=${state.zoom[0]}&to=${state.zoom[1]}` : "";
     state.episodes = state.shown.has("grad_norm") && state.keys.includes("grad_norm")
       ? (await fetchJson(api(`/episodes?key=grad_norm${q}`))).episodes : [];
-    await Promise.all([loadAlerts(), loadUptime(api, run.status), loadEvals()]);
+    await Promise.all([loadAlerts(), loadUptime(api, run.status), loadEvals(),
+                       run.preflight ? null : loadRankPanels(api).then((p) => { state.rankPanels = p; })]);
     draw();
     if (state.loadFailed) $("#message").textContent = "";  // other messages (a halt's answer) stay
     state.loadFailed = false;
