@@ -1,6 +1,7 @@
 // hlat runs: list the runs of a store, or delete one.
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "detectors/postmortem.h"
 #include "telemetry/ingest.h"
 #include "telemetry/reader.h"
 #include "telemetry/untrusted_text.h"
@@ -72,6 +73,7 @@ int runs_command(int argc, char** argv) {
                                               {"last_loss", number(r.last_loss)},
                                               {"tokens", number(r.tokens_seen)},
                                               {"alerts", r.alerts},
+                                              {"cost_per_4m_tokens", number(detectors::run_cost_per_4m_tokens(reader, r.run))},
                                               {"uptime", {{"ratio", r.uptime.ratio},
                                                           {"training_seconds", r.uptime.training_seconds},
                                                           {"wall_seconds", r.uptime.wall_seconds},
@@ -87,15 +89,15 @@ int runs_command(int argc, char** argv) {
     auto shown = [](const std::string& name) { return telemetry::excerpt(name, 200, false); };
     size_t name_width = 4;
     for (const RunSummary& r : runs) name_width = std::max(name_width, shown(r.run.name).size());
-    fmt::print("{:<{}}  {:<9}  {:<9}  {:>8}  {:>9}  {:>10}  {:>7}  {:>6}  {}\n", "RUN", name_width, "STATUS",
-               "PRECISION", "STEPS", "LAST LOSS", "TOKENS", "UPTIME", "ALERTS", "STARTED");
+    fmt::print("{:<{}}  {:<9}  {:<9}  {:>8}  {:>9}  {:>10}  {:>7}  {:>6}  {:>8}  {}\n", "RUN", name_width, "STATUS",
+               "PRECISION", "STEPS", "LAST LOSS", "TOKENS", "UPTIME", "ALERTS", "CPT", "STARTED");
     for (const RunSummary& r : runs) {
-        fmt::print("{:<{}}  {:<9}  {:<9}  {:>8}  {:>9}  {:>10}  {:>7}  {:>6}  {}\n", shown(r.run.name), name_width,
+        fmt::print("{:<{}}  {:<9}  {:<9}  {:>8}  {:>9}  {:>10}  {:>7}  {:>6}  {:>8}  {}\n", shown(r.run.name), name_width,
                    r.run.status, r.run.precision.empty() ? "-" : r.run.precision,
                    r.last_step >= 0 ? std::to_string(r.last_step + 1) : "-", format_number(r.last_loss, "{:.4f}"),
                    format_number(r.tokens_seen, "{:.4g}"),
                    r.uptime.wall_seconds > 0 ? fmt::format("{:.1f}%", 100.0 * r.uptime.ratio) : "-", r.alerts,
-                   format_time(r.run.started_at));
+                   format_number(detectors::run_cost_per_4m_tokens(reader, r.run), "{:.4g}"), format_time(r.run.started_at));
     }
     return 0;
 }

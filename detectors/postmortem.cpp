@@ -62,10 +62,7 @@ void read_setting(const std::string& config, RunPostmortem& p) {
         if (seed.is_number_integer()) p.seed = seed.get<int64_t>();  // an imported config may hold anything
         p.setting.erase(it);
     }
-    if (auto it = p.setting.find("run.price_per_rank_hour"); it != p.setting.end()) {
-        p.price_per_rank_hour = std::stod(it->second);
-        p.setting.erase(it);  // what a run cost is not part of its setting
-    }
+    p.setting.erase("run.price_per_rank_hour");  // what a run cost is not part of its setting
     for (const char* key : {"run.name", "run.out_dir", "run.store"}) p.setting.erase(key);
 }
 
@@ -207,6 +204,31 @@ std::string evals_html(const std::vector<RunPostmortem>& runs) {
 
 }  // namespace
 
+// The world size (meta) and price per rank-hour (config, else meta) of a run.
+static void read_pricing(const telemetry::RunRecord& run, RunPostmortem& p) {
+    const nlohmann::json meta = nlohmann::json::parse(run.meta, nullptr, false);
+    const nlohmann::json config = nlohmann::json::parse(run.config, nullptr, false);
+    if (meta.is_object() && meta.contains("world_size") && meta["world_size"].is_number_integer())
+        p.world_size = std::max(1, meta["world_size"].get<int>());
+    if (meta.is_object() && meta.contains("price_per_rank_hour") && meta["price_per_rank_hour"].is_number())
+        p.price_per_rank_hour = meta["price_per_rank_hour"].get<double>();
+    if (config.is_object() && config.contains("run") && config["run"].is_object() &&
+        config["run"].contains("price_per_rank_hour") && config["run"]["price_per_rank_hour"].is_number())
+        p.price_per_rank_hour = config["run"]["price_per_rank_hour"].get<double>();
+}
+
+double run_cost_per_4m_tokens(telemetry::Reader& reader, const telemetry::RunRecord& run) {
+    RunPostmortem p;
+    read_pricing(run, p);
+    if (!(p.price_per_rank_hour > 0)) return NAN;
+    std::vector<double> tps = values(reader, run.id, "tokens_per_s");
+    if (tps.empty()) return NAN;
+    std::nth_element(tps.begin(), tps.begin() + tps.size() / 2, tps.end());
+    p.tokens_per_s = tps[tps.size() / 2];
+    price_run(p, p.price_per_rank_hour);
+    return p.cost_per_4m_tokens;
+}
+
 void price_run(RunPostmortem& p, double price) {
     p.price_per_rank_hour = price > 0 ? price : NAN;
     p.cost_per_4m_tokens = p.tokens_per_unit_price = NAN;
@@ -260,10 +282,7 @@ std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vect
         const nlohmann::json meta = nlohmann::json::parse(run->meta, nullptr, false);
         if (meta.is_object() && meta.contains("bytes_per_param") && meta["bytes_per_param"].is_number())
             p.state_bytes_per_param = meta["bytes_per_param"].get<double>();
-        if (meta.is_object() && meta.contains("world_size") && meta["world_size"].is_number_integer())
-            p.world_size = std::max(1, meta["world_size"].get<int>());
-        if (meta.is_object() && meta.contains("price_per_rank_hour") && meta["price_per_rank_hour"].is_number())
-            p.price_per_rank_hour = meta["price_per_rank_hour"].get<double>();
+        read_pricing(*run, p);
         price_run(p, p.price_per_rank_hour);
         p.loss_curve = envelopes(loss_points, kChartBuckets);
         auto [reference, first_of_its_seed] = first_loss.try_emplace(p.seed);

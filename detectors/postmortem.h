@@ -64,6 +64,10 @@ struct RunPostmortem {
 // Sets the cost figures of p from a price per rank-hour (<= 0: unknown).
 void price_run(RunPostmortem& p, double price_per_rank_hour);
 
+// A run's cost per 4M tokens at its median tokens/s, every rank billed at the
+// price per rank-hour its config or meta gives; NaN without one.
+double run_cost_per_4m_tokens(telemetry::Reader& reader, const telemetry::RunRecord& run);
+
 // Summaries of the named runs; throws naming a run the store does not have.
 std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vector<std::string>& runs, int window = 50);
 

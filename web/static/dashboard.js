@@ -334,7 +334,19 @@ function showHeader(run) {
 }
 
 function showSteps() {
-  $("#run-steps").textContent = `${(state.lastStep + 1).toLocaleString("en-US")} steps${state.header ?? ""}`;
+  $("#run-steps").textContent = `${(state.lastStep + 1).toLocaleString("en-US")} steps${state.header ?? ""}${state.cost ?? ""}`;
+}
+
+// Cost per 4M tokens at the median tokens/s drawn, every rank billed at the
+// run's price per rank-hour (run.price_per_rank_hour); nothing without a price.
+function showCost(run) {
+  const price = run.config?.run?.price_per_rank_hour;
+  const tps = state.series.tokens_per_s?.line.filter((v) => v > 0).sort((a, b) => a - b);
+  if (!(price > 0) || !tps?.length) return;
+  const ranks = (run.config?.parallel?.dp ?? 1) * (run.config?.parallel?.tp ?? 1);
+  const cpt = (price * ranks / 3600) * 4e6 / tps[Math.floor(tps.length / 2)];
+  state.cost = ` · CPT ${cpt.toPrecision(3)} per 4M tokens`;
+  showSteps();
 }
 
 function showStatus(status) {
@@ -379,6 +391,7 @@ async function load() {
     const loaded = await Promise.all(wanted.map((k) => loadSeries(runBase, k, { ...range, width })));
     if (!state.zoom) for (const s of loaded) carryLivePoints(state.series[s.key], s);
     state.series = Object.fromEntries(loaded.map((s) => [s.key, s]));
+    showCost(run);
     const tok = state.series.tokens_seen;
     if (tok && tok.steps.length) state.tokensPerStep = tok.line.at(-1) / (tok.steps.at(-1) + 1);
     const q = state.zoom ? `&from=${state.zoom[0]}&to=${state.zoom[1]}` : "";
