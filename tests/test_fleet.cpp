@@ -108,9 +108,13 @@ TEST_F(FleetRun, CleanRunsOnTwoAndFourRanksRaiseNothing) {
         for (int seed : {1, 2, 3}) EXPECT_TRUE(train(np, seed, "").empty()) << np << " ranks, seed " << seed;
 }
 
+// On 2 ranks a rank slowed 3x measures ~3x the other's compute. On 4 ranks
+// sharing 2 cores the others' compute is stretched too (three of them share
+// the cores while the slow one sleeps, four when it computes), so 3x measures
+// 2-2.5x, at the detector's factor; 4x measures ~3x.
 TEST_F(FleetRun, ASlowedRankIsFlaggedWithinKSteps) {
     for (int np : {2, 4}) {
-        auto alerts = train(np, 1, "--inject slow_rank@20:1:3");
+        auto alerts = train(np, 1, np == 2 ? "--inject slow_rank@20:1:3" : "--inject slow_rank@20:1:4");
         ASSERT_FALSE(alerts.empty()) << np << " ranks";
         EXPECT_EQ(alerts[0].substr(0, alerts[0].find('@')), "straggler");
         int step = std::stoi(alerts[0].substr(alerts[0].find('@') + 1));
