@@ -75,7 +75,9 @@ int preflight_command(int argc, char** argv) {
                                                                "the built-in defaults)")(
         "threads", po::value<int>()->default_value(0), "threads per rank (0: this host's cores over its ranks)")(
         "min-fraction", po::value<double>()->default_value(0.8), "a rank below this fraction of the fleet median "
-                                                                 "fails")(
+                                                                 "GEMM rate fails")(
+        "min-memory-fraction", po::value<double>()->default_value(0.6),
+        "a rank below this fraction of the fleet median memory bandwidth fails")(
         "max-bytes", po::value<long>()->default_value(64L << 20), "largest collective message, bytes")(
         "store", po::value<std::string>()->default_value("runs/hlat.db"), "telemetry store (\"none\": do not store)")(
         "name", po::value<std::string>()->default_value(""), "run name in the store (default: preflight-DATE-TIME)")(
@@ -95,9 +97,10 @@ int preflight_command(int argc, char** argv) {
     options.model = config.model;
     options.threads = vm["threads"].as<int>() > 0 ? vm["threads"].as<int>() : default_threads();
     options.min_fraction = vm["min-fraction"].as<double>();
+    options.min_memory_fraction = vm["min-memory-fraction"].as<double>();
     options.max_bytes = vm["max-bytes"].as<long>();
-    if (!(options.min_fraction > 0 && options.min_fraction <= 1))
-        throw ConfigError("--min-fraction must be in (0, 1]");
+    for (double f : {options.min_fraction, options.min_memory_fraction})
+        if (!(f > 0 && f <= 1)) throw ConfigError("--min-fraction and --min-memory-fraction must be in (0, 1]");
     if (options.max_bytes < 8) throw ConfigError("--max-bytes must be at least 8");
     Faults faults = parse_faults(vm.count("inject") ? vm["inject"].as<std::vector<std::string>>()
                                                     : std::vector<std::string>{});

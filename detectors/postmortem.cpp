@@ -322,6 +322,42 @@ std::map<std::string, std::vector<std::string>> config_differences(telemetry::Re
     return out;
 }
 
+// Cost and scaling, when runs have a price: ranks, throughput, cost per 4M
+// tokens and that cost against the first priced run's (the paper's Figure 4
+// normalizes to its baseline the same way), as a table and a bar chart.
+static std::string cost_html(const std::vector<RunPostmortem>& runs, const std::vector<const char*>& colours) {
+    const RunPostmortem* base = nullptr;
+    for (const RunPostmortem& r : runs)
+        if (std::isfinite(r.cost_per_4m_tokens) && !base) base = &r;
+    if (!base) return "";
+    std::string table = "<h2>Cost and scaling</h2><table><tr><th>run</th><th>ranks</th><th>tokens/s</th>"
+                        "<th>price per rank-hour</th><th>cost per 4M tokens</th><th>vs " + html_escape(base->name) +
+                        "</th><th>tokens per unit price</th></tr>";
+    double top = 0.0;
+    for (const RunPostmortem& r : runs) top = std::max(top, r.cost_per_4m_tokens / base->cost_per_4m_tokens);
+    const int bar_h = 22, width = 640, label_w = 180;
+    std::string bars;
+    int row = 0;
+    for (size_t i = 0; i < runs.size(); i++) {
+        const RunPostmortem& r = runs[i];
+        const double rel = r.cost_per_4m_tokens / base->cost_per_4m_tokens;
+        table += fmt::format(R"(<tr><td>{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td>)"
+                             R"(<td class="n">{}</td><td class="n">{}</td><td class="n">{}</td></tr>)",
+                             html_escape(r.name), r.world_size, num(r.tokens_per_s, "{:.0f}"),
+                             num(r.price_per_rank_hour, "{:.4g}"), num(r.cost_per_4m_tokens, "{:.4g}"),
+                             num(rel, "{:.2f}x"), num(r.tokens_per_unit_price, "{:.4g}"));
+        if (!std::isfinite(rel)) continue;
+        const int y = 30 + row++ * (bar_h + 6), w = (int)((width - label_w - 60) * rel / top);
+        bars += fmt::format(R"(<text x="4" y="{}">{}</text><rect x="{}" y="{}" width="{}" height="{}" fill="{}"/>)"
+                            R"(<text x="{}" y="{}">{:.2f}x</text>)",
+                            y + 15, html_escape(r.name), label_w, y, w, bar_h, colours[i], label_w + w + 6, y + 15, rel);
+    }
+    return table + "</table>" +
+           fmt::format(R"(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" role="img">)"
+                       R"(<text x="4" y="18" font-weight="600">cost per 4M tokens against {}</text>{}</svg>)",
+                       width, 40 + row * (bar_h + 6), html_escape(base->name), bars);
+}
+
 std::string postmortem_html(const std::vector<RunPostmortem>& runs,
                             const std::map<std::string, std::vector<std::string>>& differences) {
     std::string h = R"(<!doctype html><html lang="en"><head><meta charset="utf-8"><title>hlat post-mortem</title><style>
@@ -358,6 +394,7 @@ code{font-size:12px}</style></head><body><h1>hlat post-mortem</h1>)";
                      "setting did); grad-norm trend: mean of the last quarter over the second quarter; spike episodes by "
                      "the paper's rule (running mean of 20 + 0.1).</p>",
                      html_escape(gap_reference(runs)));
+    h += cost_html(runs, colours);
     h += "<p>Charts by step: each band spans the lowest to the highest value of a bucket of steps (at most "
          + std::to_string(kChartBuckets) + " buckets), the line is the bucket's mean, so a one-step spike shows "
          "at any length; triangles mark the steps of alerts.</p>";

@@ -333,13 +333,18 @@ TEST_F(FaultRun, ComparePutsRunsSideBySide) {
     EXPECT_EQ(j["runs"]["base"]["format_bytes_per_param"], 16);
     EXPECT_TRUE(j["runs"]["base"]["cost_per_4m_tokens"].is_null()) << "no price, no cost";
     // Priced at 3.6 per rank-hour (one rank): 4M tokens cost 4000 / (tokens/s).
-    auto priced = test::run_command(fmt::format("{} compare --store {} --runs base --json --price 3.6", HLAT_BINARY,
-                                                dir.file("s.db")));
+    auto priced = test::run_command(fmt::format("{} compare --store {} --runs base,hot --json --price 3.6 --out {}",
+                                                HLAT_BINARY, dir.file("s.db"), dir.file("priced.html")));
     ASSERT_EQ(priced.exit_code, 0) << priced.output;
     nlohmann::json p = nlohmann::json::parse(priced.output)["runs"]["base"];
     const double tps = p["tokens_per_s"].get<double>();
     EXPECT_NEAR(p["cost_per_4m_tokens"].get<double>(), 4000.0 / tps, 1e-9 * 4000.0 / tps);
     EXPECT_NEAR(p["tokens_per_unit_price"].get<double>(), tps * 1000.0, 1e-9 * tps * 1000.0);
+    std::ifstream priced_in(dir.file("priced.html"));
+    std::string priced_html((std::istreambuf_iterator<char>(priced_in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(priced_html.find("<h2>Cost and scaling</h2>"), std::string::npos);
+    EXPECT_NE(priced_html.find("cost per 4M tokens against base"), std::string::npos) << "the chart";
+    EXPECT_NE(priced_html.find(">1.00x</text>"), std::string::npos) << "base against itself";
     EXPECT_EQ(j["runs"]["base"]["loss_gap_vs_first"], 0.0) << "the last entry named base is compared with itself";
     EXPECT_EQ(j["runs"]["base"]["loss_gap_std"], 0.0);
     EXPECT_NE(html.find("loss minus base"), std::string::npos) << "the gap chart";

@@ -24,34 +24,37 @@ bool names(const std::vector<std::string>& failures, const std::string& what) {
     return false;
 }
 
-TEST(PreflightJudgment, AHealthyFleetPasses) { EXPECT_TRUE(judge_preflight(healthy_fleet(4), 0.8).empty()); }
+TEST(PreflightJudgment, AHealthyFleetPasses) { EXPECT_TRUE(judge_preflight(healthy_fleet(4), 0.8, 0.6).empty()); }
 
 TEST(PreflightJudgment, ASlowRankIsNamedWithItsHostAndMeasurement) {
     auto ranks = healthy_fleet(4);
-    ranks[3].triad_gbs = 12.0;  // 60% of the median 20
-    auto failures = judge_preflight(ranks, 0.8);
+    ranks[3].triad_gbs = 11.0;  // 55% of the median 20
+    auto failures = judge_preflight(ranks, 0.8, 0.6);
     ASSERT_EQ(failures.size(), 1u);
-    EXPECT_TRUE(names(failures, "rank 3 (node1): memory bandwidth (triad) 12.0 GB/s is 60% of the fleet median 20.0"))
+    EXPECT_TRUE(names(failures, "rank 3 (node1): memory bandwidth (triad) 11.0 GB/s is 55% of the fleet median 20.0"))
         << failures[0];
-    EXPECT_TRUE(judge_preflight(ranks, 0.5).empty()) << "the fraction is the user's";
+    EXPECT_TRUE(judge_preflight(ranks, 0.8, 0.5).empty()) << "the fraction is the user's";
+    ranks[3].triad_gbs = 20.0;
+    ranks[2].fp32_gflops = 150.0;  // 75% of the median 200.5: GEMM rates are held to 80%
+    EXPECT_TRUE(names(judge_preflight(ranks, 0.8, 0.6), "rank 2 (node1): fp32 GEMM 150.0 GFLOP/s"));
 }
 
 TEST(PreflightJudgment, WrongArithmeticIsNamedByTheExactGemmAndTheChecksumMajority) {
     auto ranks = healthy_fleet(3);
     ranks[1].model_checksum = 7;
-    auto failures = judge_preflight(ranks, 0.8);
+    auto failures = judge_preflight(ranks, 0.8, 0.6);
     ASSERT_EQ(failures.size(), 1u);
     EXPECT_TRUE(names(failures, "rank 1 (node0) computes wrong numbers: its model forward/backward checksum"));
     // Two ranks disagreeing: the one whose exact-integer GEMMs are right is trusted.
     auto two = healthy_fleet(2);
     two[0].model_checksum = 7;
     two[0].wrong_elements = 2;
-    failures = judge_preflight(two, 0.8);
+    failures = judge_preflight(two, 0.8, 0.6);
     EXPECT_EQ(failures.size(), 2u);
     EXPECT_FALSE(names(failures, "rank 1")) << "rank 1 computed right";
     // And with nothing to break the tie, both are named.
     two[0].wrong_elements = 0;
-    failures = judge_preflight(two, 0.8);
+    failures = judge_preflight(two, 0.8, 0.6);
     EXPECT_TRUE(names(failures, "rank 0") && names(failures, "rank 1"));
 }
 

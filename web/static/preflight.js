@@ -24,10 +24,11 @@ function table(headings) {
   return t;
 }
 
+// [key, heading, the report's field holding its minimum fraction of the median]
 const RATES = [
-  ["fp32_gemm_gflops", "fp32 GEMM GFLOP/s"],
-  ["bf16_gemm_gflops", "bf16 GEMM GFLOP/s"],
-  ["triad_gbs", "memory GB/s (triad)"],
+  ["fp32_gemm_gflops", "fp32 GEMM GFLOP/s", "min_fraction"],
+  ["bf16_gemm_gflops", "bf16 GEMM GFLOP/s", "min_fraction"],
+  ["triad_gbs", "memory GB/s (triad)", "min_memory_fraction"],
 ];
 
 function rankTable(report) {
@@ -41,8 +42,8 @@ function rankTable(report) {
     if (failed) row.className = "failed";
     cell(row, r.rank);
     cell(row, r.host);
-    for (const [k] of RATES)
-      cell(row, `${fmt(r[k])} (${Math.round(100 * r[k] / medians[k])}%)`, r[k] < report.min_fraction * medians[k]);
+    for (const [k, , limit] of RATES)
+      cell(row, `${fmt(r[k])} (${Math.round(100 * r[k] / medians[k])}%)`, r[k] < report[limit] * medians[k]);
     cell(row, r.wrong_gemm_elements, r.wrong_gemm_elements > 0);
     cell(row, r.model_checksum, failed && r.model_checksum !== common);
   }
@@ -65,7 +66,7 @@ export function showPreflight(report, section) {
   const verdict = document.createElement("p");
   verdict.className = report.passed ? "verdict passed" : "verdict failed";
   verdict.textContent = report.passed
-    ? `Pre-flight passed: every rank within ${Math.round(100 * report.min_fraction)}% of the fleet median, arithmetic exact.`
+    ? "Pre-flight passed: every rank's rates near the fleet median, its arithmetic exact."
     : "Pre-flight FAILED:";
   section.append(Object.assign(document.createElement("h2"), { textContent: "Pre-flight, per rank" }), verdict);
   if (!report.passed) {
@@ -75,7 +76,8 @@ export function showPreflight(report, section) {
   }
   section.append(rankTable(report));
   const note = `Each rate is shown with its share of the fleet median; a rank below ${Math.round(100 * report.min_fraction)}% ` +
-    "fails, and so does one whose GEMMs of exact integers or model checksum are wrong.";
+    `of a GEMM rate or ${Math.round(100 * report.min_memory_fraction)}% of the memory bandwidth fails, and so does one ` +
+    "whose GEMMs of exact integers or model checksum are wrong.";
   section.append(Object.assign(document.createElement("p"), { className: "hint", textContent: note }));
   if (report.collectives.length) {
     section.append(Object.assign(document.createElement("h2"), { textContent: "Collectives (as nccl-tests)" }),
