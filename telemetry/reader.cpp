@@ -125,7 +125,8 @@ Reader::RankSeries Reader::rank_series(int64_t run, const std::string& key, int6
     if (!key_) return out;
     Statement last = db_.prepare("SELECT max(step) FROM rank_metrics WHERE run_id = ?1 AND key_id = ?2");
     last.bind(1, run).bind(2, *key_);
-    if (last.step()) out.stride = std::max<int64_t>(1, (last.column_int(0) + max_points) / std::max<int64_t>(1, max_points));
+    max_points = std::max<int64_t>(1, max_points);
+    if (last.step()) out.stride = std::max<int64_t>(1, (last.column_int(0) + max_points) / max_points);
     Statement s = db_.prepare("SELECT rank, step, value, wall_time FROM rank_metrics WHERE run_id = ?1 AND "
                               "key_id = ?2 AND step % ?3 = 0 ORDER BY rank, step");
     s.bind(1, run).bind(2, *key_).bind(3, out.stride);

@@ -15,7 +15,8 @@ namespace {
 // slow_rank:R:F and sdc:R, as the fleet faults are usually written, start at step 0.
 std::string with_step(const std::string& spec) {
     for (const char* name : {"slow_rank:", "sdc:"})
-        if (spec.rfind(name, 0) == 0) return spec.substr(0, std::strlen(name) - 1) + "@0:" + spec.substr(std::strlen(name));
+        if (spec.rfind(name, 0) == 0)
+            return spec.substr(0, std::strlen(name) - 1) + "@0:" + spec.substr(std::strlen(name));
     return spec;
 }
 

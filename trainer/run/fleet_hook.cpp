@@ -46,8 +46,8 @@ void FleetHook::after_step(StepResult& result) {
 
 void FleetHook::record_rank_times(StepResult& result) {
     const StepStats& s = result.stats;
-    std::vector<double> all = run_.parallel.gather(std::vector<double>{s.compute_seconds, s.comm_exposed_seconds, s.data_seconds},
-                                                   Group::World);
+    const std::vector<double> mine = {s.compute_seconds, s.comm_exposed_seconds, s.data_seconds};
+    std::vector<double> all = run_.parallel.gather(mine, Group::World);
     if (!run_.parallel.is_root()) return;
     const size_t n = all.size() / 3;
     std::vector<double> compute(n), comm(n), data(n);
@@ -84,7 +84,8 @@ void FleetHook::health_check(StepResult& result) {
     }
     run_.recorder.rank_metrics(step, "health/wrong_gemm_elements", wrong_by_rank);
     run_.recorder.rank_metrics(step, "health/allreduce_us", allreduce_us);
-    const double failures = (double)std::count_if(wrong_by_rank.begin(), wrong_by_rank.end(), [](double w) { return w > 0; });
+    const double failures =
+        (double)std::count_if(wrong_by_rank.begin(), wrong_by_rank.end(), [](double w) { return w > 0; });
     result.record.health_check_failures = failures;
     result.record.health_detail = failing;
     run_.recorder.metrics(step, {{"health_check_failures", failures}});
