@@ -2,6 +2,8 @@
 
 #include "telemetry/schema.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -90,14 +92,19 @@ std::optional<RunRecord> Reader::find_run(const std::string& name) {
     return run_from_row(s);
 }
 
-std::vector<std::string> Reader::keys(int64_t run) {
+// The names of the keys a run has rows of in `table` (metric_blocks for its
+// series, rank_metrics for its per-rank ones), sorted.
+std::vector<std::string> Reader::key_names(int64_t run, const char* table) {
     std::vector<std::string> out;
-    Statement s = db_.prepare("SELECT name FROM metric_keys WHERE id IN "
-                              "(SELECT DISTINCT key_id FROM metric_blocks WHERE run_id = ?1) ORDER BY name");
+    Statement s = db_.prepare(fmt::format("SELECT name FROM metric_keys WHERE id IN "
+                                          "(SELECT DISTINCT key_id FROM {} WHERE run_id = ?1) ORDER BY name",
+                                          table));
     s.bind(1, run);
     while (s.step()) out.push_back(s.column_text(0));
     return out;
 }
+
+std::vector<std::string> Reader::keys(int64_t run) { return key_names(run, "metric_blocks"); }
 
 std::vector<SeriesPoint> Reader::series(int64_t run, const std::string& key, int64_t first, int64_t last) {
     std::vector<SeriesPoint> out;
@@ -110,14 +117,7 @@ std::vector<SeriesPoint> Reader::series(int64_t run, const std::string& key, int
     return out;
 }
 
-std::vector<std::string> Reader::rank_keys(int64_t run) {
-    std::vector<std::string> out;
-    Statement s = db_.prepare("SELECT name FROM metric_keys WHERE id IN "
-                              "(SELECT DISTINCT key_id FROM rank_metrics WHERE run_id = ?1) ORDER BY name");
-    s.bind(1, run);
-    while (s.step()) out.push_back(s.column_text(0));
-    return out;
-}
+std::vector<std::string> Reader::rank_keys(int64_t run) { return key_names(run, "rank_metrics"); }
 
 Reader::RankSeries Reader::rank_series(int64_t run, const std::string& key, int64_t max_points) {
     RankSeries out;

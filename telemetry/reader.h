@@ -95,6 +95,7 @@ class Reader {
 
   private:
     std::optional<int64_t> key_id(const std::string& key);
+    std::vector<std::string> key_names(int64_t run, const char* table);
     Database db_;
 };
 
