@@ -100,9 +100,7 @@ RunRecord run_record(const Options& o, const std::string& name) {
     if (o.on_halt.how == "signal") meta["halt_pid"] = o.on_halt.pid, meta["halt_signal"] = o.on_halt.signal;
     meta["ingest_pid"] = (int64_t)getpid();  // `hlat serve` marks the run stale at once if this process is gone
     r.meta = safe_dump(meta);
-    char host[256] = {0};
-    gethostname(host, sizeof host - 1);
-    r.host = host;
+    r.host = telemetry::host_name();
     return r;
 }
 

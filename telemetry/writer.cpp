@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <map>
 #include <set>
@@ -15,6 +17,12 @@ namespace hlat::telemetry {
 
 double now_seconds() {
     return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string host_name() {
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    return host;
 }
 
 // Block size of metric_blocks; see schema.cpp.

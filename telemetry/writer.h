@@ -126,4 +126,7 @@ class Writer {
 // Seconds since the Unix epoch, as the store records time.
 double now_seconds();
 
+// This machine's host name, as a run records where it ran.
+std::string host_name();
+
 }  // namespace hlat::telemetry

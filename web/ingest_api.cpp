@@ -175,10 +175,8 @@ namespace {
 bool follower_gone(const RunRecord& run) {
     json meta = json::parse(run.meta, nullptr, false);
     if (meta.is_discarded() || !meta.contains("ingest_pid") || !meta["ingest_pid"].is_number_integer()) return false;
-    char host[256] = {0};
-    gethostname(host, sizeof host - 1);
     const pid_t pid = (pid_t)meta["ingest_pid"].get<int64_t>();
-    return run.host == host && pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
+    return run.host == telemetry::host_name() && pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "trainer/parallel/preflight.h"
 
+#include "telemetry/writer.h"
 #include "trainer/model/kernels_bf16.h"
 #include "trainer/model/sgemm.h"
 
@@ -173,7 +174,7 @@ void measure_rates(Parallel& parallel, RankMeasurement& m, double slowdown) {
 RankMeasurement measure_rank(Parallel& parallel, const PreflightOptions& options, const Faults& faults) {
     RankMeasurement m;
     m.rank = parallel.world_rank();
-    m.host = host_name();
+    m.host = telemetry::host_name();
     set_gemm_bit_flip(faults.corrupts_arithmetic(m.rank, 0));
     measure_rates(parallel, m, faults.slowdown(m.rank, 0));
     m.wrong_elements = wrong_gemm_elements();
@@ -242,11 +243,6 @@ long wrong_gemm_elements() {
     return wrong + count_wrong();
 }
 
-std::string host_name() {
-    char host[256] = {0};
-    gethostname(host, sizeof host - 1);
-    return host;
-}
 
 double bus_bandwidth(const std::string& op, double algbw, int ranks) {
     if (ranks < 2) return 0.0;

@@ -67,9 +67,6 @@ PreflightReport run_preflight(Parallel& parallel, const PreflightOptions& option
 // pre-flight's arithmetic check, and the health check's between steps.
 long wrong_gemm_elements();
 
-// This machine's host name.
-std::string host_name();
-
 // The judgment alone: each rate against the fleet median, the exact GEMMs,
 // the model checksums (a rank outside the majority is wrong; with no majority
 // every rank is named).

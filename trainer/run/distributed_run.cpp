@@ -1,5 +1,6 @@
 #include "trainer/run/distributed_run.h"
 
+#include "telemetry/writer.h"
 #include "trainer/parallel/sharding.h"
 
 #include <fmt/format.h>
@@ -26,9 +27,8 @@ int agree_on_stop(Parallel& parallel, int signal, std::string& halt_reason) {
 }
 
 void log_layout(Parallel& parallel) {
-    char host[256] = {0};
-    gethostname(host, sizeof host - 1);
-    std::vector<std::string> lines = parallel.gather(fmt::format("{} on {} (pid {})", parallel.describe(), host,
+    std::vector<std::string> lines = parallel.gather(fmt::format("{} on {} (pid {})", parallel.describe(),
+                                                                 telemetry::host_name(),
                                                                  getpid()),
                                                      Group::World);
     if (!parallel.is_root()) return;

@@ -1,5 +1,6 @@
 #include "trainer/run/fleet_hook.h"
 
+#include "telemetry/writer.h"
 #include "trainer/parallel/preflight.h"
 #include "trainer/run/schedule.h"
 
@@ -35,7 +36,7 @@ StragglerSummary summarize_stragglers(const std::vector<double>& compute) {
 }
 
 FleetHook::FleetHook(RunContext& run) : run_(run) {
-    if (run_.parallel.distributed()) hosts_ = run_.parallel.gather(host_name(), Group::World);
+    if (run_.parallel.distributed()) hosts_ = run_.parallel.gather(telemetry::host_name(), Group::World);
 }
 
 void FleetHook::after_step(StepResult& result) {

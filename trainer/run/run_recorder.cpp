@@ -36,14 +36,12 @@ RunRecorder::RunRecorder(const TrainConfig& config, const nlohmann::json& meta, 
     fs::path parent = fs::path(config.run.store).parent_path();
     if (!parent.empty()) fs::create_directories(parent);
     writer_ = std::make_unique<telemetry::Writer>(config.run.store);
-    char host[256] = {0};
-    gethostname(host, sizeof host - 1);
     telemetry::RunRecord r;
     r.name = run_name(config);
     r.config = config_to_json(config).dump();
     r.precision = precision_mode_name(config.precision.mode);
     r.meta = meta.dump();
-    r.host = host;
+    r.host = telemetry::host_name();
     r.git_revision = git_revision();
     r.source = "hlat";
     r.started_at = now_seconds();
