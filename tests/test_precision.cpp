@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -79,12 +80,14 @@ TEST(Bf16Matmul, ForwardAndBackwardAgreeWithFp32WithinBf16Tolerance) {
         set_bf16_matmul_engine(engine);
         SCOPED_TRACE(bf16_matmul_engine_name());
         std::vector<float> out((long)N * OC), dinp((long)N * IC), dw((long)OC * IC, 1.0f);
-        auto inp16 = narrow(inp);
+        auto inp16 = narrow(inp), dout16 = narrow(dout);
         matmul_forward_bf16(out.data(), inp16.data(), w16.data(), N, IC, OC);
-        matmul_backward_bf16(dinp.data(), dw.data(), dout.data(), inp16.data(), w16.data(), N, IC, OC);
+        matmul_backward_bf16(dinp.data(), dw.data(), dout16.data(), inp16.data(), w16.data(), N, IC, OC);
         for (float& x : dw) x -= 1.0f;  // dweight accumulates onto what was there
-        // Outputs and input gradients are rounded to bf16 (half an ulp: 2^-9
-        // relative); the weight gradient is kept in fp32.
+        // Outputs and input gradients are bf16 tensors, rounded by their reader
+        // (half an ulp: 2^-9 relative); the weight gradient is kept in fp32.
+        bf16_round_inplace(out.data(), (long)out.size());
+        bf16_round_inplace(dinp.data(), (long)dinp.size());
         double e_out = test::relative_error(out, out_r), e_dinp = test::relative_error(dinp, dinp_r);
         double e_dw = test::relative_error(dw, dw_r);
         std::printf("vs fp32 on rounded inputs: out %.2e dinp %.2e dweight %.2e\n", e_out, e_dinp, e_dw);
@@ -201,6 +204,90 @@ std::pair<double, double> flat_adamw(PrecisionMode mode, double lr, int steps) {
 // The paper's point about pure bf16, in one test: an update below half a bf16
 // step (at 1.0 a step is 2^-7) is lost to round-to-nearest every time, while
 // stochastic rounding keeps it in expectation.
+// The fused bf16 kernels against the fp32 kernel with the roundings around it
+// done as separate passes: bit for bit, on odd sizes, with inputs that are
+// not bf16 values (a matmul's fp32 sums).
+void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); i++)
+        ASSERT_EQ(std::bit_cast<uint32_t>(a[i]), std::bit_cast<uint32_t>(b[i])) << what << " element " << i;
+}
+
+std::vector<float> widened(const std::vector<bf16>& x) {
+    std::vector<float> out(x.size());
+    for (size_t i = 0; i < x.size(); i++) out[i] = bf16_to_float(x[i]);
+    return out;
+}
+
+TEST(Bf16FusedKernels, RmsnormSwigluResidualAndCrossEntropyEqualTheUnfusedPasses) {
+    const int rows = 37, C = 70, H = 53, V = 91;
+    auto x = random_vector((long)rows * C, 11), w = random_vector(C, 12), dy = random_vector((long)rows * C, 13);
+    std::vector<float> y((long)rows * C), r1(rows), r2(rows);
+    rmsnorm_forward(y.data(), r1.data(), x.data(), w.data(), rows, C, 1e-5f);
+    std::vector<bf16> y16((long)rows * C);
+    rmsnorm_forward_bf16(y16.data(), r2.data(), x.data(), w.data(), rows, C, 1e-5f);
+    expect_same_bits(widened(y16), rounded(y), "rmsnorm forward");
+    expect_same_bits(r1, r2, "rmsnorm rstd");
+    std::vector<float> dx1((long)rows * C, 0.5f), dx2 = dx1, dw1(C, 0.25f), dw2 = dw1;
+    rmsnorm_backward_accumulate(dx1.data(), dw1.data(), rounded(dy).data(), x.data(), w.data(), r1.data(), rows, C);
+    rmsnorm_backward_accumulate_bf16(dx2.data(), dw2.data(), dy.data(), x.data(), w.data(), r1.data(), rows, C);
+    expect_same_bits(dx1, dx2, "rmsnorm dinp");
+    expect_same_bits(dw1, dw2, "rmsnorm dweight");
+
+    auto gu = random_vector((long)rows * 2 * H, 14), ds = random_vector((long)rows * H, 15);
+    auto gu_r = rounded(gu);
+    std::vector<float> s((long)rows * H), dgu((long)rows * 2 * H);
+    std::vector<bf16> s16((long)rows * H), dgu16((long)rows * 2 * H);
+    swiglu_forward(s.data(), gu_r.data(), rows, H);
+    swiglu_forward_bf16(s16.data(), gu.data(), rows, H);
+    expect_same_bits(gu, gu_r, "swiglu's gate_up, rounded in place");
+    expect_same_bits(widened(s16), rounded(s), "swiglu forward");
+    swiglu_backward(dgu.data(), rounded(ds).data(), gu_r.data(), rows, H);
+    swiglu_backward_bf16(dgu16.data(), ds.data(), gu_r.data(), rows, H);
+    expect_same_bits(widened(dgu16), rounded(dgu), "swiglu backward");
+
+    auto a = random_vector(1001, 16), b = rounded(random_vector(1001, 17));
+    for (bool round_sum : {false, true}) {
+        std::vector<float> sum(1001), fused(1001);
+        residual_forward(sum.data(), rounded(a).data(), b.data(), 1001);
+        if (round_sum) bf16_round_inplace(sum.data(), 1001);
+        residual_forward_bf16(fused.data(), a.data(), b.data(), 1001, round_sum);
+        expect_same_bits(sum, fused, round_sum ? "residual, rounded sum" : "residual");
+    }
+
+    auto logits = random_vector((long)rows * V, 18, 3.0f), probs = rounded(logits), fused = logits;
+    std::vector<int32_t> targets(rows);
+    for (int n = 0; n < rows; n++) targets[n] = (n * 7) % V;
+    std::vector<float> l1(rows), l2(rows);
+    crossentropy_forward(probs.data(), l1.data(), targets.data(), rows, V);
+    crossentropy_forward_bf16(fused.data(), l2.data(), targets.data(), rows, V);
+    expect_same_bits(probs, fused, "cross-entropy probabilities");
+    expect_same_bits(l1, l2, "cross-entropy losses");
+    std::vector<bf16> d16((long)rows * V);
+    crossentropy_backward_bf16(d16.data(), fused.data(), targets.data(), 0.125f, rows, V);
+    crossentropy_backward(probs.data(), targets.data(), 0.125f, rows, V);
+    expect_same_bits(widened(d16), rounded(probs), "cross-entropy backward");
+}
+
+TEST(Bf16FusedKernels, RopeEqualsTheUnfusedPassesWithGroupedHeads) {
+    const int B = 2, T = 9, NH = 4, NKV = 2, HD = 6, QKV = (NH + 2 * NKV) * HD;
+    std::vector<float> cs(T * HD / 2), sn(T * HD / 2);
+    rope_tables(cs.data(), sn.data(), T, HD, 10000.0f);
+    auto qkv = random_vector((long)B * T * QKV, 19);
+    auto unfused = rounded(qkv);
+    rope_forward(unfused.data(), cs.data(), sn.data(), B, T, NH, NKV, HD);
+    bf16_round_inplace(unfused.data(), (long)unfused.size());
+    rope_forward_bf16(qkv.data(), cs.data(), sn.data(), B, T, NH, NKV, HD);
+    expect_same_bits(qkv, unfused, "rope forward (v heads included)");
+
+    auto d = random_vector((long)B * T * QKV, 20), d_before = d;
+    std::vector<bf16> d16(d.size());
+    rope_backward_bf16(d16.data(), d.data(), cs.data(), sn.data(), B, T, NH, NKV, HD);
+    expect_same_bits(d, d_before, "rope backward's input, left as it was");
+    rope_backward(d.data(), cs.data(), sn.data(), B, T, NH, NKV, HD);
+    expect_same_bits(widened(d16), rounded(d), "rope backward (v heads included)");
+}
+
 TEST(Bf16Optimizer, SmallUpdatesStallUnderNearestRoundingAndSurviveStochasticRounding) {
     const double lr = 1e-3;
     const int steps = 10;

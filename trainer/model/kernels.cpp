@@ -12,8 +12,20 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 namespace hlat {
+
+// The bf16 value nearest x, kept in fp32.
+static inline float bf16_value(float x) { return bf16_to_float(float_to_bf16_rne(x)); }
+// x, or its bf16 value when kRound: a bf16 matmul's fp32 sum, rounded as read.
+template <bool kRound>
+static inline float load(float x) {
+    return kRound ? bf16_value(x) : x;
+}
+// A kernel's result, into an fp32 buffer as is or into a bf16 one narrowed.
+static inline void store(float& y, float v) { y = v; }
+static inline void store(bf16& y, float v) { y = float_to_bf16_rne(v); }
 
 void matmul_forward(float* out, const float* inp, const float* weight, int N, int IC, int OC) {
     sgemm(false, true, N, OC, IC, 1.0f, inp, IC, weight, IC, 0.0f, out, OC);
@@ -41,23 +53,32 @@ void embedding_backward(float* dembed, const float* dout, const int32_t* tokens,
     }
 }
 
-void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
-                     float eps) {
+template <typename Out>
+static void rmsnorm_rows(Out* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps) {
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float* x = inp + (long)n * C;
-        float* y = out + (long)n * C;
+        Out* y = out + (long)n * C;
         float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
         for (int c = 0; c < C; c++) ss += x[c] * x[c];
         float r = 1.0f / std::sqrt(ss / C + eps);
-        for (int c = 0; c < C; c++) y[c] = x[c] * r * weight[c];
+        for (int c = 0; c < C; c++) store(y[c], x[c] * r * weight[c]);
         rstd[n] = r;
     }
 }
 
-void rmsnorm_backward_accumulate(float* dinp, float* dweight, const float* dout, const float* inp,
-                                 const float* weight, const float* rstd, int N, int C) {
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps) {
+    rmsnorm_rows(out, rstd, inp, weight, N, C, eps);
+}
+
+void rmsnorm_forward_bf16(bf16* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps) {
+    rmsnorm_rows(out, rstd, inp, weight, N, C, eps);
+}
+
+template <bool kRoundDout>
+static void rmsnorm_backward_rows(float* dinp, float* dweight, const float* dout, const float* inp,
+                                  const float* weight, const float* rstd, int N, int C) {
     // y = x r w with r = (mean(x^2) + eps)^-1/2, so
     // dx = r w dy - x r^3 / C * sum_j(dy_j w_j x_j).
 #pragma omp parallel for
@@ -68,16 +89,26 @@ void rmsnorm_backward_accumulate(float* dinp, float* dweight, const float* dout,
         float r = rstd[n];
         float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-        for (int c = 0; c < C; c++) dot += dy[c] * weight[c] * x[c];
+        for (int c = 0; c < C; c++) dot += load<kRoundDout>(dy[c]) * weight[c] * x[c];
         float k = dot * r * r * r / C;
-        for (int c = 0; c < C; c++) dx[c] += r * weight[c] * dy[c] - k * x[c];
+        for (int c = 0; c < C; c++) dx[c] += r * weight[c] * load<kRoundDout>(dy[c]) - k * x[c];
     }
     for (int n = 0; n < N; n++) {
         const float* x = inp + (long)n * C;
         const float* dy = dout + (long)n * C;
         float r = rstd[n];
-        for (int c = 0; c < C; c++) dweight[c] += dy[c] * x[c] * r;
+        for (int c = 0; c < C; c++) dweight[c] += load<kRoundDout>(dy[c]) * x[c] * r;
     }
+}
+
+void rmsnorm_backward_accumulate(float* dinp, float* dweight, const float* dout, const float* inp,
+                                 const float* weight, const float* rstd, int N, int C) {
+    rmsnorm_backward_rows<false>(dinp, dweight, dout, inp, weight, rstd, N, C);
+}
+
+void rmsnorm_backward_accumulate_bf16(float* dinp, float* dweight, const float* dout, const float* inp,
+                                      const float* weight, const float* rstd, int N, int C) {
+    rmsnorm_backward_rows<true>(dinp, dweight, dout, inp, weight, rstd, N, C);
 }
 
 void rope_tables(float* cos_table, float* sin_table, int T, int HD, float theta) {
@@ -93,39 +124,58 @@ void rope_tables(float* cos_table, float* sin_table, int T, int HD, float theta)
     }
 }
 
-// Rotates every head of the first (NH + NKV) heads of each qkv row by the angle
-// of its position; sign = -1 applies the inverse rotation (the transpose).
-static void rope_rotate(float* qkv, const float* cos_table, const float* sin_table, int B, int T,
+// Rotates every head of the first (NH + NKV) heads of each qkv row of `in` by
+// the angle of its position into `out` (which may be `in`); sign = -1 applies
+// the inverse rotation (the transpose). With kRound the values are rounded to
+// bf16 as read and once more as rotated. The v heads are carried over when
+// that changes them: rounded, or narrowed into a bf16 output.
+template <bool kRound, typename Out>
+static void rope_rotate(Out* out, const float* in, const float* cos_table, const float* sin_table, int B, int T,
                         int NH, int NKV, int HD, float sign) {
+    constexpr bool kCarryV = kRound || !std::is_same_v<Out, float>;
     int half = HD / 2;
     int QKV = (NH + 2 * NKV) * HD;
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
-            float* row = qkv + ((long)b * T + t) * QKV;
+            const float* row = in + ((long)b * T + t) * QKV;
+            Out* out_row = out + ((long)b * T + t) * QKV;
             const float* cs = cos_table + (long)t * half;
             const float* sn = sin_table + (long)t * half;
             for (int h = 0; h < NH + NKV; h++) {
-                float* x = row + h * HD;
+                const float* x = row + h * HD;
+                Out* y = out_row + h * HD;
                 for (int i = 0; i < half; i++) {
-                    float x1 = x[i], x2 = x[i + half];
+                    float x1 = load<kRound>(x[i]), x2 = load<kRound>(x[i + half]);
                     float s = sign * sn[i];
-                    x[i] = x1 * cs[i] - x2 * s;
-                    x[i + half] = x2 * cs[i] + x1 * s;
+                    store(y[i], load<kRound>(x1 * cs[i] - x2 * s));
+                    store(y[i + half], load<kRound>(x2 * cs[i] + x1 * s));
                 }
             }
+            if constexpr (kCarryV)
+                for (int j = (NH + NKV) * HD; j < QKV; j++) store(out_row[j], load<kRound>(row[j]));
         }
     }
 }
 
 void rope_forward(float* qkv, const float* cos_table, const float* sin_table, int B, int T, int NH,
                   int NKV, int HD) {
-    rope_rotate(qkv, cos_table, sin_table, B, T, NH, NKV, HD, 1.0f);
+    rope_rotate<false>(qkv, qkv, cos_table, sin_table, B, T, NH, NKV, HD, 1.0f);
 }
 
 void rope_backward(float* dqkv, const float* cos_table, const float* sin_table, int B, int T,
                    int NH, int NKV, int HD) {
-    rope_rotate(dqkv, cos_table, sin_table, B, T, NH, NKV, HD, -1.0f);
+    rope_rotate<false>(dqkv, dqkv, cos_table, sin_table, B, T, NH, NKV, HD, -1.0f);
+}
+
+void rope_forward_bf16(float* qkv, const float* cos_table, const float* sin_table, int B, int T, int NH, int NKV,
+                       int HD) {
+    rope_rotate<true>(qkv, qkv, cos_table, sin_table, B, T, NH, NKV, HD, 1.0f);
+}
+
+void rope_backward_bf16(bf16* dqkv16, const float* dqkv, const float* cos_table, const float* sin_table, int B,
+                        int T, int NH, int NKV, int HD) {
+    rope_rotate<false>(dqkv16, dqkv, cos_table, sin_table, B, T, NH, NKV, HD, -1.0f);
 }
 
 // Scores of one (batch, head) pair, P = softmax(scale * Q K^T) under the causal
@@ -159,7 +209,7 @@ static void attention_probs(float* P, const float* q, const float* k, int T, int
         float inv = 1.0f / sum;
         for (int j = 0; j <= last; j++) row[j] *= inv;
         if (probs_bf16)
-            for (int j = 0; j <= last; j++) row[j] = bf16_to_float(float_to_bf16_rne(row[j]));
+            for (int j = 0; j <= last; j++) row[j] = bf16_value(row[j]);
         for (int j = last + 1; j < T; j++) row[j] = 0.0f;
     }
 }
@@ -280,21 +330,42 @@ void swiglu_forward(float* out, const float* gate_up, int N, int H) {
     }
 }
 
-void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int N, int H) {
+void swiglu_forward_bf16(bf16* out, float* gate_up, int N, int H) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        float* g = gate_up + (long)n * 2 * H;
+        const float* u = g + H;
+        bf16* y = out + (long)n * H;
+        for (int i = 0; i < 2 * H; i++) g[i] = bf16_value(g[i]);  // the row is in cache for the next loop
+        for (int i = 0; i < H; i++) store(y[i], g[i] * sigmoid(g[i]) * u[i]);
+    }
+}
+
+template <bool kRoundDout, typename Out>
+static void swiglu_backward_rows(Out* dgate_up, const float* dout, const float* gate_up, int N, int H) {
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float* g = gate_up + (long)n * 2 * H;
         const float* u = g + H;
         const float* dy = dout + (long)n * H;
-        float* dg = dgate_up + (long)n * 2 * H;
-        float* du = dg + H;
+        Out* dg = dgate_up + (long)n * 2 * H;
+        Out* du = dg + H;
         for (int i = 0; i < H; i++) {
             float s = sigmoid(g[i]);
             float silu = g[i] * s;
-            dg[i] = dy[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
-            du[i] = dy[i] * silu;
+            float d = load<kRoundDout>(dy[i]);
+            store(dg[i], d * u[i] * s * (1.0f + g[i] * (1.0f - s)));
+            store(du[i], d * silu);
         }
     }
+}
+
+void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int N, int H) {
+    swiglu_backward_rows<false>(dgate_up, dout, gate_up, N, H);
+}
+
+void swiglu_backward_bf16(bf16* dgate_up, const float* dout, const float* gate_up, int N, int H) {
+    swiglu_backward_rows<true>(dgate_up, dout, gate_up, N, H);
 }
 
 void residual_forward(float* out, const float* a, const float* b, long n) {
@@ -302,10 +373,23 @@ void residual_forward(float* out, const float* a, const float* b, long n) {
     for (long i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-void crossentropy_forward(float* logits, float* losses, const int32_t* targets, int N, int V) {
+void residual_forward_bf16(float* out, const float* a, const float* b, long n, bool round_sum) {
+    if (round_sum) {
+#pragma omp parallel for
+        for (long i = 0; i < n; i++) out[i] = bf16_value(bf16_value(a[i]) + b[i]);
+        return;
+    }
+#pragma omp parallel for
+    for (long i = 0; i < n; i++) out[i] = bf16_value(a[i]) + b[i];
+}
+
+template <bool kRoundLogits>
+static void crossentropy_rows(float* logits, float* losses, const int32_t* targets, int N, int V) {
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         float* row = logits + (long)n * V;
+        if constexpr (kRoundLogits)
+            for (int v = 0; v < V; v++) row[v] = bf16_value(row[v]);  // the row stays in cache
         float maxv = -INFINITY;
 #pragma omp simd reduction(max : maxv)
         for (int v = 0; v < V; v++) maxv = row[v] > maxv ? row[v] : maxv;
@@ -322,12 +406,31 @@ void crossentropy_forward(float* logits, float* losses, const int32_t* targets, 
     }
 }
 
+void crossentropy_forward(float* logits, float* losses, const int32_t* targets, int N, int V) {
+    crossentropy_rows<false>(logits, losses, targets, N, V);
+}
+
+void crossentropy_forward_bf16(float* logits, float* losses, const int32_t* targets, int N, int V) {
+    crossentropy_rows<true>(logits, losses, targets, N, V);
+}
+
 void crossentropy_backward(float* logits, const int32_t* targets, float dloss, int N, int V) {
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         float* row = logits + (long)n * V;
         for (int v = 0; v < V; v++) row[v] *= dloss;
         row[targets[n]] -= dloss;
+    }
+}
+
+void crossentropy_backward_bf16(bf16* dlogits, const float* probs, const int32_t* targets, float dloss, int N,
+                                int V) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float* p = probs + (long)n * V;
+        bf16* d = dlogits + (long)n * V;
+        for (int v = 0; v < V; v++) store(d[v], p[v] * dloss);
+        store(d[targets[n]], p[targets[n]] * dloss - dloss);
     }
 }
 

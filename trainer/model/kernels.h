@@ -10,6 +10,8 @@
 // where the name says so, and otherwise overwrite.
 #pragma once
 
+#include "trainer/model/bf16.h"
+
 #include <cstdint>
 
 namespace hlat {
@@ -72,5 +74,38 @@ void residual_forward(float* out, const float* a, const float* b, long n);
 void crossentropy_forward(float* logits, float* losses, const int32_t* targets, int N, int V);
 // Replaces the probabilities by dlogits = (p - onehot(target)) * dloss.
 void crossentropy_backward(float* logits, const int32_t* targets, float dloss, int N, int V);
+
+// The same kernels for the bf16 precision modes, fused with the roundings
+// around them. A bf16 matmul leaves fp32 sums (kernels_bf16.h) that stand for
+// a bf16 tensor: the kernel that reads them first rounds each value to bf16 as
+// it loads it ("rounds as read" below), and a kernel whose result feeds a bf16
+// matmul writes it narrowed. Each is bit-identical to the fp32 kernel with
+// bf16_round_inplace before it and bf16_narrow after it, without those two
+// passes over memory.
+
+// out = bf16(rmsnorm(inp)): the next matmul's input, written narrowed.
+void rmsnorm_forward_bf16(bf16* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps);
+// rmsnorm_backward_accumulate with dout rounded as read.
+void rmsnorm_backward_accumulate_bf16(float* dinp, float* dweight, const float* dout, const float* inp,
+                                      const float* weight, const float* rstd, int N, int C);
+// qkv rounded as read (v included), q and k rotated, and rounded again: every
+// value of qkv is a bf16 value afterwards, as attention reads it.
+void rope_forward_bf16(float* qkv, const float* cos_table, const float* sin_table, int B, int T, int NH, int NKV,
+                       int HD);
+// dqkv16 = bf16(rope_backward(dqkv)), dqkv left as it was.
+void rope_backward_bf16(bf16* dqkv16, const float* dqkv, const float* cos_table, const float* sin_table, int B,
+                        int T, int NH, int NKV, int HD);
+// gate_up rounded in place (backward reads the bf16 values); out = bf16(swiglu).
+void swiglu_forward_bf16(bf16* out, float* gate_up, int N, int H);
+// dgate_up = bf16(swiglu_backward), with dout rounded as read.
+void swiglu_backward_bf16(bf16* dgate_up, const float* dout, const float* gate_up, int N, int H);
+// out = a + b with a (a matmul's output) rounded as read; the sum rounded to
+// bf16 too when round_sum (the pure bf16 modes' residual stream).
+void residual_forward_bf16(float* out, const float* a, const float* b, long n, bool round_sum);
+// crossentropy_forward with the logits rounded as read.
+void crossentropy_forward_bf16(float* logits, float* losses, const int32_t* targets, int N, int V);
+// dlogits = bf16((probs - onehot(target)) * dloss); probs left as they were.
+void crossentropy_backward_bf16(bf16* dlogits, const float* probs, const int32_t* targets, float dloss, int N,
+                                int V);
 
 }  // namespace hlat

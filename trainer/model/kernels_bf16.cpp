@@ -78,22 +78,15 @@ class OneDnnMatmuls {
     std::map<std::tuple<int, int, int, bool, bool, bool>, Entry> cache_;
 };
 
-// Scratch for the narrowed output gradient and the widened operands; grows to
-// the largest matmul and stays.
+// Scratch for the widened operands of the emulated engine; grows to the
+// largest matmul and stays.
 struct Scratch {
-    std::vector<bf16> a;
     std::vector<float> wa, wb;
 };
 
 Scratch& scratch() {
     static thread_local Scratch s;
     return s;
-}
-
-bf16* narrowed(std::vector<bf16>& buf, const float* x, long n) {
-    if ((long)buf.size() < n) buf.resize(n);
-    bf16_narrow(buf.data(), x, n);
-    return buf.data();
 }
 
 }  // namespace
@@ -134,15 +127,12 @@ void gemm_bf16(float* C, const bf16* A, const bf16* B, int M, int N, int K, bool
 
 void matmul_forward_bf16(float* out, const bf16* inp, const bf16* weight, int N, int IC, int OC) {
     gemm_bf16(out, inp, weight, N, OC, IC, false, true, false);
-    bf16_round_inplace(out, (long)N * OC);
 }
 
-void matmul_backward_bf16(float* dinp, float* dweight, const float* dout, const bf16* inp, const bf16* weight,
+void matmul_backward_bf16(float* dinp, float* dweight, const bf16* dout, const bf16* inp, const bf16* weight,
                           int N, int IC, int OC) {
-    const bf16* g = narrowed(scratch().a, dout, (long)N * OC);
-    gemm_bf16(dinp, g, weight, N, IC, OC, false, false, false);
-    bf16_round_inplace(dinp, (long)N * IC);
-    gemm_bf16(dweight, g, inp, OC, IC, N, true, false, true);
+    gemm_bf16(dinp, dout, weight, N, IC, OC, false, false, false);
+    gemm_bf16(dweight, dout, inp, OC, IC, N, true, false, true);
 }
 
 }  // namespace hlat

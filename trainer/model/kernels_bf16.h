@@ -33,12 +33,15 @@ void bf16_round_inplace(float* x, long n);
 void gemm_bf16(float* C, const bf16* A, const bf16* B, int M, int N, int K, bool trans_a, bool trans_b,
                bool accumulate);
 
-// out (N, OC) = inp (N, IC) @ weight (OC, IC)^T, rounded to bf16. The caller
-// narrows the input (bf16_narrow) and keeps it for the backward pass.
+// The linear layers. Their outputs and input gradients are bf16 tensors, left
+// here as the fp32 sums: whoever reads them first rounds them, in the same
+// pass as its own work (the _bf16 kernels of kernels.h), or with
+// bf16_round_inplace where no kernel can.
+// out (N, OC) = inp (N, IC) @ weight (OC, IC)^T.
 void matmul_forward_bf16(float* out, const bf16* inp, const bf16* weight, int N, int IC, int OC);
-// With g = bf16(dout): dinp (N, IC) = bf16(g @ weight) (overwritten);
-// dweight (OC, IC) += g^T @ inp, the sum kept in fp32; inp is the forward's.
-void matmul_backward_bf16(float* dinp, float* dweight, const float* dout, const bf16* inp, const bf16* weight,
+// dinp (N, IC) = dout @ weight (overwritten); dweight (OC, IC) += dout^T @ inp,
+// the sum kept in fp32; inp is the forward's input.
+void matmul_backward_bf16(float* dinp, float* dweight, const bf16* dout, const bf16* inp, const bf16* weight,
                           int N, int IC, int OC);
 
 }  // namespace hlat

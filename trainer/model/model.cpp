@@ -92,11 +92,13 @@ Model::Model(const ModelConfig& config, int B, int T, bool checkpoint_attention,
     p_ = point(params_.data());
     g_ = point(grads_.data());
 
-    // Activations: one allocation, carved in the order of the struct.
+    // Activations: one allocation, carved in the order of the struct. The
+    // bf16 modes keep the linear layers' inputs in bf16 only.
     long att_floats = checkpoint_attention ? 0 : L * B * NH * T * T;
-    long sizes[] = {(L + 1) * N * C, L * N * C, L * N,     L * N * QKV, att_floats,
-                    L * N * CA,      L * N * C, L * N * C, L * N,       L * N * 2 * H,
-                    L * N * H,       N * C,     N,         N * V,       N};
+    const long f32_inputs = precision.bf16_compute() ? 0 : 1;
+    long sizes[] = {(L + 1) * N * C, f32_inputs * L * N * C, L * N,     L * N * QKV, att_floats,
+                    L * N * CA,      L * N * C,  f32_inputs * L * N * C, L * N,       L * N * 2 * H,
+                    f32_inputs * L * N * H,       f32_inputs * N * C,     N,         N * V,       N};
     activation_floats_ = 0;
     for (long s : sizes) activation_floats_ += s;
     acts_.assign(activation_floats_, 0.0f);
@@ -119,13 +121,14 @@ Model::Model(const ModelConfig& config, int B, int T, bool checkpoint_attention,
         a16_.ffn_norm = carve(L * N * C);
         a16_.swiglu = carve(L * N * H);
         a16_.final_norm = carve(N * C);
+        dout16_.assign(std::max({N * V, N * 2 * H, N * QKV, N * C}), 0);
     }
 
     d_residual_.assign(N * C, 0.0f);
     d_norm_.assign(N * C, 0.0f);
     d_qkv_.assign(N * QKV, 0.0f);
     d_att_out_.assign(N * CA, 0.0f);
-    d_gate_up_.assign(N * 2 * H, 0.0f);
+    if (!precision.bf16_compute()) d_gate_up_.assign(N * 2 * H, 0.0f);  // bf16: narrowed into dout16_
     d_swiglu_.assign(N * H, 0.0f);
     int half = config.head_dim() / 2;
     rope_cos_.assign((long)T * half, 0.0f);
@@ -174,19 +177,63 @@ float* Model::attention_scratch() {
 
 void Model::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
 
-// Layer l's part of a per-layer bf16 activation; null in fp32, where there is none.
-static bf16* layer_slot(bf16* base, int l, long per_layer) { return base ? base + l * per_layer : nullptr; }
+// Layer l's part of a per-layer activation; null where the precision keeps
+// none (the bf16 copies in fp32, the fp32 linear inputs in the bf16 modes).
+template <typename T>
+static T* layer_slot(T* base, int l, long per_layer) {
+    return base ? base + l * per_layer : nullptr;
+}
 
 void Model::linear_forward(float* out, const float* inp, bf16* inp16, const float* weight, int N, int IC, int OC) {
     if (!precision_.bf16_compute()) return matmul_forward(out, inp, weight, N, IC, OC);
-    bf16_narrow(inp16, inp, (long)N * IC);
+    if (inp) bf16_narrow(inp16, inp, (long)N * IC);
     matmul_forward_bf16(out, inp16, params_bf16_.data() + (weight - params_.data()), N, IC, OC);
 }
 
-void Model::linear_backward(float* dinp, float* dweight, const float* dout, const float* inp, const bf16* inp16,
-                            const float* weight, int N, int IC, int OC) {
+void Model::linear_backward(float* dinp, float* dweight, const float* dout, const bf16* dout16, const float* inp,
+                            const bf16* inp16, const float* weight, int N, int IC, int OC) {
     if (!precision_.bf16_compute()) return matmul_backward(dinp, dweight, dout, inp, weight, N, IC, OC);
-    matmul_backward_bf16(dinp, dweight, dout, inp16, params_bf16_.data() + (weight - params_.data()), N, IC, OC);
+    if (dout) {
+        bf16_narrow(dout16_.data(), dout, (long)N * OC);
+        dout16 = dout16_.data();
+    }
+    matmul_backward_bf16(dinp, dweight, dout16, inp16, params_bf16_.data() + (weight - params_.data()), N, IC, OC);
+}
+
+void Model::norm_forward(float* out, bf16* out16, float* rstd, const float* inp, const float* weight) {
+    const int N = B_ * T_, C = config_.dim;
+    const float eps = (float)config_.norm_eps;
+    if (precision_.bf16_compute()) return rmsnorm_forward_bf16(out16, rstd, inp, weight, N, C, eps);
+    rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+}
+
+// In the bf16 modes linear_out is the matmul's unrounded sum. Under tensor
+// parallelism each rank's partial output is rounded before the all-reduce
+// sums them, as each rank's bf16 matmul would deliver it.
+void Model::add_to_stream(float* out, float* linear_out, const float* stream) {
+    const long n = (long)B_ * T_ * config_.dim;
+    if (!precision_.bf16_compute() || tp_) {
+        if (tp_ && precision_.bf16_compute()) bf16_round_inplace(linear_out, n);
+        if (tp_) tp_->allreduce_sum(linear_out, n);  // row-parallel: sum the partial outputs
+        residual_forward(out, linear_out, stream, n);
+        return round_if_bf16_state(out, n);
+    }
+    residual_forward_bf16(out, linear_out, stream, n, precision_.bf16_state());
+}
+
+// d_norm is a matmul's input gradient (unrounded in the bf16 modes). The input
+// of a column-parallel matmul is replicated: its gradient is the sum of every
+// rank's part, each rounded first in the bf16 modes.
+void Model::norm_backward(float* d_stream, float* dweight, float* d_norm, const float* inp, const float* weight,
+                          const float* rstd) {
+    const int N = B_ * T_, C = config_.dim;
+    if (!precision_.bf16_compute() || tp_) {
+        if (tp_ && precision_.bf16_compute()) bf16_round_inplace(d_norm, (long)N * C);
+        if (tp_) tp_->allreduce_sum(d_norm, (long)N * C);
+        rmsnorm_backward_accumulate(d_stream, dweight, d_norm, inp, weight, rstd, N, C);
+    } else {
+        rmsnorm_backward_accumulate_bf16(d_stream, dweight, d_norm, inp, weight, rstd, N, C);
+    }
 }
 
 void Model::round_if_bf16_state(float* x, long n) {
@@ -198,15 +245,14 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
     const int C = config_.dim, V = shard_.vocab_size, L = config_.n_layers, H = shard_.hidden_dim;
     const int NH = shard_.n_heads, NKV = shard_.n_kv_heads, HD = config_.head_dim();
     const int QKV = (NH + 2 * NKV) * HD, CA = NH * HD;
-    const float eps = (float)config_.norm_eps;
     const ParameterTensors& p = p_;
     const ActivationTensors& a = a_;
+    const bool bf16_mode = precision_.bf16_compute();
 
-    if (precision_.bf16_compute() && weights_changed_) {
+    if (bf16_mode && weights_changed_) {
         bf16_narrow(params_bf16_.data(), params_.data(), (long)params_.size());
         weights_changed_ = false;
     }
-    const bool probs_bf16 = precision_.softmax_bf16;
     std::copy(inputs, inputs + N, inputs_.begin());
     if (tp_) {
         vocab_parallel_embedding_forward(a.residual, inputs, p.embed, N, C, shard_.vocab_start, V);
@@ -217,49 +263,65 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
     for (int l = 0; l < L; l++) {
         const long nc = (long)l * N * C;
         float* res = a.residual + nc;
-        float* an = a.attn_norm + nc;
+        float* an = layer_slot(a.attn_norm, l, (long)N * C);
+        bf16* an16 = layer_slot(a16_.attn_norm, l, (long)N * C);
         float* qkv = a.qkv + (long)l * N * QKV;
         float* att = a.att ? a.att + (long)l * B * NH * T * T : nullptr;
         float* att_out = a.att_out + (long)l * N * CA;
         float* mid = a.residual_mid + nc;
-        float* fn = a.ffn_norm + nc;
+        float* fn = layer_slot(a.ffn_norm, l, (long)N * C);
+        bf16* fn16 = layer_slot(a16_.ffn_norm, l, (long)N * C);
         float* gu = a.gate_up + (long)l * N * 2 * H;
-        float* sw = a.swiglu + (long)l * N * H;
+        float* sw = layer_slot(a.swiglu, l, (long)N * H);
+        bf16* sw16 = layer_slot(a16_.swiglu, l, (long)N * H);
         float* next = a.residual + nc + (long)N * C;
 
-        rmsnorm_forward(an, a.attn_rstd + (long)l * N, res, p.attn_norm + (long)l * C, N, C, eps);
-        linear_forward(qkv, an, layer_slot(a16_.attn_norm, l, (long)N * C), p.qkv + (long)l * QKV * C, N, C, QKV);
-        rope_forward(qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+        norm_forward(an, an16, a.attn_rstd + (long)l * N, res, p.attn_norm + (long)l * C);
+        linear_forward(qkv, an, an16, p.qkv + (long)l * QKV * C, N, C, QKV);
         // Rotated q and k are bf16 tensors in every bf16 mode, as under autocast.
-        if (precision_.bf16_compute()) bf16_round_inplace(qkv, (long)N * QKV);
-        attention_forward(att_out, att, attention_scratch(), qkv, B, T, NH, NKV, HD, lookahead_, probs_bf16);
+        if (bf16_mode) {
+            rope_forward_bf16(qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+        } else {
+            rope_forward(qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+        }
+        attention_forward(att_out, att, attention_scratch(), qkv, B, T, NH, NKV, HD, lookahead_,
+                          precision_.softmax_bf16);
         linear_forward(mid, att_out, layer_slot(a16_.att_out, l, (long)N * CA), p.o_proj + (long)l * C * CA, N, CA, C);
-        if (tp_) tp_->allreduce_sum(mid, (long)N * C);  // row-parallel: sum the partial outputs
-        residual_forward(mid, mid, res, (long)N * C);
-        round_if_bf16_state(mid, (long)N * C);
-        rmsnorm_forward(fn, a.ffn_rstd + (long)l * N, mid, p.ffn_norm + (long)l * C, N, C, eps);
-        linear_forward(gu, fn, layer_slot(a16_.ffn_norm, l, (long)N * C), p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
-        swiglu_forward(sw, gu, N, H);
-        linear_forward(next, sw, layer_slot(a16_.swiglu, l, (long)N * H), p.down + (long)l * C * H, N, H, C);
-        if (tp_) tp_->allreduce_sum(next, (long)N * C);
-        residual_forward(next, next, mid, (long)N * C);
-        round_if_bf16_state(next, (long)N * C);
+        add_to_stream(mid, mid, res);
+        norm_forward(fn, fn16, a.ffn_rstd + (long)l * N, mid, p.ffn_norm + (long)l * C);
+        linear_forward(gu, fn, fn16, p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
+        if (bf16_mode) {
+            swiglu_forward_bf16(sw16, gu, N, H);
+        } else {
+            swiglu_forward(sw, gu, N, H);
+        }
+        linear_forward(next, sw, sw16, p.down + (long)l * C * H, N, H, C);
+        add_to_stream(next, next, mid);
     }
-    rmsnorm_forward(a.final_norm, a.final_rstd, a.residual + (long)L * N * C, p.final_norm, N, C, eps);
+    norm_forward(a.final_norm, a16_.final_norm, a.final_rstd, a.residual + (long)L * N * C, p.final_norm);
     linear_forward(a.logits, a.final_norm, a16_.final_norm, p.lm_head, N, C, V);
-    if (!targets) return 0.0f;
+    if (targets) return loss(targets);
+    if (bf16_mode) bf16_round_inplace(a.logits, (long)N * V);  // the logits are a bf16 tensor
+    return 0.0f;
+}
 
+float Model::loss(const int32_t* targets) {
+    const int N = B_ * T_, V = shard_.vocab_size;
+    float* logits = a_.logits;
     std::copy(targets, targets + N, targets_.begin());
     // The loss itself always comes from the fp32 log-sum-exp; the bf16 softmax
     // setting rounds the probabilities that backward turns into gradients.
     if (tp_) {
-        vocab_parallel_crossentropy_forward(a.logits, a.losses, targets, N, V, shard_.vocab_start, *tp_);
+        if (precision_.bf16_compute()) bf16_round_inplace(logits, (long)N * V);
+        vocab_parallel_crossentropy_forward(logits, a_.losses, targets, N, V, shard_.vocab_start, *tp_);
+    } else if (precision_.bf16_compute()) {
+        crossentropy_forward_bf16(logits, a_.losses, targets, N, V);
     } else {
-        crossentropy_forward(a.logits, a.losses, targets, N, V);
+        crossentropy_forward(logits, a_.losses, targets, N, V);
     }
-    if (probs_bf16) bf16_round_inplace(a.logits, (long)N * V);
+    if (precision_.softmax_bf16) bf16_round_inplace(logits, (long)N * V);
     double sum = 0.0;
-    for (int n = 0; n < N; n++) sum += a.losses[n];
+    for (int n = 0; n < N; n++) sum += a_.losses[n];
     return (float)(sum / N);
 }
 
@@ -271,48 +333,62 @@ void Model::backward(float loss_scale) {
     const ParameterTensors& p = p_;
     const ParameterTensors& g = g_;
     const ActivationTensors& a = a_;
+    const bool bf16_mode = precision_.bf16_compute();
     float* d_res = d_residual_.data();
     float* d_norm = d_norm_.data();
+    bf16* d16 = dout16_.data();  // null in fp32
 
+    // dlogits, written over the probabilities; narrowed from them straight into
+    // d16 in the bf16 modes.
+    float* dlogits = a.logits;
     if (tp_) {
         vocab_parallel_crossentropy_backward(a.logits, targets_.data(), loss_scale, N, V, shard_.vocab_start);
+    } else if (bf16_mode) {
+        crossentropy_backward_bf16(d16, a.logits, targets_.data(), loss_scale, N, V);
+        dlogits = nullptr;
     } else {
         crossentropy_backward(a.logits, targets_.data(), loss_scale, N, V);
     }
-    linear_backward(d_norm, g.lm_head, a.logits, a.final_norm, a16_.final_norm, p.lm_head, N, C, V);
-    // The input of a column-parallel matmul is replicated: its gradient is the
-    // sum of every rank's part.
-    if (tp_) tp_->allreduce_sum(d_norm, (long)N * C);
+    linear_backward(d_norm, g.lm_head, dlogits, d16, a.final_norm, a16_.final_norm, p.lm_head, N, C, V);
     std::fill(d_residual_.begin(), d_residual_.end(), 0.0f);
-    rmsnorm_backward_accumulate(d_res, g.final_norm, d_norm, a.residual + (long)L * N * C,
-                                p.final_norm, a.final_rstd, N, C);
+    norm_backward(d_res, g.final_norm, d_norm, a.residual + (long)L * N * C, p.final_norm, a.final_rstd);
     if (grads_ready_) grads_ready_(L);
 
     for (int l = L - 1; l >= 0; l--) {
         const long nc = (long)l * N * C;
         // d_res holds the gradient of the stream leaving layer l.
-        linear_backward(d_swiglu_.data(), g.down + (long)l * C * H, d_res,
-                        a.swiglu + (long)l * N * H, layer_slot(a16_.swiglu, l, (long)N * H), p.down + (long)l * C * H, N, H, C);
-        swiglu_backward(d_gate_up_.data(), d_swiglu_.data(), a.gate_up + (long)l * N * 2 * H, N, H);
-        linear_backward(d_norm, g.gate_up + (long)l * 2 * H * C, d_gate_up_.data(),
-                        a.ffn_norm + nc, layer_slot(a16_.ffn_norm, l, (long)N * C), p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
-        if (tp_) tp_->allreduce_sum(d_norm, (long)N * C);
-        rmsnorm_backward_accumulate(d_res, g.ffn_norm + (long)l * C, d_norm, a.residual_mid + nc,
-                                    p.ffn_norm + (long)l * C, a.ffn_rstd + (long)l * N, N, C);
+        linear_backward(d_swiglu_.data(), g.down + (long)l * C * H, d_res, nullptr, layer_slot(a.swiglu, l, (long)N * H),
+                        layer_slot(a16_.swiglu, l, (long)N * H), p.down + (long)l * C * H, N, H, C);
+        const float* gate_up = a.gate_up + (long)l * N * 2 * H;
+        if (bf16_mode) {
+            swiglu_backward_bf16(d16, d_swiglu_.data(), gate_up, N, H);
+        } else {
+            swiglu_backward(d_gate_up_.data(), d_swiglu_.data(), gate_up, N, H);
+        }
+        linear_backward(d_norm, g.gate_up + (long)l * 2 * H * C, bf16_mode ? nullptr : d_gate_up_.data(), d16,
+                        layer_slot(a.ffn_norm, l, (long)N * C), layer_slot(a16_.ffn_norm, l, (long)N * C),
+                        p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
+        norm_backward(d_res, g.ffn_norm + (long)l * C, d_norm, a.residual_mid + nc, p.ffn_norm + (long)l * C,
+                      a.ffn_rstd + (long)l * N);
         round_if_bf16_state(d_res, (long)N * C);
         // d_res now holds the gradient of the stream after attention.
         const float* qkv = a.qkv + (long)l * N * QKV;
         const float* att = a.att ? a.att + (long)l * B * NH * T * T : nullptr;
-        linear_backward(d_att_out_.data(), g.o_proj + (long)l * C * CA, d_res,
-                        a.att_out + (long)l * N * CA, layer_slot(a16_.att_out, l, (long)N * CA), p.o_proj + (long)l * C * CA, N, CA, C);
+        linear_backward(d_att_out_.data(), g.o_proj + (long)l * C * CA, d_res, nullptr, a.att_out + (long)l * N * CA,
+                        layer_slot(a16_.att_out, l, (long)N * CA), p.o_proj + (long)l * C * CA, N, CA, C);
+        if (bf16_mode) bf16_round_inplace(d_att_out_.data(), (long)N * CA);  // attention's sgemms read it
         attention_backward(d_qkv_.data(), attention_scratch(), d_att_out_.data(), qkv, att, B, T,
                            NH, NKV, HD, lookahead_, precision_.softmax_bf16);
-        rope_backward(d_qkv_.data(), rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
-        linear_backward(d_norm, g.qkv + (long)l * QKV * C, d_qkv_.data(), a.attn_norm + nc,
-                        layer_slot(a16_.attn_norm, l, (long)N * C), p.qkv + (long)l * QKV * C, N, C, QKV);
-        if (tp_) tp_->allreduce_sum(d_norm, (long)N * C);
-        rmsnorm_backward_accumulate(d_res, g.attn_norm + (long)l * C, d_norm, a.residual + nc,
-                                    p.attn_norm + (long)l * C, a.attn_rstd + (long)l * N, N, C);
+        if (bf16_mode) {
+            rope_backward_bf16(d16, d_qkv_.data(), rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+        } else {
+            rope_backward(d_qkv_.data(), rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+        }
+        linear_backward(d_norm, g.qkv + (long)l * QKV * C, bf16_mode ? nullptr : d_qkv_.data(), d16,
+                        layer_slot(a.attn_norm, l, (long)N * C), layer_slot(a16_.attn_norm, l, (long)N * C),
+                        p.qkv + (long)l * QKV * C, N, C, QKV);
+        norm_backward(d_res, g.attn_norm + (long)l * C, d_norm, a.residual + nc, p.attn_norm + (long)l * C,
+                      a.attn_rstd + (long)l * N);
         round_if_bf16_state(d_res, (long)N * C);
         if (grads_ready_) grads_ready_(l);
     }

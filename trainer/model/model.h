@@ -70,17 +70,20 @@ struct TensorKind {
 // The parameter table of a shard (of the whole model at size 1), in buffer order.
 std::vector<TensorKind> tensor_table(const ModelConfig& config, const ShardShape& shard);
 
+// In the bf16 modes the inputs of the linear layers (attn_norm, ffn_norm,
+// swiglu, final_norm) exist only in bf16 (Bf16LinearInputs): those four are
+// null here.
 struct ActivationTensors {
     float* residual;      // (L+1, B, T, C) stream entering layer l; [L] enters the final norm
     float* attn_norm;     // (L, B, T, C)
     float* attn_rstd;     // (L, B, T)
-    float* qkv;           // (L, B, T, QKV), q and k after RoPE
+    float* qkv;           // (L, B, T, QKV), q and k after RoPE; bf16 values in the bf16 modes
     float* att;           // (L, B, NH, T, T) probabilities; null with activation checkpointing
     float* att_out;       // (L, B, T, NH*HD)
     float* residual_mid;  // (L, B, T, C) stream after attention
     float* ffn_norm;      // (L, B, T, C)
     float* ffn_rstd;      // (L, B, T)
-    float* gate_up;       // (L, B, T, 2*H)
+    float* gate_up;       // (L, B, T, 2*H); bf16 values in the bf16 modes
     float* swiglu;        // (L, B, T, H)
     float* final_norm;    // (B, T, C)
     float* final_rstd;    // (B, T)
@@ -88,8 +91,9 @@ struct ActivationTensors {
     float* losses;        // (B, T)
 };
 
-// The inputs of the linear layers narrowed to bf16 in the forward pass (bf16
-// modes only), kept for the weight gradients of the backward pass.
+// The inputs of the linear layers in the bf16 modes, written narrowed by the
+// kernels that produce them (att_out: narrowed from fp32) and kept for the
+// weight gradients of the backward pass.
 struct Bf16LinearInputs {
     bf16* attn_norm;   // (L, B, T, C) input of qkv_proj
     bf16* att_out;     // (L, B, T, NH*HD) input of o_proj
@@ -164,11 +168,24 @@ class Model {
   private:
     float* attention_scratch();
     // The matmuls of the layers, in fp32 or bf16 as the precision says; weight
-    // points into params_. In the bf16 modes forward narrows inp into inp16,
-    // a slot of acts_bf16_, and backward reads it from there.
+    // points into params_. In the bf16 modes the input is inp16, a slot of
+    // acts_bf16_ (narrowed from inp first when inp is given), the output
+    // gradient dout16 (narrowed from dout into dout16_ when dout is given),
+    // and out and dinp are left unrounded for their reader to round.
     void linear_forward(float* out, const float* inp, bf16* inp16, const float* weight, int N, int IC, int OC);
-    void linear_backward(float* dinp, float* dweight, const float* dout, const float* inp, const bf16* inp16,
-                         const float* weight, int N, int IC, int OC);
+    void linear_backward(float* dinp, float* dweight, const float* dout, const bf16* dout16, const float* inp,
+                         const bf16* inp16, const float* weight, int N, int IC, int OC);
+    // The steps around the matmuls that differ by precision: RMSNorm into the
+    // next matmul's input; a row-parallel matmul's output added to the
+    // residual stream; a matmul's input gradient through an RMSNorm into the
+    // stream's gradient (each with the tensor-parallel all-reduce between).
+    void norm_forward(float* out, bf16* out16, float* rstd, const float* inp, const float* weight);
+    void add_to_stream(float* out, float* linear_out, const float* stream);
+    void norm_backward(float* d_stream, float* dweight, float* d_norm, const float* inp, const float* weight,
+                       const float* rstd);
+    // The mean cross-entropy of the logits against targets, the probabilities
+    // left in a_.logits for backward.
+    float loss(const int32_t* targets);
     // Pure bf16 modes keep activations in bf16: rounds x in place there.
     void round_if_bf16_state(float* x, long n);
 
@@ -192,6 +209,7 @@ class Model {
     Bf16LinearInputs a16_{};  // all null in fp32
     // Backward scratch, one micro-batch and one layer at a time.
     std::vector<float> d_residual_, d_norm_, d_qkv_, d_att_out_, d_gate_up_, d_swiglu_;
+    std::vector<bf16> dout16_;  // a matmul's output gradient narrowed, in the bf16 modes
     std::vector<float> att_scratch_;  // per OpenMP thread
     std::vector<float> rope_cos_, rope_sin_;  // (T, HD/2)
     std::vector<int32_t> inputs_, targets_;
