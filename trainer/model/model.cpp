@@ -66,11 +66,7 @@ Model::Model(const ModelConfig& config, int B, int T, bool checkpoint_attention,
       B_(B),
       T_(T),
       checkpoint_attention_(checkpoint_attention) {
-    const long V = shard_.vocab_size, C = config.dim, L = config.n_layers, H = shard_.hidden_dim;
-    const long NH = shard_.n_heads, HD = config.head_dim();
-    const long QKV = (NH + 2 * shard_.n_kv_heads) * HD, CA = NH * HD;
     const long N = (long)B * T;
-
     kinds_ = tensor_table(config, shard_);
     long offset = kinds_.back().offset + kinds_.back().numel();
     auto at = [&](const char* name) {
@@ -92,13 +88,40 @@ Model::Model(const ModelConfig& config, int B, int T, bool checkpoint_attention,
     p_ = point(params_.data());
     g_ = point(grads_.data());
 
-    // Activations: one allocation, carved in the order of the struct. The
-    // bf16 modes keep the linear layers' inputs in bf16 only.
-    long att_floats = checkpoint_attention ? 0 : L * B * NH * T * T;
-    const long f32_inputs = precision.bf16_compute() ? 0 : 1;
-    long sizes[] = {(L + 1) * N * C, f32_inputs * L * N * C, L * N,     L * N * QKV, att_floats,
-                    L * N * CA,      L * N * C,  f32_inputs * L * N * C, L * N,       L * N * 2 * H,
-                    f32_inputs * L * N * H,       f32_inputs * N * C,     N,         N * V,       N};
+    allocate_activations();
+    int half = config.head_dim() / 2;
+    rope_cos_.assign((long)T * half, 0.0f);
+    rope_sin_.assign((long)T * half, 0.0f);
+    rope_tables(rope_cos_.data(), rope_sin_.data(), T, config.head_dim(), (float)config.rope_theta);
+    inputs_.assign(N, 0);
+    targets_.assign(N, 0);
+}
+
+void Model::allocate_activations() {
+    const long V = shard_.vocab_size, C = config_.dim, L = config_.n_layers, H = shard_.hidden_dim;
+    const long NH = shard_.n_heads, HD = config_.head_dim();
+    const long QKV = (NH + 2 * shard_.n_kv_heads) * HD, CA = NH * HD;
+    const long B = B_, T = T_, N = B * T;
+    const bool bf16_mode = precision_.bf16_compute();
+    // One allocation, carved in the order of the struct. The bf16 modes keep
+    // the linear layers' inputs in bf16 only.
+    const long f32_inputs = bf16_mode ? 0 : 1;
+    const long sizes[] = {
+        (L + 1) * N * C,                                    // residual
+        f32_inputs * L * N * C,                             // attn_norm
+        L * N,                                              // attn_rstd
+        L * N * QKV,                                        // qkv
+        checkpoint_attention_ ? 0 : L * B * NH * T * T,     // att
+        L * N * CA,                                         // att_out
+        L * N * C,                                          // residual_mid
+        f32_inputs * L * N * C,                             // ffn_norm
+        L * N,                                              // ffn_rstd
+        L * N * 2 * H,                                      // gate_up
+        f32_inputs * L * N * H,                             // swiglu
+        f32_inputs * N * C,                                 // final_norm
+        N,                                                  // final_rstd
+        N * V,                                              // logits
+        N};                                                 // losses
     activation_floats_ = 0;
     for (long s : sizes) activation_floats_ += s;
     acts_.assign(activation_floats_, 0.0f);
@@ -111,8 +134,7 @@ Model::Model(const ModelConfig& config, int B, int T, bool checkpoint_attention,
     a_ = ActivationTensors{ptrs[0], ptrs[1], ptrs[2],  ptrs[3],  ptrs[4],
                            ptrs[5], ptrs[6], ptrs[7],  ptrs[8],  ptrs[9],
                            ptrs[10], ptrs[11], ptrs[12], ptrs[13], ptrs[14]};
-
-    if (precision.bf16_compute()) {
+    if (bf16_mode) {
         acts_bf16_.assign(L * N * (2 * C + CA + H) + N * C, 0);
         bf16* cursor16 = acts_bf16_.data();
         auto carve = [&](long n) { return std::exchange(cursor16, cursor16 + n); };
@@ -123,25 +145,19 @@ Model::Model(const ModelConfig& config, int B, int T, bool checkpoint_attention,
         a16_.final_norm = carve(N * C);
         dout16_.assign(std::max({N * V, N * 2 * H, N * QKV, N * C}), 0);
     }
-
+    // Backward scratch; in the bf16 modes SwiGLU's gradient goes narrowed into dout16_.
     d_residual_.assign(N * C, 0.0f);
     d_norm_.assign(N * C, 0.0f);
     d_qkv_.assign(N * QKV, 0.0f);
     d_att_out_.assign(N * CA, 0.0f);
-    if (!precision.bf16_compute()) d_gate_up_.assign(N * 2 * H, 0.0f);  // bf16: narrowed into dout16_
+    if (!bf16_mode) d_gate_up_.assign(N * 2 * H, 0.0f);
     d_swiglu_.assign(N * H, 0.0f);
-    int half = config.head_dim() / 2;
-    rope_cos_.assign((long)T * half, 0.0f);
-    rope_sin_.assign((long)T * half, 0.0f);
-    rope_tables(rope_cos_.data(), rope_sin_.data(), T, config.head_dim(), (float)config.rope_theta);
-    inputs_.assign(N, 0);
-    targets_.assign(N, 0);
 }
 
 long Model::activation_bytes_without_checkpointing() const {
     if (!checkpoint_attention_) return activation_bytes();
     long att = (long)config_.n_layers * B_ * shard_.n_heads * T_ * T_;
-    return (activation_floats_ + att) * 4;
+    return activation_bytes() + att * 4;
 }
 
 void Model::init_weights(unsigned long long seed) {

@@ -166,6 +166,8 @@ class Model {
     long activation_bytes_without_checkpointing() const;
 
   private:
+    // Activations and backward scratch for the shapes and precision given.
+    void allocate_activations();
     float* attention_scratch();
     // The matmuls of the layers, in fp32 or bf16 as the precision says; weight
     // points into params_. In the bf16 modes the input is inp16, a slot of
