@@ -87,7 +87,8 @@ struct ActivationTensors {
     float* swiglu;        // (L, B, T, H)
     float* final_norm;    // (B, T, C)
     float* final_rstd;    // (B, T)
-    float* logits;        // (B, T, V): logits, then probabilities, then their gradient
+    float* logits;        // (B, T, V): logits, then probabilities, then their gradient (in fp32 and
+                          // under tensor parallelism; the bf16 modes narrow it into a scratch buffer)
     float* losses;        // (B, T)
 };
 
