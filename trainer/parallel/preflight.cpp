@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 #include <omp.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -242,7 +241,6 @@ long wrong_gemm_elements() {
     gemm_bf16(c.data(), a16.data(), b16.data(), n, n, n, false, false, false);
     return wrong + count_wrong();
 }
-
 
 double bus_bandwidth(const std::string& op, double algbw, int ranks) {
     if (ranks < 2) return 0.0;

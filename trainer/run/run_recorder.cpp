@@ -3,7 +3,6 @@
 #include "hlat_version.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
