@@ -196,13 +196,31 @@ try {
         `(${live.points} loss points for ${live.last} steps)`);
 
   // A key outside the default layout, picked while the run is live, is drawn
-  // and joins the live stream.
+  // and joins the live stream, even when a re-bucketing load that began before
+  // the pick answers after it: that load's series are held here until the
+  // pick's own load has drawn, then let through.
+  const held = [];
+  let firstHeld;
+  const holding = new Promise((resolve) => { firstHeld = resolve; });
+  await page.route((u) => u.pathname.endsWith("/series"), (route) => {
+    if (!firstHeld) return route.continue();
+    held.push(route);
+    firstHeld();
+  });
+  const overtakenLoad = page.evaluate(() => window.hlatDashboard.load());
+  await holding;
+  firstHeld = null;
   await page.click("#picker summary");
   await page.check('#picker input[value="step_s"]');
   await page.waitForFunction(() => window.hlatDashboard.streamedKeys().includes("step_s") &&
-                             window.hlatDashboard.series.step_s?.steps.length > 0, null, { timeout: 10000 });
+                             window.hlatDashboard.series.step_s?.steps.length > 0, null, { timeout: 20000 });
+  await Promise.all(held.map((route) => route.continue()));
+  await overtakenLoad;
+  await page.unrouteAll();
+  check(await page.evaluate(() => window.hlatDashboard.series.step_s?.steps.length > 0),
+        "a load overtaken by the pick does not take the picked metric away");
   const picked = await page.evaluate(() => window.hlatDashboard.series.step_s.steps.at(-1));
-  await page.waitForFunction((p) => window.hlatDashboard.series.step_s.steps.at(-1) > p, picked, { timeout: 10000 });
+  await page.waitForFunction((p) => window.hlatDashboard.series.step_s.steps.at(-1) > p, picked, { timeout: 20000 });
   check(true, "a metric picked while the run is live is drawn and streamed");
   await page.click("#picker summary");
 

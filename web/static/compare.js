@@ -50,7 +50,11 @@ function aligner(align, s, tokensPerStep) {
   return (i) => s.steps[i];
 }
 
+// A draw overtaken by a later one (the key changed again before its series
+// came back) drops what it fetched, so the chart always shows the key picked.
+let drawsStarted = 0;
 async function draw() {
+  const ticket = ++drawsStarted;
   const key = $("#key").value, align = $("#align").value, smoothing = Number($("#smoothing").value);
   history.replaceState(null, "", `?${new URLSearchParams({ runs: names.join(","), key, align, smooth: smoothing })}`);
   const width = Math.max(480, $("#chart").clientWidth - 8);
@@ -67,6 +71,7 @@ async function draw() {
     const out = { ...values, steps: values.steps.map((_, i) => x(i)) };
     return { name, s: out };
   }));
+  if (ticket !== drawsStarted) return;
   state.series = series;
   const xs = [...new Set(series.flatMap((r) => (r ? r.s.steps.filter((x) => x !== null) : [])))].sort((a, b) => a - b);
   const data = [xs];

@@ -371,8 +371,14 @@ function showHaltButton(status) {
       "or follow the log with `hlat ingest --follow --on-halt`.";
 }
 
-// Everything the charts need, for the whole run or the zoomed range.
+// Everything the charts need, for the whole run or the zoomed range. Loads
+// overlap (a re-bucketing load, a picked key, a zoom): one that a later load
+// has overtaken drops what it fetched, or it would put back an older set of
+// keys and range over the newer one.
+let loadsStarted = 0;
 async function load() {
+  const ticket = ++loadsStarted;
+  const overtaken = () => ticket !== loadsStarted;
   try {
     const { runs } = await fetchJson("/api/v1/runs");
     const run = runs.find((r) => r.name === runName);
@@ -389,6 +395,7 @@ async function load() {
     const range = state.zoom ? { from: state.zoom[0], to: state.zoom[1] } : {};
     const wanted = [...new Set(["tokens_seen", ...state.shown])].filter((k) => state.keys.includes(k));
     const loaded = await Promise.all(wanted.map((k) => loadSeries(runBase, k, { ...range, width })));
+    if (overtaken()) return;
     if (!state.zoom) for (const s of loaded) carryLivePoints(state.series[s.key], s);
     state.series = Object.fromEntries(loaded.map((s) => [s.key, s]));
     showCost(run);
@@ -397,12 +404,14 @@ async function load() {
     const q = state.zoom ? `&from=${state.zoom[0]}&to=${state.zoom[1]}` : "";
     state.episodes = state.shown.has("grad_norm") && state.keys.includes("grad_norm")
       ? (await fetchJson(api(`/episodes?key=grad_norm${q}`))).episodes : [];
+    if (overtaken()) return;
     await Promise.all([loadAlerts(), loadUptime(api, run.status), loadEvals(),
                        run.preflight ? null : loadRankPanels(api).then((p) => { state.rankPanels = p; })]);
     draw();
     if (state.loadFailed) $("#message").textContent = "";  // other messages (a halt's answer) stay
     state.loadFailed = false;
   } catch (e) {
+    if (overtaken()) return;
     state.loadFailed = true;
     $("#message").textContent = `Cannot load the run: ${e.message}`;
   }
@@ -434,6 +443,7 @@ function rebucketSoon() {
 let source = null;
 let streamed = new Set();
 state.streamedKeys = () => [...streamed];  // for the end-to-end test
+state.load = () => load();                 // likewise
 function listen() {
   // The default layout's keys and whatever the picker shows (custom keys included).
   const keys = [...new Set([...DEFAULT_KEYS, ...(state.shown ?? []), "tokens_seen"])];
