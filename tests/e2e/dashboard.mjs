@@ -99,6 +99,8 @@ const url = await new Promise((resolve, reject) => {
 });
 // Its output is not read: ignore it rather than let a full pipe stall the trainer.
 const live = spawn(hlat, train("live-run", "long.json"), { stdio: "ignore" });
+// However this script ends (a crash included), the trainer and server end with it.
+process.on("exit", () => { live.kill("SIGKILL"); server.kill("SIGTERM"); });
 let liveExit = null;
 const liveExited = new Promise((resolve) => live.on("exit", (code) => { liveExit = code; resolve(code); }));
 
@@ -208,7 +210,8 @@ try {
     firstHeld();
   });
   const overtakenLoad = page.evaluate(() => window.hlatDashboard.load());
-  await holding;
+  overtakenLoad.catch(() => {});  // awaited below; until then a failure must not crash the script
+  await Promise.race([holding, overtakenLoad]);
   firstHeld = null;
   await page.click("#picker summary");
   await page.check('#picker input[value="step_s"]');
@@ -248,8 +251,6 @@ try {
   check(false, `browser session: ${e.message}`);
 } finally {
   await browser.close();
-  live.kill("SIGKILL");
-  server.kill("SIGTERM");
 }
 console.log(`screenshots in ${work}`);
 finish();

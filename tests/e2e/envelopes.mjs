@@ -45,6 +45,7 @@ for (const which of ["a", "b"]) {
 
 const browser = await launchChromium();
 const server = spawn(hlat, ["serve", "--store", store, "--port", "0", "--token", "e2e-token-0123456789"], { stdio: ["ignore", "pipe", "inherit"] });
+process.on("exit", () => server.kill());  // however the script ends
 const url = await new Promise((resolve, reject) => {
   server.stdout.on("data", (d) => { const m = /open (http:\/\/127\.0\.0\.1:\d+\/)/.exec(String(d)); if (m) resolve(m[1]); });
   server.on("exit", () => reject(new Error("hlat serve exited")));
@@ -224,6 +225,5 @@ try {
   check(false, `browser checks: ${e.message}`);
 } finally {
   await browser.close();
-  server.kill();
 }
 finish();
