@@ -178,25 +178,26 @@ void rope_backward_bf16(bf16* dqkv16, const float* dqkv, const float* cos_table,
     rope_rotate<false>(dqkv16, dqkv, cos_table, sin_table, B, T, NH, NKV, HD, -1.0f);
 }
 
-// Scores of one (batch, head) pair, P = softmax(scale * Q K^T) under the causal
-// mask: query i sees keys j <= i + lookahead (lookahead is 0 except when the
-// mask_leak fault is injected). Rows are computed in blocks: block rows
-// [r0, r1) only see keys [0, r1 + lookahead), which skips most of the masked
-// upper triangle instead of computing and discarding it.
+// Attention of one (batch, head) pair, one block of kAttBlock query rows at a
+// time: block rows [r0, r1) only see keys [0, r1 + lookahead) (lookahead is 0
+// except when the mask_leak fault is injected), which skips most of the masked
+// upper triangle, and each block's scores, softmax and products run while the
+// block is still in cache (a whole head's T x T probabilities are not).
 static constexpr int kAttBlock = 64;
 
+static inline int block_end(int r0, int T) { return r0 + kAttBlock < T ? r0 + kAttBlock : T; }
 static inline int visible_keys(int r1, int T, int lookahead) { return r1 + lookahead < T ? r1 + lookahead : T; }
+static inline int last_key(int i, int T, int lookahead) { return i + lookahead < T ? i + lookahead : T - 1; }
 
-static void attention_probs(float* P, const float* q, const float* k, int T, int HD, int QKV, float scale,
-                            int lookahead, bool probs_bf16) {
-    for (int r0 = 0; r0 < T; r0 += kAttBlock) {
-        int r1 = r0 + kAttBlock < T ? r0 + kAttBlock : T;
-        sgemm(false, true, r1 - r0, visible_keys(r1, T, lookahead), HD, scale, q + (long)r0 * QKV, QKV, k, QKV, 0.0f,
-              P + (long)r0 * T, T);
-    }
-    for (int i = 0; i < T; i++) {
+// Rows [r0, r1) of P = softmax(scale * Q K^T) under the causal mask: query i
+// sees keys j <= i + lookahead.
+static void probs_block(float* P, const float* q, const float* k, int T, int HD, int QKV, float scale,
+                        int lookahead, bool probs_bf16, int r0, int r1) {
+    sgemm(false, true, r1 - r0, visible_keys(r1, T, lookahead), HD, scale, q + (long)r0 * QKV, QKV, k, QKV, 0.0f,
+          P + (long)r0 * T, T);
+    for (int i = r0; i < r1; i++) {
         float* row = P + (long)i * T;
-        const int last = i + lookahead < T ? i + lookahead : T - 1;
+        const int last = last_key(i, T, lookahead);
         float maxv = -INFINITY;
 #pragma omp simd reduction(max : maxv)
         for (int j = 0; j <= last; j++) maxv = row[j] > maxv ? row[j] : maxv;
@@ -214,15 +215,12 @@ static void attention_probs(float* P, const float* q, const float* k, int T, int
     }
 }
 
-// Y (T, HD, ld ldy) = P (T, T) @ X (T, HD, ld ldx), using that P is zero past
-// each row's visible keys.
-static void causal_matmul(float* Y, int ldy, const float* P, const float* X, int ldx, int T, int HD, float beta,
-                          int lookahead) {
-    for (int r0 = 0; r0 < T; r0 += kAttBlock) {
-        int r1 = r0 + kAttBlock < T ? r0 + kAttBlock : T;
-        sgemm(false, false, r1 - r0, HD, visible_keys(r1, T, lookahead), 1.0f, P + (long)r0 * T, T, X, ldx, beta,
-              Y + (long)r0 * ldy, ldy);
-    }
+// Y rows [r0, r1) (ld ldy) = P rows [r0, r1) @ X (T, HD, ld ldx), using that P
+// is zero past each row's visible keys.
+static void causal_matmul_block(float* Y, int ldy, const float* P, const float* X, int ldx, int T, int HD,
+                                int lookahead, int r0, int r1) {
+    sgemm(false, false, r1 - r0, HD, visible_keys(r1, T, lookahead), 1.0f, P + (long)r0 * T, T, X, ldx, 0.0f,
+          Y + (long)r0 * ldy, ldy);
 }
 
 // Y (T, HD, ld ldy) += P^T (T, T) @ X (T, HD, ld ldx): key block [c0, c1) is
@@ -230,7 +228,7 @@ static void causal_matmul(float* Y, int ldy, const float* P, const float* X, int
 static void causal_matmul_transposed(float* Y, int ldy, const float* P, const float* X, int ldx, int T, int HD,
                                      int lookahead) {
     for (int c0 = 0; c0 < T; c0 += kAttBlock) {
-        int c1 = c0 + kAttBlock < T ? c0 + kAttBlock : T;
+        int c1 = block_end(c0, T);
         int first_row = c0 - lookahead > 0 ? c0 - lookahead : 0;
         sgemm(true, false, c1 - c0, HD, T - first_row, 1.0f, P + (long)first_row * T + c0, T,
               X + (long)first_row * ldx, ldx, 1.0f, Y + (long)c0 * ldy, ldy);
@@ -252,10 +250,34 @@ void attention_forward(float* out, float* att, float* scratch, const float* qkv,
             const float* v = base + (NH + NKV + h / group) * HD;
             float* P = att ? att + ((long)b * NH + h) * T * T
                            : scratch + omp_get_thread_num() * AttentionScratch::floats(T);
-            attention_probs(P, q, k, T, HD, QKV, scale, lookahead, probs_bf16);
-            causal_matmul(out + (long)b * T * CA + h * HD, CA, P, v, QKV, T, HD, 0.0f, lookahead);
+            for (int r0 = 0; r0 < T; r0 += kAttBlock) {
+                int r1 = block_end(r0, T);
+                probs_block(P, q, k, T, HD, QKV, scale, lookahead, probs_bf16, r0, r1);
+                causal_matmul_block(out + (long)b * T * CA + h * HD, CA, P, v, QKV, T, HD, lookahead, r0, r1);
+            }
         }
     }
+}
+
+// Rows [r0, r1) of one head's backward through softmax and the scores:
+// dP = dO V^T on the visible keys, dS = P * (dP - rowsum(P * dP)) * scale
+// written over dP (zero past the visible keys), dQ = dS K.
+static void scores_backward_block(float* dq, float* dP, const float* P, const float* dO, int CA, const float* k,
+                                  const float* v, int T, int HD, int QKV, float scale, int lookahead, int r0,
+                                  int r1) {
+    sgemm(false, true, r1 - r0, visible_keys(r1, T, lookahead), HD, 1.0f, dO + (long)r0 * CA, CA, v, QKV, 0.0f,
+          dP + (long)r0 * T, T);
+    for (int i = r0; i < r1; i++) {
+        const float* p = P + (long)i * T;
+        float* d = dP + (long)i * T;
+        const int last = last_key(i, T, lookahead);
+        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int j = 0; j <= last; j++) dot += p[j] * d[j];
+        for (int j = 0; j <= last; j++) d[j] = p[j] * (d[j] - dot) * scale;
+        for (int j = last + 1; j < T; j++) d[j] = 0.0f;
+    }
+    causal_matmul_block(dq, QKV, dP, k, QKV, T, HD, lookahead, r0, r1);
 }
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att, int B,
@@ -283,36 +305,17 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
             }
             for (int h = g * group; h < (g + 1) * group; h++) {
                 const float* q = base + h * HD;
-                float* dq = dbase + h * HD;
                 const float* dO = dout + (long)b * T * CA + h * HD;
-                const float* P;
-                if (att) {
-                    P = att + ((long)b * NH + h) * T * T;
-                } else {
-                    attention_probs(thread_scratch, q, k, T, HD, QKV, scale, lookahead, probs_bf16);
-                    P = thread_scratch;
-                }
-                // dP = dO V^T on the visible keys only.
+                // Without stored probabilities each block's are recomputed just before use.
+                float* recomputed = att ? nullptr : thread_scratch;
+                const float* P = att ? att + ((long)b * NH + h) * T * T : recomputed;
                 for (int r0 = 0; r0 < T; r0 += kAttBlock) {
-                    int r1 = r0 + kAttBlock < T ? r0 + kAttBlock : T;
-                    sgemm(false, true, r1 - r0, visible_keys(r1, T, lookahead), HD, 1.0f, dO + (long)r0 * CA, CA, v,
-                          QKV, 0.0f, dP + (long)r0 * T, T);
+                    int r1 = block_end(r0, T);
+                    if (recomputed) probs_block(recomputed, q, k, T, HD, QKV, scale, lookahead, probs_bf16, r0, r1);
+                    scores_backward_block(dbase + h * HD, dP, P, dO, CA, k, v, T, HD, QKV, scale, lookahead, r0, r1);
                 }
                 causal_matmul_transposed(dv, QKV, P, dO, CA, T, HD, lookahead);  // dV += P^T dO
-                // dS = P * (dP - rowsum(P * dP)), written over dP; zero past the visible keys.
-                for (int i = 0; i < T; i++) {
-                    const float* p = P + (long)i * T;
-                    float* d = dP + (long)i * T;
-                    const int last = i + lookahead < T ? i + lookahead : T - 1;
-                    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                    for (int j = 0; j <= last; j++) dot += p[j] * d[j];
-                    for (int j = 0; j <= last; j++) d[j] = p[j] * (d[j] - dot) * scale;
-                    for (int j = last + 1; j < T; j++) d[j] = 0.0f;
-                }
-                // dQ = dS K ; dK += dS^T Q (dS already carries the score scale).
-                causal_matmul(dq, QKV, dP, k, QKV, T, HD, 0.0f, lookahead);
-                causal_matmul_transposed(dk, QKV, dP, q, QKV, T, HD, lookahead);
+                causal_matmul_transposed(dk, QKV, dP, q, QKV, T, HD, lookahead);  // dK += dS^T Q
             }
         }
     }
