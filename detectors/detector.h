@@ -82,6 +82,8 @@ struct StepRecord {
 // The metric keys the detectors read; sets the field of `r` that `key` feeds
 // and returns true, or returns false for any other key.
 bool apply_metric(StepRecord& r, const std::string& key, double value);
+// Adds to `into` what `later`, a later part of the same step, reports.
+void merge_step(StepRecord& into, const StepRecord& later);
 // The keys apply_metric reads, for messages ("none of loss, grad_norm, ...").
 const std::vector<std::string>& detector_keys();
 

@@ -420,7 +420,7 @@ class InformationLeak : public Detector {
 
 }  // namespace
 
-bool apply_metric(StepRecord& r, const std::string& key, double value) {
+static const std::map<std::string, double StepRecord::*>& metric_fields() {
     static const std::map<std::string, double StepRecord::*> fields = {
         {"loss", &StepRecord::loss},
         {"grad_norm", &StepRecord::grad_norm},
@@ -434,12 +434,25 @@ bool apply_metric(StepRecord& r, const std::string& key, double value) {
         {"straggler_rank", &StepRecord::straggler_rank},
         {"health_check_failures", &StepRecord::health_check_failures},
     };
-    auto it = fields.find(key);
-    if (it == fields.end()) return false;
+    return fields;
+}
+
+bool apply_metric(StepRecord& r, const std::string& key, double value) {
+    auto it = metric_fields().find(key);
+    if (it == metric_fields().end()) return false;
     r.*(it->second) = value;
     if (key == "loss") r.has_loss = true;
     if (key == "grad_norm") r.has_grad_norm = true;
     return true;
+}
+
+void merge_step(StepRecord& into, const StepRecord& later) {
+    for (const auto& [key, field] : metric_fields()) {
+        bool reported = key == "loss" ? later.has_loss : key == "grad_norm" ? later.has_grad_norm
+                                                                           : !std::isnan(later.*field);
+        if (reported) apply_metric(into, key, later.*field);
+    }
+    if (!later.replica_detail.empty()) into.replica_detail = later.replica_detail;
 }
 
 const std::vector<std::string>& detector_keys() {

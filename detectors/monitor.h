@@ -5,8 +5,10 @@
 // as `hlat train` does, and an alert whose policy is halt files a halt
 // request for the run that the feeder passes on (the HTTP reply, ingest
 // --follow's --on-halt). Online equals offline: `hlat detect` replaying the
-// stored run raises the same alerts, as long as no step is split across
-// batches (the client and the line formats send whole steps).
+// stored run raises the same alerts, also when a step is cut across batches
+// (a followed log read mid-step, a client that flushes by size): the step a
+// batch ends with is held open, and when the next batch brings more of it the
+// detectors go back to where they were before it and see it once, whole.
 #pragma once
 
 #include "detectors/detector.h"
@@ -14,8 +16,11 @@
 #include "telemetry/reader.h"
 #include "telemetry/writer.h"
 
+#include <nlohmann/json.hpp>
+
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -43,12 +48,22 @@ class RunMonitor {
     const std::string& halt_reason() const { return halt_reason_; }
 
   private:
+    // The last step seen, which the next batch may carry more of: the
+    // detectors' state before it, and the alerts it raised (not raised again).
+    struct OpenStep {
+        StepRecord record;
+        nlohmann::json before;
+        std::set<std::string> raised;
+    };
+    std::vector<Fired> observe(std::vector<StepRecord> records);
+
     telemetry::Writer& writer_;
     int64_t run_;
     DetectorSuite suite_;
     std::unique_ptr<Webhook> webhook_;
     bool watched_ = false;
     std::string halt_reason_;
+    std::optional<OpenStep> open_;
 };
 
 }  // namespace hlat::detectors

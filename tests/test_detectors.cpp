@@ -3,6 +3,7 @@
 // stops the run cleanly, and the webhook delivers.
 #include "detectors/config.h"
 #include "detectors/detector.h"
+#include "detectors/monitor.h"
 #include "detectors/postmortem.h"
 #include "detectors/replay.h"
 #include "telemetry/reader.h"
@@ -205,6 +206,62 @@ TEST(DetectorConfig, BadSettingsAreNamed) {
 }
 
 // The trainer with injected faults, through the binary.
+// A run fed from outside whose steps arrive cut anywhere (a followed log read
+// mid-step, a client that flushes by size): each step must reach the
+// detectors once, whole, so the alerts are those of the stored run replayed.
+TEST(OnlineMonitor, AStepSplitAcrossBatchesIsSeenOnceWhole) {
+    test::ScratchDir dir("split-steps");
+    std::vector<telemetry::MetricPoint> points;
+    std::mt19937 rng(5);
+    std::normal_distribution<double> noise(0.0, 0.05);
+    for (int i = 0; i < 400; i++) {
+        double loss = 4.0 * std::exp(-i / 300.0) + 1.5 + noise(rng);
+        double grad = i == 250 ? 40.0 : 1.0 + std::fabs(noise(rng)) * 2;
+        if (i >= 320) loss = 0.02;  // slides to zero past the held-out loss: a leaking mask
+        points.push_back({"loss", i, loss, 0.0});
+        points.push_back({"grad_norm", i, grad, 0.0});
+        if (i % 20 == 19) points.push_back({"heldout_loss", i, 4.0 * std::exp(-i / 300.0) + 1.6, 0.0});
+        // A data-parallel fleet's timing, rank 1 slowed from step 100: two keys of one step.
+        points.push_back({"straggler_ratio", i, i >= 100 && i < 140 ? 3.0 : 1.02, 0.0});
+        points.push_back({"straggler_rank", i, i >= 100 && i < 140 ? 1.0 : (double)(i % 2), 0.0});
+    }
+    std::vector<Fired> offline = replay(records_from(points, {}), DetectorsConfig{}, Source::External);
+    ASSERT_GE(offline.size(), 2u) << "the run must trip detectors for the comparison to mean anything";
+
+    const std::string store = dir.file("s.db");
+    std::vector<Fired> online;
+    {
+        telemetry::Writer writer(store);
+        telemetry::RunRecord run;
+        run.name = "split";
+        run.source = "client";
+        run.id = writer.open_run(run, false);
+        writer.flush();
+        std::unique_ptr<RunMonitor> monitor;
+        for (size_t at = 0; at < points.size(); at += 3) {  // 3 points a batch: most steps cut in two
+            // Mid-step, and in the middle of the straggler's slow steps, the server
+            // restarts: a new monitor replays what is stored and goes on.
+            if (at == 0 || at == 420) {
+                writer.flush();
+                telemetry::Reader reader(store);
+                monitor = std::make_unique<RunMonitor>(writer, reader, *reader.find_run("split"));
+            }
+            std::vector<telemetry::MetricPoint> batch(points.begin() + at,
+                                                      points.begin() + std::min(points.size(), at + 3));
+            for (Fired& f : monitor->ingest(std::move(batch))) online.push_back(std::move(f));
+        }
+    }
+    ASSERT_EQ(online.size(), offline.size()) << ::testing::PrintToString(kinds(online)) << " online against "
+                                             << ::testing::PrintToString(kinds(offline)) << " offline";
+    for (size_t i = 0; i < online.size(); i++) {
+        EXPECT_EQ(online[i].alert.kind, offline[i].alert.kind);
+        EXPECT_EQ(online[i].alert.step, offline[i].alert.step);
+        EXPECT_EQ(online[i].alert.message, offline[i].alert.message);
+    }
+    telemetry::Reader stored(store);
+    EXPECT_EQ(stored.alerts(stored.find_run("split")->id).size(), offline.size()) << "each alert stored once";
+}
+
 class FaultRun : public ::testing::Test {
   protected:
     test::ScratchDir dir{"faults"};
