@@ -113,6 +113,7 @@ DetectorsConfig detectors_from_json(const json& j) {
     f.policy(c.loss_floor.policy);
     f.number("floor", c.loss_floor.floor, false);
     f.number("heldout_gap", c.loss_floor.heldout_gap, true);
+    f.integer("heldout_gap_steps", c.loss_floor.heldout_gap_steps, 1);
     f.done();
     Fields lj(j, "loss_jump");
     lj.policy(c.loss_jump.policy);
@@ -167,7 +168,8 @@ json detectors_to_json(const DetectorsConfig& c) {
         {"loss_floor",
          {{"policy", policy_name(c.loss_floor.policy)},
           {"floor", c.loss_floor.floor},
-          {"heldout_gap", c.loss_floor.heldout_gap}}},
+          {"heldout_gap", c.loss_floor.heldout_gap},
+          {"heldout_gap_steps", c.loss_floor.heldout_gap_steps}}},
         {"loss_jump",
          {{"policy", policy_name(c.loss_jump.policy)}, {"window", c.loss_jump.window}, {"margin", c.loss_jump.margin}}},
         {"divergence",

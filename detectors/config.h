@@ -46,6 +46,9 @@ struct LossFloorConfig {
     Policy policy = Policy::Warn;
     double floor = 0.05;       // smoothed training loss below this, in nats
     double heldout_gap = 2.0;  // or this far below the latest held-out loss
+    // for this many steps in a row: a leaking mask keeps the loss down, while
+    // an easy stretch of real text (a table, boilerplate) dips it for a few steps
+    int heldout_gap_steps = 50;
 };
 
 struct LossJumpConfig {

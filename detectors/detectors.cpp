@@ -183,32 +183,36 @@ class LossFloor : public Detector {
         }
         if (!below_floor) floor_alerted_ = false;
         bool below_heldout = std::isfinite(heldout_) && ema_ < heldout_ - c_.heldout_gap;
-        if (below_heldout && !gap_alerted_) {
+        gap_steps_ = below_heldout ? gap_steps_ + 1 : 0;
+        if (gap_steps_ >= c_.heldout_gap_steps && !gap_alerted_) {
             gap_alerted_ = true;
             out.push_back(make_alert(
                 "loss_below_heldout", "warning", r.step,
-                fmt::format("training loss {:.4g} is {:.2f} nats below the held-out loss {:.4g}", ema_, heldout_ - ema_,
-                            heldout_),
-                {{"smoothed_loss", ema_}, {"heldout_loss", heldout_}, {"gap", c_.heldout_gap}}));
+                fmt::format("training loss {:.4g} is {:.2f} nats below the held-out loss {:.4g}, and has been more "
+                            "than {:.4g} below it for {} steps",
+                            ema_, heldout_ - ema_, heldout_, c_.heldout_gap, gap_steps_),
+                {{"smoothed_loss", ema_}, {"heldout_loss", heldout_}, {"gap", c_.heldout_gap}, {"steps", gap_steps_}}));
         }
         if (!below_heldout) gap_alerted_ = false;
     }
 
     json state() const override {
         return {{"ema", number(ema_)}, {"heldout", number(heldout_)}, {"floor_alerted", floor_alerted_},
-                {"gap_alerted", gap_alerted_}};
+                {"gap_alerted", gap_alerted_}, {"gap_steps", gap_steps_}};
     }
     void restore(const json& j) override {
         ema_ = number(j.at("ema"));
         heldout_ = number(j.at("heldout"));
         floor_alerted_ = j.at("floor_alerted").get<bool>();
         gap_alerted_ = j.at("gap_alerted").get<bool>();
+        gap_steps_ = j.value("gap_steps", 0);  // absent from the state of checkpoints before it counted
     }
 
   private:
     LossFloorConfig c_;
     double ema_ = NAN, heldout_ = NAN;
     bool floor_alerted_ = false, gap_alerted_ = false;
+    int gap_steps_ = 0;  // steps in a row below the held-out loss by more than the gap
 };
 
 class LossJump : public Detector {

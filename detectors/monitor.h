@@ -8,7 +8,9 @@
 // stored run raises the same alerts, also when a step is cut across batches
 // (a followed log read mid-step, a client that flushes by size): the step a
 // batch ends with is held open, and when the next batch brings more of it the
-// detectors go back to where they were before it and see it once, whole.
+// detectors go back to where they were before it and see it once, whole
+// (an alert its first part already raised is not raised again, and keeps the
+// numbers of that part).
 #pragma once
 
 #include "detectors/detector.h"
