@@ -402,9 +402,10 @@ async function load() {
     const tok = state.series.tokens_seen;
     if (tok && tok.steps.length) state.tokensPerStep = tok.line.at(-1) / (tok.steps.at(-1) + 1);
     const q = state.zoom ? `&from=${state.zoom[0]}&to=${state.zoom[1]}` : "";
-    state.episodes = state.shown.has("grad_norm") && state.keys.includes("grad_norm")
+    const episodes = state.shown.has("grad_norm") && state.keys.includes("grad_norm")
       ? (await fetchJson(api(`/episodes?key=grad_norm${q}`))).episodes : [];
     if (overtaken()) return;
+    state.episodes = episodes;
     await Promise.all([loadAlerts(), loadUptime(api, run.status), loadEvals(),
                        run.preflight ? null : loadRankPanels(api).then((p) => { state.rankPanels = p; })]);
     draw();
