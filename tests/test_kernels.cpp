@@ -67,17 +67,23 @@ TEST(Matmul, ForwardAndBackwardMatchReference) {
     EXPECT_LT(relative_error(out, out_ref), 1e-5);
 
     std::vector<float> dinp(N * IC, 7.0f), dinp_ref(N * IC), dw(OC * IC, 0.5f), dw_ref(OC * IC, 0.5f);
-    matmul_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), N, IC, OC);
+    matmul_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), N, IC, OC, true);
     reference::matmul_backward(dinp_ref.data(), dw_ref.data(), dout.data(), inp.data(), w.data(), N, IC, OC);
     EXPECT_LT(relative_error(dinp, dinp_ref), 1e-5) << "dinp must be overwritten";
     EXPECT_LT(relative_error(dw, dw_ref), 1e-5) << "dweight must accumulate";
+
+    // Without accumulate dweight is written over, whatever it held: even NaN.
+    std::vector<float> dw_new(OC * IC, NAN), dw_new_ref(OC * IC, 0.0f);
+    matmul_backward(dinp.data(), dw_new.data(), dout.data(), inp.data(), w.data(), N, IC, OC, false);
+    reference::matmul_backward(dinp_ref.data(), dw_new_ref.data(), dout.data(), inp.data(), w.data(), N, IC, OC);
+    EXPECT_LT(relative_error(dw_new, dw_new_ref), 1e-5) << "dweight must be overwritten";
 }
 
 TEST(Matmul, BackwardMatchesFiniteDifferences) {
     const int N = 5, IC = 6, OC = 4;
     auto inp = random_vector(N * IC, 4), w = random_vector(OC * IC, 5), dout = random_vector(N * OC, 6);
     std::vector<float> dinp(N * IC), dw(OC * IC, 0.0f);
-    matmul_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), N, IC, OC);
+    matmul_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), N, IC, OC, false);
     auto forward_x = [&](const std::vector<float>& x) {
         std::vector<float> y(N * OC);
         matmul_forward(y.data(), x.data(), w.data(), N, IC, OC);

@@ -65,24 +65,26 @@ TEST(Bf16Matmul, ForwardAndBackwardAgreeWithFp32WithinBf16Tolerance) {
     EngineScope scope;
     auto inp = random_vector((long)N * IC, 1), w = random_vector((long)OC * IC, 2, 0.05f);
     auto dout = random_vector((long)N * OC, 3);
-    auto w16 = narrow(w);
     // fp32 on the bf16-rounded operands: the same products, summed in another order.
     auto inp_r = rounded(inp), w_r = rounded(w), dout_r = rounded(dout);
     std::vector<float> out_r((long)N * OC), dinp_r((long)N * IC), dw_r((long)OC * IC, 0.0f);
     matmul_forward(out_r.data(), inp_r.data(), w_r.data(), N, IC, OC);
-    matmul_backward(dinp_r.data(), dw_r.data(), dout_r.data(), inp_r.data(), w_r.data(), N, IC, OC);
+    matmul_backward(dinp_r.data(), dw_r.data(), dout_r.data(), inp_r.data(), w_r.data(), N, IC, OC, true);
     // fp32 on the unrounded operands: what bf16 costs.
     std::vector<float> out32((long)N * OC), dinp32((long)N * IC), dw32((long)OC * IC, 0.0f);
     matmul_forward(out32.data(), inp.data(), w.data(), N, IC, OC);
-    matmul_backward(dinp32.data(), dw32.data(), dout.data(), inp.data(), w.data(), N, IC, OC);
+    matmul_backward(dinp32.data(), dw32.data(), dout.data(), inp.data(), w.data(), N, IC, OC, true);
 
     for (Bf16MatmulEngine engine : engines_here()) {
         set_bf16_matmul_engine(engine);
         SCOPED_TRACE(bf16_matmul_engine_name());
         std::vector<float> out((long)N * OC), dinp((long)N * IC), dw((long)OC * IC, 1.0f);
         auto inp16 = narrow(inp), dout16 = narrow(dout);
-        matmul_forward_bf16(out.data(), inp16.data(), w16.data(), N, IC, OC);
-        matmul_backward_bf16(dinp.data(), dw.data(), dout16.data(), inp16.data(), w16.data(), N, IC, OC);
+        Bf16Weight w16(OC, IC);
+        w16.assign(w.data());
+        matmul_forward_bf16(out.data(), inp16.data(), w16, N);
+        matmul_dinput_bf16(dinp.data(), dout16.data(), w16, N);
+        matmul_dweight_bf16(dw.data(), dout16.data(), inp16.data(), N, IC, OC, true);
         for (float& x : dw) x -= 1.0f;  // dweight accumulates onto what was there
         // Outputs and input gradients are bf16 tensors, rounded by their reader
         // (half an ulp: 2^-9 relative); the weight gradient is kept in fp32.
@@ -162,6 +164,38 @@ TEST(Bf16Matmul, GemmMatchesOnOddShapes) {
     for (auto [M, N, K] : std::vector<std::tuple<int, int, int>>{
              {1, 1, 1}, {17, 33, 5}, {7, 9, 31}, {5, 3, 32}, {13, 11, 33}, {1, 64, 97}, {64, 1, 130}})
         check_gemm_bf16(M, N, K);
+}
+
+// A weight packed for the matmuls (Bf16Weight) gives the products of the
+// plain one, out = inp @ W^T and dinp = dout @ W, within fp32 summation-order
+// error, on odd shapes and on a shape it was not packed for (every N).
+TEST(Bf16Matmul, PackedWeightsGiveThePlainProducts) {
+    EngineScope scope;
+    for (auto [N, IC, OC] : std::vector<std::tuple<int, int, int>>{
+             {1, 1, 1}, {17, 33, 5}, {7, 31, 9}, {300, 130, 67}, {2, 64, 97}}) {
+        SCOPED_TRACE(fmt::format("N {} IC {} OC {}", N, IC, OC));
+        auto w = rounded(random_vector((long)OC * IC, 6)), inp = rounded(random_vector((long)N * IC, 7));
+        auto dout = rounded(random_vector((long)N * OC, 8));
+        auto w16 = narrow(w), inp16 = narrow(inp), dout16 = narrow(dout);
+        for (Bf16MatmulEngine engine : engines_here()) {
+            set_bf16_matmul_engine(engine);
+            SCOPED_TRACE(bf16_matmul_engine_name());
+            Bf16Weight packed(OC, IC);
+            packed.assign(w.data());
+            std::vector<float> out((long)N * OC), out_plain(out.size()), dinp((long)N * IC), dinp_plain(dinp.size());
+            matmul_forward_bf16(out.data(), inp16.data(), packed, N);
+            matmul_dinput_bf16(dinp.data(), dout16.data(), packed, N);
+            gemm_bf16(out_plain.data(), inp16.data(), w16.data(), N, OC, IC, false, true, false);
+            gemm_bf16(dinp_plain.data(), dout16.data(), w16.data(), N, IC, OC, false, false, false);
+            // |x| <= 4 sigma for these normals: (K + 2) roundings of sums below K * 16.
+            for (long i = 0; i < (long)out.size(); i++)
+                ASSERT_NEAR(out[i], out_plain[i], (IC + 2) * IC * 16 * std::ldexp(1.0, -24)) << "output " << i;
+            for (long i = 0; i < (long)dinp.size(); i++)
+                ASSERT_NEAR(dinp[i], dinp_plain[i], (OC + 2) * OC * 16 * std::ldexp(1.0, -24)) << "dinput " << i;
+            const long plain_bytes = 2L * OC * IC;
+            EXPECT_GE(packed.bytes(), engine == Bf16MatmulEngine::OneDnn ? 2 * plain_bytes : plain_bytes);
+        }
+    }
 }
 
 // A one-tensor "model" for optimizer tests: every weight 1.0, every gradient g.

@@ -40,10 +40,11 @@ double flops_per_token(const ModelConfig& m, int T) {
 std::vector<GemmShape> training_gemms(const ModelConfig& m, int tokens) {
     std::vector<GemmShape> out;
     for (const Linear& l : linears(m)) {
-        // out = inp @ W^T; dinp = dout @ W; dW += dout^T @ inp (kernels.h).
+        // out = inp @ W^T; dinp = dout @ W; dW = dout^T @ inp (kernels.h: a step's first
+        // micro-batch writes dW over, later ones add to it).
         out.push_back({l.name, "forward", tokens, l.out, l.in, false, true, false, l.count});
         out.push_back({l.name, "dinput", tokens, l.in, l.out, false, false, false, l.count});
-        out.push_back({l.name, "dweight", l.out, l.in, tokens, true, false, true, l.count});
+        out.push_back({l.name, "dweight", l.out, l.in, tokens, true, false, false, l.count});
     }
     return out;
 }

@@ -32,9 +32,9 @@ void matmul_forward(float* out, const float* inp, const float* weight, int N, in
 }
 
 void matmul_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                     const float* weight, int N, int IC, int OC) {
+                     const float* weight, int N, int IC, int OC, bool accumulate) {
     sgemm(false, false, N, IC, OC, 1.0f, dout, OC, weight, IC, 0.0f, dinp, IC);
-    sgemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
+    sgemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, accumulate ? 1.0f : 0.0f, dweight, IC);
 }
 
 void embedding_forward(float* out, const int32_t* tokens, const float* embed, int N, int C) {

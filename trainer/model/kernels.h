@@ -6,7 +6,7 @@
 // qkv holds NH query heads, then NKV key heads, then NKV value heads.
 //
 // Argument order everywhere: outputs, then inputs, then sizes. Backward kernels
-// accumulate (+=) into weight gradients; into input gradients they accumulate
+// accumulate (+=) into weight gradients (matmul_backward when asked to); into input gradients they accumulate
 // where the name says so, and otherwise overwrite.
 #pragma once
 
@@ -18,9 +18,10 @@ namespace hlat {
 
 // out (N, OC) = inp (N, IC) @ weight (OC, IC)^T. No bias: LLaMA has none.
 void matmul_forward(float* out, const float* inp, const float* weight, int N, int IC, int OC);
-// dinp (N, IC) = dout @ weight (overwritten); dweight (OC, IC) += dout^T @ inp.
+// dinp (N, IC) = dout @ weight (overwritten); dweight (OC, IC) = dout^T @ inp,
+// added to what dweight holds with accumulate, else written over it.
 void matmul_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                     const float* weight, int N, int IC, int OC);
+                     const float* weight, int N, int IC, int OC, bool accumulate);
 
 // out (N, C) = embed[tokens] ; dembed (V, C) += scattered dout.
 void embedding_forward(float* out, const int32_t* tokens, const float* embed, int N, int C);

@@ -36,52 +36,107 @@ void widen(float* out, const bf16* in, long n) {
     for (long i = 0; i < n; i++) out[i] = bf16_to_float(in[i]);
 }
 
-// oneDNN matmul primitives are built once per shape (building one costs far
-// more than running it at these sizes) and kept for the life of the process.
-class OneDnnMatmuls {
-  public:
-    OneDnnMatmuls() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+using dnnl::memory;
 
-    void run(float* C, const bf16* A, const bf16* B, int M, int N, int K, bool ta, bool tb, bool accumulate) {
-        using dnnl::memory;
+// How a matmul's B operand (K, N) lies in memory.
+enum class Layout { Plain, Transposed, Packed };
+
+memory::desc plain_bf16(int rows, int cols, bool transposed) {
+    return memory::desc({rows, cols}, memory::data_type::bf16,
+                        transposed ? memory::dims{1, rows} : memory::dims{cols, 1});
+}
+
+// oneDNN's matmul and reorder primitives are built once per shape (building
+// one costs far more than running it at these sizes) and kept for the life of
+// the process.
+class OneDnn {
+  public:
+    static OneDnn& instance() {
+        static OneDnn o;
+        return o;
+    }
+
+    // C (M, N) = op(A) (M, K) @ B (K, N) (+ C with accumulate), B laid out as `layout`.
+    void matmul(float* C, const bf16* A, bool ta, const bf16* B, Layout layout, int M, int N, int K,
+                bool accumulate) {
         std::lock_guard<std::mutex> lock(mutex_);
-        auto key = std::make_tuple(M, N, K, ta, tb, accumulate);
-        auto it = cache_.find(key);
-        if (it == cache_.end()) {
+        auto key = std::make_tuple(M, N, K, ta, (int)layout, accumulate);
+        auto it = matmuls_.find(key);
+        if (it == matmuls_.end()) {
             dnnl::primitive_attr attr;
             if (accumulate) {
                 dnnl::post_ops ops;
                 ops.append_sum(1.0f);
                 attr.set_post_ops(ops);
             }
-            Entry e;
-            e.a = memory::desc({M, K}, memory::data_type::bf16, ta ? memory::dims{1, M} : memory::dims{K, 1});
-            e.b = memory::desc({K, N}, memory::data_type::bf16, tb ? memory::dims{1, K} : memory::dims{N, 1});
+            MatmulEntry e;
+            e.a = plain_bf16(M, K, ta);
+            e.b = layout == Layout::Packed ? packed_layout(K, N) : plain_bf16(K, N, layout == Layout::Transposed);
             e.c = memory::desc({M, N}, memory::data_type::f32, memory::dims{N, 1});
             e.matmul = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(e.a, e.b, e.c), attr, engine_));
-            it = cache_.emplace(key, std::move(e)).first;
+            it = matmuls_.emplace(key, std::move(e)).first;
         }
-        Entry& e = it->second;
+        MatmulEntry& e = it->second;
         memory a(e.a, engine_, const_cast<bf16*>(A)), b(e.b, engine_, const_cast<bf16*>(B)), c(e.c, engine_, C);
         e.matmul.execute(stream_, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
         stream_.wait();
     }
 
+    // A buffer for B (K, N) in the packed layout, and B copied into it from
+    // a plain or transposed array.
+    memory packed(int K, int N) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return memory(packed_layout(K, N), engine_);
+    }
+    void pack(memory& to, const bf16* from, bool transposed, int K, int N) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto key = std::make_tuple(K, N, transposed);
+        auto it = reorders_.find(key);
+        if (it == reorders_.end()) {
+            memory::desc src = plain_bf16(K, N, transposed);
+            it = reorders_.emplace(key, dnnl::reorder(dnnl::reorder::primitive_desc(engine_, src, engine_,
+                                                                                     packed_layout(K, N))))
+                     .first;
+        }
+        memory src(plain_bf16(K, N, transposed), engine_, const_cast<bf16*>(from));
+        it->second.execute(stream_, src, to);
+        stream_.wait();
+    }
+
   private:
-    struct Entry {
-        dnnl::memory::desc a, b, c;
+    OneDnn() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+
+    // The layout oneDNN's bf16 matmul picks for B (K, N) when left free. It
+    // asks for the same one whatever M is; it is queried at a typical M of a
+    // training step and then required of every M.
+    memory::desc packed_layout(int K, int N) {
+        auto key = std::make_pair(K, N);
+        auto it = layouts_.find(key);
+        if (it != layouts_.end()) return it->second;
+        const int M = 2048;
+        memory::desc a = plain_bf16(M, K, false), c({M, N}, memory::data_type::f32, memory::dims{N, 1});
+        memory::desc any({K, N}, memory::data_type::bf16, memory::format_tag::any);
+        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, any, c), engine_);
+        return layouts_.emplace(key, pd.weights_desc()).first->second;
+    }
+
+    struct MatmulEntry {
+        memory::desc a, b, c;
         dnnl::matmul matmul;
     };
     dnnl::engine engine_;
     dnnl::stream stream_;
     std::mutex mutex_;
-    std::map<std::tuple<int, int, int, bool, bool, bool>, Entry> cache_;
+    std::map<std::tuple<int, int, int, bool, int, bool>, MatmulEntry> matmuls_;
+    std::map<std::tuple<int, int, bool>, dnnl::reorder> reorders_;
+    std::map<std::pair<int, int>, memory::desc> layouts_;
 };
 
-// Scratch for the widened operands of the emulated engine; grows to the
-// largest matmul and stays.
+// Scratch for the widened operands of the emulated engine and for a weight
+// being packed; grows to the largest and stays.
 struct Scratch {
     std::vector<float> wa, wb;
+    std::vector<bf16> narrowed;  // a weight on its way to being packed
 };
 
 Scratch& scratch() {
@@ -110,8 +165,7 @@ void bf16_round_inplace(float* x, long n) {
 void gemm_bf16(float* C, const bf16* A, const bf16* B, int M, int N, int K, bool trans_a, bool trans_b,
                bool accumulate) {
     if (engine_choice() == Bf16MatmulEngine::OneDnn) {
-        static OneDnnMatmuls matmuls;
-        matmuls.run(C, A, B, M, N, K, trans_a, trans_b, accumulate);
+        OneDnn::instance().matmul(C, A, trans_a, B, trans_b ? Layout::Transposed : Layout::Plain, M, N, K, accumulate);
         flip_bit_if_injected(C);
         return;
     }
@@ -125,14 +179,63 @@ void gemm_bf16(float* C, const bf16* A, const bf16* B, int M, int N, int K, bool
           accumulate ? 1.0f : 0.0f, C, N);
 }
 
-void matmul_forward_bf16(float* out, const bf16* inp, const bf16* weight, int N, int IC, int OC) {
-    gemm_bf16(out, inp, weight, N, OC, IC, false, true, false);
+struct Bf16Weight::Storage {
+    Bf16MatmulEngine engine;
+    std::vector<bf16> plain;           // W (OC, IC): the emulated engine's
+    dnnl::memory transposed, natural;  // oneDNN's: W^T (IC, OC) and W (OC, IC), packed
+};
+
+Bf16Weight::Bf16Weight(int out_features, int in_features)
+    : out_(out_features), in_(in_features), storage_(std::make_unique<Storage>()) {
+    storage_->engine = engine_choice();
+    if (storage_->engine == Bf16MatmulEngine::Emulated) {
+        storage_->plain.assign((long)out_ * in_, 0);
+        return;
+    }
+    storage_->transposed = OneDnn::instance().packed(in_, out_);
+    storage_->natural = OneDnn::instance().packed(out_, in_);
 }
 
-void matmul_backward_bf16(float* dinp, float* dweight, const bf16* dout, const bf16* inp, const bf16* weight,
-                          int N, int IC, int OC) {
-    gemm_bf16(dinp, dout, weight, N, IC, OC, false, false, false);
-    gemm_bf16(dweight, dout, inp, OC, IC, N, true, false, true);
+Bf16Weight::~Bf16Weight() = default;
+Bf16Weight::Bf16Weight(Bf16Weight&&) noexcept = default;
+Bf16Weight& Bf16Weight::operator=(Bf16Weight&&) noexcept = default;
+
+long Bf16Weight::bytes() const {
+    if (storage_->engine == Bf16MatmulEngine::Emulated) return (long)storage_->plain.size() * sizeof(bf16);
+    return (long)(storage_->transposed.get_desc().get_size() + storage_->natural.get_desc().get_size());
+}
+
+void Bf16Weight::assign(const float* w) {
+    const long n = (long)out_ * in_;
+    if (storage_->engine == Bf16MatmulEngine::Emulated) return bf16_narrow(storage_->plain.data(), w, n);
+    // Narrowed once into scratch, then packed twice.
+    std::vector<bf16>& narrowed = scratch().narrowed;
+    if ((long)narrowed.size() < n) narrowed.resize(n);
+    bf16_narrow(narrowed.data(), w, n);
+    OneDnn::instance().pack(storage_->transposed, narrowed.data(), true, in_, out_);
+    OneDnn::instance().pack(storage_->natural, narrowed.data(), false, out_, in_);
+}
+
+void matmul_forward_bf16(float* out, const bf16* inp, const Bf16Weight& w, int N) {
+    const Bf16Weight::Storage& s = w.storage();
+    if (s.engine == Bf16MatmulEngine::Emulated)
+        return gemm_bf16(out, inp, s.plain.data(), N, w.out_features(), w.in_features(), false, true, false);
+    OneDnn::instance().matmul(out, inp, false, static_cast<const bf16*>(s.transposed.get_data_handle()),
+                              Layout::Packed, N, w.out_features(), w.in_features(), false);
+    flip_bit_if_injected(out);
+}
+
+void matmul_dinput_bf16(float* dinp, const bf16* dout, const Bf16Weight& w, int N) {
+    const Bf16Weight::Storage& s = w.storage();
+    if (s.engine == Bf16MatmulEngine::Emulated)
+        return gemm_bf16(dinp, dout, s.plain.data(), N, w.in_features(), w.out_features(), false, false, false);
+    OneDnn::instance().matmul(dinp, dout, false, static_cast<const bf16*>(s.natural.get_data_handle()),
+                              Layout::Packed, N, w.in_features(), w.out_features(), false);
+    flip_bit_if_injected(dinp);
+}
+
+void matmul_dweight_bf16(float* dweight, const bf16* dout, const bf16* inp, int N, int IC, int OC, bool accumulate) {
+    gemm_bf16(dweight, dout, inp, OC, IC, N, true, false, accumulate);
 }
 
 }  // namespace hlat

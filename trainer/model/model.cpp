@@ -79,7 +79,7 @@ Model::Model(const ModelConfig& config, int B, int T, bool checkpoint_attention,
          o_down = at("down_proj"), o_final = at("norm"), o_head = at("lm_head");
     params_.assign(offset, 0.0f);
     grads_.assign(offset, 0.0f);
-    if (precision.bf16_compute()) params_bf16_.assign(offset, 0);
+    if (precision.bf16_compute()) make_bf16_weights();
     auto point = [&](float* base) {
         return ParameterTensors{base + o_embed, base + o_attn_norm, base + o_qkv,
                                 base + o_o,     base + o_ffn_norm,  base + o_gate_up,
@@ -191,7 +191,33 @@ float* Model::attention_scratch() {
     return att_scratch_.data();
 }
 
-void Model::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+// The weights the linear layers multiply by: all matrices but the embedding.
+static bool is_linear(const TensorKind& k) { return k.cols > 1 && k.name != "embed_tokens"; }
+
+void Model::zero_grad() {
+    for (const TensorKind& k : kinds_)
+        if (!is_linear(k)) std::fill(grads_.begin() + k.offset, grads_.begin() + k.offset + k.numel(), 0.0f);
+    overwrite_linear_grads_ = true;
+}
+
+long Model::state_bytes() const {
+    long bytes = (long)(params_.size() + grads_.size()) * sizeof(float);
+    for (const Bf16Weight& w : weights16_) bytes += w.bytes();
+    return bytes;
+}
+
+// One Bf16Weight per linear layer's weight (per layer and per kind, and the lm_head).
+void Model::make_bf16_weights() {
+    for (const TensorKind& k : kinds_) {
+        if (!is_linear(k)) continue;
+        for (int l = 0; l < (k.layers ? k.layers : 1); l++) {
+            weight16_at_[k.offset + l * k.rows * k.cols] = weights16_.size();
+            weights16_.emplace_back((int)k.rows, (int)k.cols);
+        }
+    }
+}
+
+const Bf16Weight& Model::weight16(const float* weight) const { return weights16_[weight16_at_.at(weight - params_.data())]; }
 
 // Layer l's part of a per-layer activation; null where the precision keeps
 // none (the bf16 copies in fp32, the fp32 linear inputs in the bf16 modes).
@@ -203,17 +229,19 @@ static T* layer_slot(T* base, int l, long per_layer) {
 void Model::linear_forward(float* out, const float* inp, bf16* inp16, const float* weight, int N, int IC, int OC) {
     if (!precision_.bf16_compute()) return matmul_forward(out, inp, weight, N, IC, OC);
     if (inp) bf16_narrow(inp16, inp, (long)N * IC);
-    matmul_forward_bf16(out, inp16, params_bf16_.data() + (weight - params_.data()), N, IC, OC);
+    matmul_forward_bf16(out, inp16, weight16(weight), N);
 }
 
 void Model::linear_backward(float* dinp, float* dweight, const float* dout, const bf16* dout16, const float* inp,
                             const bf16* inp16, const float* weight, int N, int IC, int OC) {
-    if (!precision_.bf16_compute()) return matmul_backward(dinp, dweight, dout, inp, weight, N, IC, OC);
+    const bool accumulate = !overwrite_linear_grads_;
+    if (!precision_.bf16_compute()) return matmul_backward(dinp, dweight, dout, inp, weight, N, IC, OC, accumulate);
     if (dout) {
         bf16_narrow(dout16_.data(), dout, (long)N * OC);
         dout16 = dout16_.data();
     }
-    matmul_backward_bf16(dinp, dweight, dout16, inp16, params_bf16_.data() + (weight - params_.data()), N, IC, OC);
+    matmul_dinput_bf16(dinp, dout16, weight16(weight), N);
+    matmul_dweight_bf16(dweight, dout16, inp16, N, IC, OC, accumulate);
 }
 
 void Model::norm_forward(float* out, bf16* out16, float* rstd, const float* inp, const float* weight) {
@@ -266,7 +294,7 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
     const bool bf16_mode = precision_.bf16_compute();
 
     if (bf16_mode && weights_changed_) {
-        bf16_narrow(params_bf16_.data(), params_.data(), (long)params_.size());
+        for (const auto& [offset, i] : weight16_at_) weights16_[i].assign(params_.data() + offset);
         weights_changed_ = false;
     }
     std::copy(inputs, inputs + N, inputs_.begin());
@@ -413,6 +441,7 @@ void Model::backward(float loss_scale) {
     } else {
         embedding_backward(g.embed, d_res, inputs_.data(), N, C);
     }
+    overwrite_linear_grads_ = false;
     if (grads_ready_) grads_ready_(-1);
 }
 

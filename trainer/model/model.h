@@ -8,10 +8,12 @@
 #pragma once
 
 #include "trainer/model/bf16.h"
+#include "trainer/model/kernels_bf16.h"
 #include "trainer/config/model_config.h"
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -129,6 +131,8 @@ class Model {
     // Adds d(loss_scale * sum of token losses)/d(params) to the gradients,
     // for the batch of the last forward with targets.
     void backward(float loss_scale);
+    // Zeroes the gradients (the linear layers' lazily: their next backward
+    // writes them over; nothing may read them in between).
     void zero_grad();
     // The mask_leak fault: each position also attends to the next `lookahead`
     // tokens. 0 (the default) is the correct causal model.
@@ -145,10 +149,9 @@ class Model {
     int batch_size() const { return B_; }
     int seq_len() const { return T_; }
     long num_parameters() const { return (long)params_.size(); }
-    // Bytes allocated for the weights, their gradients and the bf16 compute copy.
-    long state_bytes() const {
-        return (long)((params_.size() + grads_.size()) * sizeof(float) + params_bf16_.size() * sizeof(bf16));
-    }
+    // Bytes allocated for the weights, their gradients and the bf16 compute
+    // copies of the linear layers' weights.
+    long state_bytes() const;
     float* params() {
         weights_changed_ = true;
         return params_.data();
@@ -175,6 +178,8 @@ class Model {
     // acts_bf16_ (narrowed from inp first when inp is given), the output
     // gradient dout16 (narrowed from dout into dout16_ when dout is given),
     // and out and dinp are left unrounded for their reader to round.
+    void make_bf16_weights();
+    const Bf16Weight& weight16(const float* weight) const;
     void linear_forward(float* out, const float* inp, bf16* inp16, const float* weight, int N, int IC, int OC);
     void linear_backward(float* dinp, float* dweight, const float* dout, const bf16* dout16, const float* inp,
                          const bf16* inp16, const float* weight, int N, int IC, int OC);
@@ -197,8 +202,16 @@ class Model {
     TensorParallelGroup* tp_;
     ShardShape shard_;
     std::function<void(int)> grads_ready_;
-    std::vector<bf16> params_bf16_;  // compute copy of the weights in bf16 modes
+    // The linear layers' weights as the bf16 matmuls read them (bf16 modes),
+    // by offset into params_; made again whenever params() was handed out for
+    // writing.
+    std::vector<Bf16Weight> weights16_;
+    std::map<long, size_t> weight16_at_;
     bool weights_changed_ = true;
+    // Set by zero_grad: the next backward writes the linear layers' weight
+    // gradients over what they hold instead of adding to it, which spares
+    // zeroing them and lets the matmul skip reading them.
+    bool overwrite_linear_grads_ = true;
     int B_, T_;
     bool checkpoint_attention_;
     int lookahead_ = 0;
