@@ -10,6 +10,7 @@
 #include "trainer/trainer.h"
 
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <bit>
 #include <cmath>
@@ -194,6 +195,57 @@ TEST(Bf16Matmul, PackedWeightsGiveThePlainProducts) {
                 ASSERT_NEAR(dinp[i], dinp_plain[i], (OC + 2) * OC * 16 * std::ldexp(1.0, -24)) << "dinput " << i;
             const long plain_bytes = 2L * OC * IC;
             EXPECT_GE(packed.bytes(), engine == Bf16MatmulEngine::OneDnn ? 2 * plain_bytes : plain_bytes);
+        }
+    }
+}
+
+// Attention in the bf16 modes: its four products take bf16 operands (q, k,
+// v, the output gradient, and the probabilities and score gradients rounded
+// as they enter), on each engine. Against fp32 attention on the same bf16
+// q, k, v it is off by bf16 rounding and no more; the two engines agree to
+// fp32 summation order; stored and recomputed probabilities give the same
+// bits. T = 70 ends mid-block, and the mask_leak lookahead reaches across a
+// block edge, where a stale probability from another head would show.
+TEST(Bf16Attention, ProductsInBf16AgreeWithFp32AndAcrossEngines) {
+    EngineScope scope;
+    const int B = 2, T = 70, NH = 4, NKV = 2, HD = 16, QKV = (NH + 2 * NKV) * HD, CA = NH * HD;
+    auto qkv = rounded(random_vector((long)B * T * QKV, 21)), dout = random_vector((long)B * T * CA, 22);
+    auto dout_rounded = rounded(dout);
+    std::vector<float> scratch(omp_get_max_threads() * AttentionScratch::floats(T));
+    std::vector<float> att((long)B * NH * T * T);
+    for (int lookahead : {0, 1}) {
+        SCOPED_TRACE(fmt::format("lookahead {}", lookahead));
+        std::vector<float> out32((long)B * T * CA), dqkv32(qkv.size());
+        attention_forward(out32.data(), att.data(), scratch.data(), qkv.data(), B, T, NH, NKV, HD, lookahead);
+        attention_backward(dqkv32.data(), scratch.data(), dout_rounded.data(), qkv.data(), att.data(), B, T, NH, NKV,
+                           HD, lookahead);
+        std::vector<std::vector<float>> outs, dqkvs;
+        for (Bf16MatmulEngine engine : engines_here()) {
+            set_bf16_matmul_engine(engine);
+            SCOPED_TRACE(bf16_matmul_engine_name());
+            const AttentionPrecision bf16_products{.bf16_products = true};
+            std::vector<float> out(out32.size()), out_ckpt(out32.size()), dqkv(qkv.size()), dqkv_ckpt(qkv.size());
+            attention_forward(out.data(), att.data(), scratch.data(), qkv.data(), B, T, NH, NKV, HD, lookahead,
+                              bf16_products);
+            attention_forward(out_ckpt.data(), nullptr, scratch.data(), qkv.data(), B, T, NH, NKV, HD, lookahead,
+                              bf16_products);
+            attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, NH, NKV, HD,
+                               lookahead, bf16_products);
+            attention_backward(dqkv_ckpt.data(), scratch.data(), dout.data(), qkv.data(), nullptr, B, T, NH, NKV, HD,
+                               lookahead, bf16_products);
+            EXPECT_EQ(out_ckpt, out);
+            EXPECT_EQ(dqkv_ckpt, dqkv) << "recomputed probabilities must give the same gradient";
+            double e_out = test::relative_error(out, out32), e_dqkv = test::relative_error(dqkv, dqkv32);
+            std::printf("bf16 attention vs fp32: out %.2e dqkv %.2e\n", e_out, e_dqkv);
+            EXPECT_LT(e_out, 1.0 / 256);
+            EXPECT_LT(e_dqkv, 1.0 / 256);
+            EXPECT_GT(e_out, 1e-5) << "no sign of the probabilities' rounding";
+            outs.push_back(out);
+            dqkvs.push_back(dqkv);
+        }
+        for (size_t i = 1; i < outs.size(); i++) {
+            EXPECT_LT(test::relative_error(outs[i], outs[0]), 1e-5) << "the engines disagree";
+            EXPECT_LT(test::relative_error(dqkvs[i], dqkvs[0]), 1e-5) << "the engines disagree";
         }
     }
 }

@@ -5,6 +5,7 @@
 #include "trainer/model/kernels.h"
 
 #include "trainer/model/bf16.h"
+#include "trainer/model/kernels_bf16.h"
 #include "trainer/model/sgemm.h"
 #include "trainer/model/vector_math.h"
 
@@ -13,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 namespace hlat {
 
@@ -183,18 +185,89 @@ void rope_backward_bf16(bf16* dqkv16, const float* dqkv, const float* cos_table,
 // except when the mask_leak fault is injected), which skips most of the masked
 // upper triangle, and each block's scores, softmax and products run while the
 // block is still in cache (a whole head's T x T probabilities are not).
+//
+// The products read operands of type E: float in fp32 (sgemm, on qkv in
+// place), bf16 in the bf16 modes (packed bf16 copies; the probabilities and
+// score gradients narrowed as they are produced). The softmax and its backward
+// are fp32 in both.
 static constexpr int kAttBlock = 64;
 
 static inline int block_end(int r0, int T) { return r0 + kAttBlock < T ? r0 + kAttBlock : T; }
 static inline int visible_keys(int r1, int T, int lookahead) { return r1 + lookahead < T ? r1 + lookahead : T; }
 static inline int last_key(int i, int T, int lookahead) { return i + lookahead < T ? i + lookahead : T - 1; }
 
-// Rows [r0, r1) of P = softmax(scale * Q K^T) under the causal mask: query i
-// sees keys j <= i + lookahead.
-static void probs_block(float* P, const float* q, const float* k, int T, int HD, int QKV, float scale,
-                        int lookahead, bool probs_bf16, int r0, int r1) {
-    sgemm(false, true, r1 - r0, visible_keys(r1, T, lookahead), HD, scale, q + (long)r0 * QKV, QKV, k, QKV, 0.0f,
-          P + (long)r0 * T, T);
+static void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
+                 float beta, float* C, int ldc) {
+    sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+static void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B, int ldb,
+                 float beta, float* C, int ldc) {
+    gemm_bf16_on_thread(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta != 0.0f, C, ldc);
+}
+
+// A T x HD slice of qkv or dout (leading dimension ld) as the products read it:
+// in place for fp32, a packed bf16 copy for bf16.
+template <typename E>
+struct Slice {
+    const E* data;
+    int ld;
+};
+template <typename E>
+static Slice<E> operand(const float* x, int ld, int T, int HD, std::vector<bf16>& copy) {
+    if constexpr (std::is_same_v<E, float>) {
+        return {x, ld};
+    } else {
+        copy.resize((size_t)T * HD);
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j < HD; j++) copy[(size_t)i * HD + j] = float_to_bf16_rne(x[(long)i * ld + j]);
+        return {copy.data(), HD};
+    }
+}
+
+// Per thread: the bf16 copies of one head's operands, and its probabilities
+// and score gradients as bf16 product operands (T x T).
+struct Bf16HeadScratch {
+    std::vector<bf16> q, k, v, dout, probs, dscores;
+    static Bf16HeadScratch& mine(int T) {
+        static thread_local Bf16HeadScratch s;
+        if (s.probs.size() < (size_t)T * T) {
+            s.probs.resize((size_t)T * T);
+            s.dscores.resize((size_t)T * T);
+        }
+        return s;
+    }
+};
+
+// The operands the products read for the probabilities and the score
+// gradients: the fp32 matrices themselves, or their per-thread bf16 copies.
+template <typename E>
+static E* probs_operand(float* P, Bf16HeadScratch& s16) {
+    if constexpr (std::is_same_v<E, float>) return P;
+    else return s16.probs.data();
+}
+template <typename E>
+static E* scores_grad_operand(float* dP, Bf16HeadScratch& s16) {
+    if constexpr (std::is_same_v<E, float>) return dP;
+    else return s16.dscores.data();
+}
+
+// Rows [r0, r1) of a T x T fp32 matrix into its product operand; for fp32 the
+// operand is the matrix itself.
+static void narrow_rows(float*, const float*, int, int, int) {}
+static void narrow_rows(bf16* out, const float* in, int r0, int r1, int T) {
+    for (long i = r0; i < r1; i++)
+#pragma omp simd
+        for (int j = 0; j < T; j++) out[i * T + j] = float_to_bf16_rne(in[i * T + j]);
+}
+
+// Rows [r0, r1) of P = softmax(scale * Q K^T) under the causal mask (query i
+// sees keys j <= i + lookahead), in fp32, and of P_op, the operand the products
+// read (P itself for fp32, its bf16 copy otherwise).
+template <typename E>
+static void probs_block(float* P, E* P_op, Slice<E> q, Slice<E> k, int T, int HD, float scale, int lookahead,
+                        bool probs_bf16, int r0, int r1) {
+    gemm(false, true, r1 - r0, visible_keys(r1, T, lookahead), HD, scale, q.data + (long)r0 * q.ld, q.ld, k.data,
+         k.ld, 0.0f, P + (long)r0 * T, T);
     for (int i = r0; i < r1; i++) {
         float* row = P + (long)i * T;
         const int last = last_key(i, T, lookahead);
@@ -213,30 +286,34 @@ static void probs_block(float* P, const float* q, const float* k, int T, int HD,
             for (int j = 0; j <= last; j++) row[j] = bf16_value(row[j]);
         for (int j = last + 1; j < T; j++) row[j] = 0.0f;
     }
+    narrow_rows(P_op, P, r0, r1, T);
 }
 
-// Y rows [r0, r1) (ld ldy) = P rows [r0, r1) @ X (T, HD, ld ldx), using that P
-// is zero past each row's visible keys.
-static void causal_matmul_block(float* Y, int ldy, const float* P, const float* X, int ldx, int T, int HD,
-                                int lookahead, int r0, int r1) {
-    sgemm(false, false, r1 - r0, HD, visible_keys(r1, T, lookahead), 1.0f, P + (long)r0 * T, T, X, ldx, 0.0f,
-          Y + (long)r0 * ldy, ldy);
+
+// Y rows [r0, r1) (ld ldy) = P rows [r0, r1) @ X, using that P is zero past
+// each row's visible keys.
+template <typename E>
+static void causal_matmul_block(float* Y, int ldy, const E* P, Slice<E> X, int T, int HD, int lookahead, int r0,
+                                int r1) {
+    gemm(false, false, r1 - r0, HD, visible_keys(r1, T, lookahead), 1.0f, P + (long)r0 * T, T, X.data, X.ld, 0.0f,
+         Y + (long)r0 * ldy, ldy);
 }
 
-// Y (T, HD, ld ldy) += P^T (T, T) @ X (T, HD, ld ldx): key block [c0, c1) is
-// seen by query rows [c0 - lookahead, T) only.
-static void causal_matmul_transposed(float* Y, int ldy, const float* P, const float* X, int ldx, int T, int HD,
-                                     int lookahead) {
+// Y (T, HD, ld ldy) += P^T (T, T) @ X: key block [c0, c1) is seen by query
+// rows [c0 - lookahead, T) only.
+template <typename E>
+static void causal_matmul_transposed(float* Y, int ldy, const E* P, Slice<E> X, int T, int HD, int lookahead) {
     for (int c0 = 0; c0 < T; c0 += kAttBlock) {
         int c1 = block_end(c0, T);
         int first_row = c0 - lookahead > 0 ? c0 - lookahead : 0;
-        sgemm(true, false, c1 - c0, HD, T - first_row, 1.0f, P + (long)first_row * T + c0, T,
-              X + (long)first_row * ldx, ldx, 1.0f, Y + (long)c0 * ldy, ldy);
+        gemm(true, false, c1 - c0, HD, T - first_row, 1.0f, P + (long)first_row * T + c0, T,
+             X.data + (long)first_row * X.ld, X.ld, 1.0f, Y + (long)c0 * ldy, ldy);
     }
 }
 
-void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T, int NH, int NKV,
-                       int HD, int lookahead, bool probs_bf16) {
+template <typename E>
+static void attention_forward_heads(float* out, float* att, float* scratch, const float* qkv, int B, int T, int NH,
+                                    int NKV, int HD, int lookahead, bool probs_bf16) {
     int QKV = (NH + 2 * NKV) * HD;
     int CA = NH * HD;
     int group = NH / NKV;
@@ -244,79 +321,112 @@ void attention_forward(float* out, float* att, float* scratch, const float* qkv,
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
+            Bf16HeadScratch& s16 = Bf16HeadScratch::mine(std::is_same_v<E, float> ? 0 : T);
             const float* base = qkv + (long)b * T * QKV;
-            const float* q = base + h * HD;
-            const float* k = base + (NH + h / group) * HD;
-            const float* v = base + (NH + NKV + h / group) * HD;
+            Slice<E> q = operand<E>(base + h * HD, QKV, T, HD, s16.q);
+            Slice<E> k = operand<E>(base + (NH + h / group) * HD, QKV, T, HD, s16.k);
+            Slice<E> v = operand<E>(base + (NH + NKV + h / group) * HD, QKV, T, HD, s16.v);
             float* P = att ? att + ((long)b * NH + h) * T * T
                            : scratch + omp_get_thread_num() * AttentionScratch::floats(T);
+            E* P_op = probs_operand<E>(P, s16);
             for (int r0 = 0; r0 < T; r0 += kAttBlock) {
                 int r1 = block_end(r0, T);
-                probs_block(P, q, k, T, HD, QKV, scale, lookahead, probs_bf16, r0, r1);
-                causal_matmul_block(out + (long)b * T * CA + h * HD, CA, P, v, QKV, T, HD, lookahead, r0, r1);
+                probs_block(P, P_op, q, k, T, HD, scale, lookahead, probs_bf16, r0, r1);
+                causal_matmul_block(out + (long)b * T * CA + h * HD, CA, P_op, v, T, HD, lookahead, r0, r1);
             }
         }
     }
 }
 
+void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T, int NH, int NKV,
+                       int HD, int lookahead, AttentionPrecision precision) {
+    if (precision.bf16_products)
+        attention_forward_heads<bf16>(out, att, scratch, qkv, B, T, NH, NKV, HD, lookahead, precision.probs_bf16);
+    else
+        attention_forward_heads<float>(out, att, scratch, qkv, B, T, NH, NKV, HD, lookahead, precision.probs_bf16);
+}
+
 // Rows [r0, r1) of one head's backward through softmax and the scores:
-// dP = dO V^T on the visible keys, dS = P * (dP - rowsum(P * dP)) * scale
-// written over dP (zero past the visible keys), dQ = dS K.
-static void scores_backward_block(float* dq, float* dP, const float* P, const float* dO, int CA, const float* k,
-                                  const float* v, int T, int HD, int QKV, float scale, int lookahead, int r0,
-                                  int r1) {
-    sgemm(false, true, r1 - r0, visible_keys(r1, T, lookahead), HD, 1.0f, dO + (long)r0 * CA, CA, v, QKV, 0.0f,
-          dP + (long)r0 * T, T);
+// dP = dO V^T on the visible keys, then dS = P * (dP - rowsum(P * dP)) * scale
+// into dS_op (zero past the visible keys; for fp32 dS_op is dP itself), and
+// dQ = dS K.
+template <typename E>
+static void scores_backward_block(float* dq, int ldq, float* dP, E* dS_op, const float* P, Slice<E> dO, Slice<E> k,
+                                  Slice<E> v, int T, int HD, float scale, int lookahead, int r0, int r1) {
+    gemm(false, true, r1 - r0, visible_keys(r1, T, lookahead), HD, 1.0f, dO.data + (long)r0 * dO.ld, dO.ld, v.data,
+         v.ld, 0.0f, dP + (long)r0 * T, T);
     for (int i = r0; i < r1; i++) {
         const float* p = P + (long)i * T;
-        float* d = dP + (long)i * T;
+        const float* d = dP + (long)i * T;
+        E* ds = dS_op + (long)i * T;
         const int last = last_key(i, T, lookahead);
         float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
         for (int j = 0; j <= last; j++) dot += p[j] * d[j];
-        for (int j = 0; j <= last; j++) d[j] = p[j] * (d[j] - dot) * scale;
-        for (int j = last + 1; j < T; j++) d[j] = 0.0f;
+#pragma omp simd
+        for (int j = 0; j <= last; j++) store(ds[j], p[j] * (d[j] - dot) * scale);
+        for (int j = last + 1; j < T; j++) ds[j] = 0;
     }
-    causal_matmul_block(dq, QKV, dP, k, QKV, T, HD, lookahead, r0, r1);
+    causal_matmul_block(dq, ldq, dS_op, k, T, HD, lookahead, r0, r1);
 }
 
-void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att, int B,
-                        int T, int NH, int NKV, int HD, int lookahead, bool probs_bf16) {
+// One (batch, kv head) task of the backward: the query heads of a group all
+// add into the same dk and dv, so they run in order here.
+template <typename E>
+static void attention_backward_group(float* dbase, float* thread_scratch, const float* dout_b, const float* base,
+                                     const float* att_b, int T, int NH, int NKV, int HD, int g, int lookahead,
+                                     bool probs_bf16) {
     int QKV = (NH + 2 * NKV) * HD;
     int CA = NH * HD;
     int group = NH / NKV;
     float scale = 1.0f / std::sqrt((float)HD);
-    // One task per (batch, kv head): the query heads of a group all add into the
-    // same dk and dv, so they run in order on one thread.
+    Bf16HeadScratch& s16 = Bf16HeadScratch::mine(std::is_same_v<E, float> ? 0 : T);
+    float* dP = thread_scratch + (long)T * T;
+    E* dS_op = scores_grad_operand<E>(dP, s16);
+    Slice<E> k = operand<E>(base + (NH + g) * HD, QKV, T, HD, s16.k);
+    Slice<E> v = operand<E>(base + (NH + NKV + g) * HD, QKV, T, HD, s16.v);
+    float* dk = dbase + (NH + g) * HD;
+    float* dv = dbase + (NH + NKV + g) * HD;
+    for (int i = 0; i < T; i++) {
+        std::memset(dk + (long)i * QKV, 0, sizeof(float) * HD);
+        std::memset(dv + (long)i * QKV, 0, sizeof(float) * HD);
+    }
+    for (int h = g * group; h < (g + 1) * group; h++) {
+        Slice<E> q = operand<E>(base + h * HD, QKV, T, HD, s16.q);
+        Slice<E> dO = operand<E>(dout_b + h * HD, CA, T, HD, s16.dout);
+        // Without stored probabilities each block's are recomputed just before use.
+        float* P = att_b ? const_cast<float*>(att_b) + (long)h * T * T : thread_scratch;
+        E* P_op = probs_operand<E>(P, s16);
+        for (int r0 = 0; r0 < T; r0 += kAttBlock) {
+            int r1 = block_end(r0, T);
+            if (att_b)
+                narrow_rows(P_op, P, r0, r1, T);
+            else
+                probs_block(P, P_op, q, k, T, HD, scale, lookahead, probs_bf16, r0, r1);
+            scores_backward_block(dbase + h * HD, QKV, dP, dS_op, P, dO, k, v, T, HD, scale, lookahead, r0, r1);
+        }
+        causal_matmul_transposed(dv, QKV, static_cast<const E*>(P_op), dO, T, HD, lookahead);     // dV += P^T dO
+        causal_matmul_transposed(dk, QKV, static_cast<const E*>(dS_op), q, T, HD, lookahead);  // dK += dS^T Q
+    }
+}
+
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att, int B,
+                        int T, int NH, int NKV, int HD, int lookahead, AttentionPrecision precision) {
+    int QKV = (NH + 2 * NKV) * HD;
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int g = 0; g < NKV; g++) {
             float* thread_scratch = scratch + omp_get_thread_num() * AttentionScratch::floats(T);
-            float* dP = thread_scratch + (long)T * T;
-            const float* base = qkv + (long)b * T * QKV;
+            const float* att_b = att ? att + (long)b * NH * T * T : nullptr;
+            const float* dout_b = dout + (long)b * T * NH * HD;
             float* dbase = dqkv + (long)b * T * QKV;
-            const float* k = base + (NH + g) * HD;
-            const float* v = base + (NH + NKV + g) * HD;
-            float* dk = dbase + (NH + g) * HD;
-            float* dv = dbase + (NH + NKV + g) * HD;
-            for (int i = 0; i < T; i++) {
-                std::memset(dk + (long)i * QKV, 0, sizeof(float) * HD);
-                std::memset(dv + (long)i * QKV, 0, sizeof(float) * HD);
-            }
-            for (int h = g * group; h < (g + 1) * group; h++) {
-                const float* q = base + h * HD;
-                const float* dO = dout + (long)b * T * CA + h * HD;
-                // Without stored probabilities each block's are recomputed just before use.
-                float* recomputed = att ? nullptr : thread_scratch;
-                const float* P = att ? att + ((long)b * NH + h) * T * T : recomputed;
-                for (int r0 = 0; r0 < T; r0 += kAttBlock) {
-                    int r1 = block_end(r0, T);
-                    if (recomputed) probs_block(recomputed, q, k, T, HD, QKV, scale, lookahead, probs_bf16, r0, r1);
-                    scores_backward_block(dbase + h * HD, dP, P, dO, CA, k, v, T, HD, QKV, scale, lookahead, r0, r1);
-                }
-                causal_matmul_transposed(dv, QKV, P, dO, CA, T, HD, lookahead);  // dV += P^T dO
-                causal_matmul_transposed(dk, QKV, dP, q, QKV, T, HD, lookahead);  // dK += dS^T Q
-            }
+            const float* base = qkv + (long)b * T * QKV;
+            if (precision.bf16_products)
+                attention_backward_group<bf16>(dbase, thread_scratch, dout_b, base, att_b, T, NH, NKV, HD, g,
+                                               lookahead, precision.probs_bf16);
+            else
+                attention_backward_group<float>(dbase, thread_scratch, dout_b, base, att_b, T, NH, NKV, HD, g,
+                                                lookahead, precision.probs_bf16);
         }
     }
 }

@@ -51,17 +51,25 @@ void rope_backward(float* dqkv, const float* cos_table, const float* sin_table, 
 // att (B, NH, T, T) receives the probabilities when non-null; when null they are
 // computed into per-thread scratch and not kept (activation checkpointing).
 // scratch holds AttentionScratch::floats(T) floats per OpenMP thread.
-// probs_bf16 rounds the probabilities to bf16 (the bf16 softmax setting).
 struct AttentionScratch {
     static long floats(int T) { return 2L * T * T; }
 };
+// How a bf16 mode computes attention; fp32 passes the defaults.
+struct AttentionPrecision {
+    // The four products take bf16 operands and sum in fp32, as every bf16
+    // matmul does: q, k, v and dout are bf16 values already; the probabilities
+    // and the score gradients are rounded as they enter their products (the
+    // softmax and its backward stay fp32), as FlashAttention does in bf16.
+    bool bf16_products = false;
+    bool probs_bf16 = false;  // the probabilities themselves rounded to bf16 (precision.softmax = bf16)
+};
 void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T,
-                       int NH, int NKV, int HD, int lookahead = 0, bool probs_bf16 = false);
+                       int NH, int NKV, int HD, int lookahead = 0, AttentionPrecision precision = {});
 // dqkv (B, T, QKV) is overwritten. att holds the forward probabilities, or is
 // null, in which case they are recomputed from qkv.
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* att, int B, int T, int NH, int NKV, int HD, int lookahead = 0,
-                        bool probs_bf16 = false);
+                        AttentionPrecision precision = {});
 
 // out (N, H) = silu(gate) * up, gate_up (N, 2H) = [gate | up].
 void swiglu_forward(float* out, const float* gate_up, int N, int H);

@@ -4,6 +4,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -44,6 +45,11 @@ enum class Layout { Plain, Transposed, Packed };
 memory::desc plain_bf16(int rows, int cols, bool transposed) {
     return memory::desc({rows, cols}, memory::data_type::bf16,
                         transposed ? memory::dims{1, rows} : memory::dims{cols, 1});
+}
+
+dnnl::engine& cpu_engine() {
+    static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    return engine;
 }
 
 // oneDNN's matmul and reorder primitives are built once per shape (building
@@ -104,7 +110,7 @@ class OneDnn {
     }
 
   private:
-    OneDnn() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+    OneDnn() : engine_(cpu_engine()), stream_(engine_) {}
 
     // The layout oneDNN's bf16 matmul picks for B (K, N) when left free. It
     // asks for the same one whatever M is; it is queried at a typical M of a
@@ -130,6 +136,72 @@ class OneDnn {
     std::map<std::tuple<int, int, int, bool, int, bool>, MatmulEntry> matmuls_;
     std::map<std::tuple<int, int, bool>, dnnl::reorder> reorders_;
     std::map<std::pair<int, int>, memory::desc> layouts_;
+};
+
+// One thread's primitives for gemm_bf16_on_thread. Called inside a parallel
+// region, oneDNN runs a primitive on the calling thread alone. Each thread
+// keeps its own primitives and scratchpad, so threads share nothing and need
+// no lock.
+class ThreadMatmuls {
+  public:
+    static ThreadMatmuls& mine() {
+        static thread_local ThreadMatmuls matmuls;
+        return matmuls;
+    }
+
+    void run(bool ta, bool tb, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B, int ldb,
+             bool accumulate, float* C, int ldc) {
+        auto key = std::make_tuple(M, N, K, ta, tb, lda, ldb, ldc, alpha, accumulate);
+        auto it = cache_.find(key);
+        if (it == cache_.end()) it = cache_.emplace(key, build(ta, tb, M, N, K, alpha, lda, ldb, accumulate, ldc)).first;
+        // The memory objects are kept with the primitive and pointed at this
+        // call's data: making new ones costs allocations, which these small
+        // products would feel (2x in attention's backward).
+        Entry& e = it->second;
+        e.a.set_data_handle(const_cast<bf16*>(A));
+        e.b.set_data_handle(const_cast<bf16*>(B));
+        e.c.set_data_handle(C);
+        e.pad.set_data_handle(scratchpad_.data());
+        e.matmul.execute(stream_, {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c},
+                                   {DNNL_ARG_SCRATCHPAD, e.pad}});
+        stream_.wait();
+    }
+
+  private:
+    struct Entry {
+        memory a, b, c, pad;
+        dnnl::matmul matmul;
+    };
+
+    ThreadMatmuls() : stream_(cpu_engine()) {}
+
+    Entry build(bool ta, bool tb, int M, int N, int K, float alpha, int lda, int ldb, bool accumulate, int ldc) {
+        dnnl::primitive_attr attr;
+        attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+        if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+        if (accumulate) {
+            dnnl::post_ops ops;
+            ops.append_sum(1.0f);
+            attr.set_post_ops(ops);
+        }
+        // Strides of the stored matrices: op(X) = X^T reads X's rows as columns.
+        memory::desc a({M, K}, memory::data_type::bf16, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
+        memory::desc b({K, N}, memory::data_type::bf16, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
+        memory::desc c({M, N}, memory::data_type::f32, memory::dims{ldc, 1});
+        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
+        if (scratchpad_.size() < pd.scratchpad_desc().get_size()) scratchpad_.resize(pd.scratchpad_desc().get_size());
+        Entry e;
+        e.a = memory(a, cpu_engine(), DNNL_MEMORY_NONE);
+        e.b = memory(b, cpu_engine(), DNNL_MEMORY_NONE);
+        e.c = memory(c, cpu_engine(), DNNL_MEMORY_NONE);
+        e.pad = memory(pd.scratchpad_desc(), cpu_engine(), DNNL_MEMORY_NONE);
+        e.matmul = dnnl::matmul(pd);
+        return e;
+    }
+
+    dnnl::stream stream_;
+    std::vector<uint8_t> scratchpad_;
+    std::map<std::tuple<int, int, int, bool, bool, int, int, int, float, bool>, Entry> cache_;
 };
 
 // Scratch for the widened operands of the emulated engine and for a weight
@@ -177,6 +249,29 @@ void gemm_bf16(float* C, const bf16* A, const bf16* B, int M, int N, int K, bool
     widen(s.wb.data(), B, nb);
     sgemm(trans_a, trans_b, M, N, K, 1.0f, s.wa.data(), trans_a ? M : K, s.wb.data(), trans_b ? K : N,
           accumulate ? 1.0f : 0.0f, C, N);
+}
+
+// The rows x cols matrix at in (leading dimension ld), widened into out, packed.
+static void widen_matrix(float* out, const bf16* in, int rows, int cols, int ld) {
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++) out[(long)i * cols + j] = bf16_to_float(in[(long)i * ld + j]);
+}
+
+void gemm_bf16_on_thread(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
+                         const bf16* B, int ldb, bool accumulate, float* C, int ldc) {
+    if (engine_choice() == Bf16MatmulEngine::OneDnn) {
+        ThreadMatmuls::mine().run(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, accumulate, C, ldc);
+        flip_bit_if_injected(C);
+        return;
+    }
+    Scratch& s = scratch();
+    int a_rows = trans_a ? K : M, a_cols = trans_a ? M : K, b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
+    if ((long)s.wa.size() < (long)a_rows * a_cols) s.wa.resize((long)a_rows * a_cols);
+    if ((long)s.wb.size() < (long)b_rows * b_cols) s.wb.resize((long)b_rows * b_cols);
+    widen_matrix(s.wa.data(), A, a_rows, a_cols, lda);
+    widen_matrix(s.wb.data(), B, b_rows, b_cols, ldb);
+    sgemm(trans_a, trans_b, M, N, K, alpha, s.wa.data(), a_cols, s.wb.data(), b_cols, accumulate ? 1.0f : 0.0f, C,
+          ldc);
 }
 
 struct Bf16Weight::Storage {

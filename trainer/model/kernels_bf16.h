@@ -34,6 +34,13 @@ void bf16_round_inplace(float* x, long n);
 void gemm_bf16(float* C, const bf16* A, const bf16* B, int M, int N, int K, bool trans_a, bool trans_b,
                bool accumulate);
 
+// C (M, N, leading dimension ldc) = alpha * op(A) @ op(B) (+ C with
+// accumulate), leading dimensions as in BLAS, run on the calling thread
+// alone: for the small products each thread of a parallel region computes
+// for itself (attention's per-head blocks).
+void gemm_bf16_on_thread(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
+                         const bf16* B, int ldb, bool accumulate, float* C, int ldc);
+
 // A linear layer's weight W (OC, IC) in bf16, as the matmuls read it. On
 // oneDNN it is held twice, each copy packed into the blocked layout oneDNN's
 // kernels read fastest: W^T for the forward and W for the input gradient.

@@ -191,6 +191,10 @@ float* Model::attention_scratch() {
     return att_scratch_.data();
 }
 
+AttentionPrecision Model::attention_precision() const {
+    return {.bf16_products = precision_.bf16_compute(), .probs_bf16 = precision_.softmax_bf16};
+}
+
 // The weights the linear layers multiply by: all matrices but the embedding.
 static bool is_linear(const TensorKind& k) { return k.cols > 1 && k.name != "embed_tokens"; }
 
@@ -328,8 +332,7 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
         } else {
             rope_forward(qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
         }
-        attention_forward(att_out, att, attention_scratch(), qkv, B, T, NH, NKV, HD, lookahead_,
-                          precision_.softmax_bf16);
+        attention_forward(att_out, att, attention_scratch(), qkv, B, T, NH, NKV, HD, lookahead_, attention_precision());
         linear_forward(mid, att_out, layer_slot(a16_.att_out, l, (long)N * CA), p.o_proj + (long)l * C * CA, N, CA, C);
         add_to_stream(mid, mid, res);
         norm_forward(fn, fn16, a.ffn_rstd + (long)l * N, mid, p.ffn_norm + (long)l * C);
@@ -420,9 +423,9 @@ void Model::backward(float loss_scale) {
         const float* att = a.att ? a.att + (long)l * B * NH * T * T : nullptr;
         linear_backward(d_att_out_.data(), g.o_proj + (long)l * C * CA, d_res, nullptr, a.att_out + (long)l * N * CA,
                         layer_slot(a16_.att_out, l, (long)N * CA), p.o_proj + (long)l * C * CA, N, CA, C);
-        if (bf16_mode) bf16_round_inplace(d_att_out_.data(), (long)N * CA);  // attention's sgemms read it
+        // In the bf16 modes attention rounds d_att_out (o_proj's fp32 sums) as it narrows its operands.
         attention_backward(d_qkv_.data(), attention_scratch(), d_att_out_.data(), qkv, att, B, T,
-                           NH, NKV, HD, lookahead_, precision_.softmax_bf16);
+                           NH, NKV, HD, lookahead_, attention_precision());
         if (bf16_mode) {
             rope_backward_bf16(d16, d_qkv_.data(), rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
         } else {

@@ -19,6 +19,8 @@
 
 namespace hlat {
 
+struct AttentionPrecision;  // kernels.h
+
 // The tensor-parallel group a model shard belongs to, Megatron's layout:
 // qkv_proj (by heads) and gate_up_proj (by hidden units) are split along their
 // outputs (column-parallel); o_proj and down_proj along their inputs
@@ -178,6 +180,7 @@ class Model {
     // acts_bf16_ (narrowed from inp first when inp is given), the output
     // gradient dout16 (narrowed from dout into dout16_ when dout is given),
     // and out and dinp are left unrounded for their reader to round.
+    AttentionPrecision attention_precision() const;
     void make_bf16_weights();
     const Bf16Weight& weight16(const float* weight) const;
     void linear_forward(float* out, const float* inp, bf16* inp16, const float* weight, int N, int IC, int OC);
