@@ -194,15 +194,15 @@ void Trainer::clip(StepStats& s, bool tensor_norms) {
     // Per-tensor gradient norms need every tensor reduced: not under ZeRO-1.
     if (tensor_norms && !zero1) append_tensor_norms(s.tensor_norms, *model_, g, "grad_norm", parallel_);
     // Pure bf16 stores bf16 gradients, before and after clipping.
+    // Each rounding shares a pass with the norm or the clipping.
     const bool bf16 = config_.precision.bf16_state();
-    if (bf16) bf16_round_inplace(g, n_params);
     if (!parallel_) {
-        s.grad_norm = clip_grad_norm(g, n_params, config_.optimizer.grad_clip, &s.clipped);
+        s.grad_norm = bf16 ? bf16_round_and_l2_norm(g, n_params) : l2_norm(g, n_params);
     } else {
+        if (bf16) bf16_round_inplace(g, n_params);
         s.grad_norm = std::sqrt(job_sum_squares(*parallel_, *model_, g, own_begin, own_end, zero1));
-        s.clipped = clip_to_norm(g + own_begin, own_end - own_begin, s.grad_norm, config_.optimizer.grad_clip);
     }
-    if (bf16 && s.clipped) bf16_round_inplace(g, n_params);
+    s.clipped = clip_to_norm(g + own_begin, own_end - own_begin, s.grad_norm, config_.optimizer.grad_clip, bf16);
 }
 
 void Trainer::update(StepStats& s) {

@@ -15,11 +15,13 @@ double learning_rate(const ScheduleConfig& s, int step) {
     return s.min_lr + 0.5 * (s.max_lr - s.min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
-double l2_norm(const float* x, long n) {
-    // Fixed chunks summed in a fixed order: the norm (and so clipping) is
-    // bit-identical run to run, whatever the thread count and scheduling,
-    // which exact resume depends on. An OpenMP reduction combines partial
-    // sums in the order threads finish.
+// Fixed chunks summed in a fixed order: the norm (and so clipping) is
+// bit-identical run to run, whatever the thread count and scheduling, which
+// exact resume depends on. An OpenMP reduction combines partial sums in the
+// order threads finish. With kRound each element is first rounded to bf16 in
+// place, in the same pass.
+template <bool kRound>
+static double chunked_l2_norm(float* x, long n) {
     constexpr int kChunks = 64;
     double partial[kChunks];
 #pragma omp parallel for
@@ -27,7 +29,10 @@ double l2_norm(const float* x, long n) {
         long begin = n * c / kChunks, end = n * (c + 1) / kChunks;
         double s = 0.0;
 #pragma omp simd reduction(+ : s)
-        for (long i = begin; i < end; i++) s += (double)x[i] * x[i];
+        for (long i = begin; i < end; i++) {
+            if constexpr (kRound) x[i] = bf16_to_float(float_to_bf16_rne(x[i]));
+            s += (double)x[i] * x[i];
+        }
         partial[c] = s;
     }
     double sum = 0.0;
@@ -35,19 +40,30 @@ double l2_norm(const float* x, long n) {
     return std::sqrt(sum);
 }
 
+// Reads only: chunked_l2_norm<false> never writes x.
+double l2_norm(const float* x, long n) { return chunked_l2_norm<false>(const_cast<float*>(x), n); }
+double bf16_round_and_l2_norm(float* x, long n) { return chunked_l2_norm<true>(x, n); }
+
 double clip_grad_norm(float* grads, long n, double max_norm, bool* clipped) {
     double norm = l2_norm(grads, n);
     *clipped = clip_to_norm(grads, n, norm, max_norm);
     return norm;
 }
 
-bool clip_to_norm(float* grads, long n, double norm, double max_norm) {
+template <bool kRound>
+static void scale(float* x, long n, float f) {
+#pragma omp parallel for simd
+    for (long i = 0; i < n; i++) x[i] = kRound ? bf16_to_float(float_to_bf16_rne(x[i] * f)) : x[i] * f;
+}
+
+bool clip_to_norm(float* grads, long n, double norm, double max_norm, bool round_bf16) {
     if (max_norm <= 0.0 || !std::isfinite(norm)) return false;
     double factor = max_norm / (norm + 1e-6);
     if (factor >= 1.0) return false;
-    float f = (float)factor;
-#pragma omp parallel for
-    for (long i = 0; i < n; i++) grads[i] *= f;
+    if (round_bf16)
+        scale<true>(grads, n, (float)factor);
+    else
+        scale<false>(grads, n, (float)factor);
     return true;
 }
 

@@ -21,6 +21,9 @@ double learning_rate(const ScheduleConfig& s, int step);
 
 // L2 norm of n floats, accumulated in double.
 double l2_norm(const float* x, long n);
+// Rounds x to bf16 in place and returns the L2 norm of the rounded values,
+// in one pass (the pure bf16 modes' gradients before clipping).
+double bf16_round_and_l2_norm(float* x, long n);
 
 // Scales the gradients so their global L2 norm is at most max_norm (PyTorch's
 // clip_grad_norm_ rule: factor max_norm / (norm + 1e-6), only when below 1).
@@ -28,7 +31,8 @@ double l2_norm(const float* x, long n);
 double clip_grad_norm(float* grads, long n, double max_norm, bool* clipped);
 // The scaling step of clip_grad_norm, for a norm computed elsewhere (over
 // shards); returns whether it scaled.
-bool clip_to_norm(float* grads, long n, double norm, double max_norm);
+// With round_bf16 the scaled values are rounded to bf16 in the same pass.
+bool clip_to_norm(float* grads, long n, double norm, double max_norm, bool round_bf16 = false);
 
 class AdamW {
   public:
