@@ -187,9 +187,9 @@ void rope_backward_bf16(bf16* dqkv16, const float* dqkv, const float* cos_table,
 // block is still in cache (a whole head's T x T probabilities are not).
 //
 // The products read operands of type E: float in fp32 (sgemm, on qkv in
-// place), bf16 in the bf16 modes (packed bf16 copies; the probabilities and
-// score gradients narrowed as they are produced). The softmax and its backward
-// are fp32 in both.
+// place), bf16 in the bf16 modes (per-thread contiguous copies; the
+// probabilities and score gradients narrowed as they are produced). The
+// softmax and its backward are fp32 in both.
 static constexpr int kAttBlock = 64;
 
 static inline int block_end(int r0, int T) { return r0 + kAttBlock < T ? r0 + kAttBlock : T; }
@@ -206,7 +206,7 @@ static void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const bf16*
 }
 
 // A T x HD slice of qkv or dout (leading dimension ld) as the products read it:
-// in place for fp32, a packed bf16 copy for bf16.
+// in place for fp32, a contiguous bf16 copy (per thread) for bf16.
 template <typename E>
 struct Slice {
     const E* data;

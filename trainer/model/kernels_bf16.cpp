@@ -153,7 +153,8 @@ class ThreadMatmuls {
              bool accumulate, float* C, int ldc) {
         auto key = std::make_tuple(M, N, K, ta, tb, lda, ldb, ldc, alpha, accumulate);
         auto it = cache_.find(key);
-        if (it == cache_.end()) it = cache_.emplace(key, build(ta, tb, M, N, K, alpha, lda, ldb, accumulate, ldc)).first;
+        if (it == cache_.end())
+            it = cache_.emplace(key, build(ta, tb, M, N, K, alpha, lda, ldb, accumulate, ldc)).first;
         // The memory objects are kept with the primitive and pointed at this
         // call's data: making new ones costs allocations, which these small
         // products would feel (2x in attention's backward).

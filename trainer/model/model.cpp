@@ -221,7 +221,9 @@ void Model::make_bf16_weights() {
     }
 }
 
-const Bf16Weight& Model::weight16(const float* weight) const { return weights16_[weight16_at_.at(weight - params_.data())]; }
+const Bf16Weight& Model::weight16(const float* weight) const {
+    return weights16_[weight16_at_.at(weight - params_.data())];
+}
 
 // Layer l's part of a per-layer activation; null where the precision keeps
 // none (the bf16 copies in fp32, the fp32 linear inputs in the bf16 modes).

@@ -175,14 +175,16 @@ class Model {
     // Activations and backward scratch for the shapes and precision given.
     void allocate_activations();
     float* attention_scratch();
+    AttentionPrecision attention_precision() const;
+    // The linear layers' bf16 weights (weights16_), and the one for a weight
+    // pointing into params_.
+    void make_bf16_weights();
+    const Bf16Weight& weight16(const float* weight) const;
     // The matmuls of the layers, in fp32 or bf16 as the precision says; weight
     // points into params_. In the bf16 modes the input is inp16, a slot of
     // acts_bf16_ (narrowed from inp first when inp is given), the output
     // gradient dout16 (narrowed from dout into dout16_ when dout is given),
     // and out and dinp are left unrounded for their reader to round.
-    AttentionPrecision attention_precision() const;
-    void make_bf16_weights();
-    const Bf16Weight& weight16(const float* weight) const;
     void linear_forward(float* out, const float* inp, bf16* inp16, const float* weight, int N, int IC, int OC);
     void linear_backward(float* dinp, float* dweight, const float* dout, const bf16* dout16, const float* inp,
                          const bf16* inp16, const float* weight, int N, int IC, int OC);
