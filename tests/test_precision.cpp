@@ -220,19 +220,18 @@ TEST(Bf16Attention, ProductsInBf16AgreeWithFp32AndAcrossEngines) {
         attention_backward(dqkv32.data(), scratch.data(), dout_rounded.data(), qkv.data(), att.data(), B, T, NH, NKV,
                            HD, lookahead);
         std::vector<std::vector<float>> outs, dqkvs;
+        std::vector<bf16> heads(qkv.size());
+        qkv_heads_bf16(heads.data(), qkv.data(), B, T, NH, NKV, HD);
         for (Bf16MatmulEngine engine : engines_here()) {
             set_bf16_matmul_engine(engine);
             SCOPED_TRACE(bf16_matmul_engine_name());
-            const AttentionPrecision bf16_products{.bf16_products = true};
             std::vector<float> out(out32.size()), out_ckpt(out32.size()), dqkv(qkv.size()), dqkv_ckpt(qkv.size());
-            attention_forward(out.data(), att.data(), scratch.data(), qkv.data(), B, T, NH, NKV, HD, lookahead,
-                              bf16_products);
-            attention_forward(out_ckpt.data(), nullptr, scratch.data(), qkv.data(), B, T, NH, NKV, HD, lookahead,
-                              bf16_products);
-            attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, NH, NKV, HD,
-                               lookahead, bf16_products);
-            attention_backward(dqkv_ckpt.data(), scratch.data(), dout.data(), qkv.data(), nullptr, B, T, NH, NKV, HD,
-                               lookahead, bf16_products);
+            attention_forward(out.data(), att.data(), scratch.data(), heads.data(), B, T, NH, NKV, HD, lookahead);
+            attention_forward(out_ckpt.data(), nullptr, scratch.data(), heads.data(), B, T, NH, NKV, HD, lookahead);
+            attention_backward(dqkv.data(), scratch.data(), dout.data(), heads.data(), att.data(), B, T, NH, NKV, HD,
+                               lookahead);
+            attention_backward(dqkv_ckpt.data(), scratch.data(), dout.data(), heads.data(), nullptr, B, T, NH, NKV,
+                               HD, lookahead);
             EXPECT_EQ(out_ckpt, out);
             EXPECT_EQ(dqkv_ckpt, dqkv) << "recomputed probabilities must give the same gradient";
             double e_out = test::relative_error(out, out32), e_dqkv = test::relative_error(dqkv, dqkv32);
@@ -359,12 +358,22 @@ TEST(Bf16FusedKernels, RopeEqualsTheUnfusedPassesWithGroupedHeads) {
     const int B = 2, T = 9, NH = 4, NKV = 2, HD = 6, QKV = (NH + 2 * NKV) * HD;
     std::vector<float> cs(T * HD / 2), sn(T * HD / 2);
     rope_tables(cs.data(), sn.data(), T, HD, 10000.0f);
-    auto qkv = random_vector((long)B * T * QKV, 19);
+    auto qkv = random_vector((long)B * T * QKV, 19), qkv_before = qkv;
     auto unfused = rounded(qkv);
     rope_forward(unfused.data(), cs.data(), sn.data(), B, T, NH, NKV, HD);
-    bf16_round_inplace(unfused.data(), (long)unfused.size());
-    rope_forward_bf16(qkv.data(), cs.data(), sn.data(), B, T, NH, NKV, HD);
-    expect_same_bits(qkv, unfused, "rope forward (v heads included)");
+    std::vector<bf16> heads(qkv.size()), unfused_heads(qkv.size());
+    qkv_heads_bf16(unfused_heads.data(), unfused.data(), B, T, NH, NKV, HD);
+    rope_forward_bf16(heads.data(), qkv.data(), cs.data(), sn.data(), B, T, NH, NKV, HD);
+    expect_same_bits(widened(heads), widened(unfused_heads), "rope forward (v heads included)");
+    expect_same_bits(qkv, qkv_before, "rope forward's input, left as it was");
+    // The head-major layout, element by element: head h of (b, t) at ((b * heads + h) * T + t) * HD.
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH + 2 * NKV; h++)
+                for (int i = 0; i < HD; i++)
+                    ASSERT_EQ(unfused_heads[(((long)b * (NH + 2 * NKV) + h) * T + t) * HD + i],
+                              float_to_bf16_rne(unfused[((long)b * T + t) * QKV + h * HD + i]))
+                        << "b " << b << " t " << t << " head " << h << " i " << i;
 
     auto d = random_vector((long)B * T * QKV, 20), d_before = d;
     std::vector<bf16> d16(d.size());

@@ -126,14 +126,24 @@ void rope_tables(float* cos_table, float* sin_table, int T, int HD, float theta)
     }
 }
 
+// Where head h of row t of a batch element lies in a qkv-shaped array: in the
+// row-major (T, QKV) layout, or head-major (NH + 2 NKV, T, HD). Both put batch
+// element b at b * T * QKV.
+struct QkvLayout {
+    long row, head;  // strides of t and h
+    static QkvLayout row_major(int QKV, int HD) { return {QKV, HD}; }
+    static QkvLayout head_major(int T, int HD) { return {HD, (long)T * HD}; }
+};
+
 // Rotates every head of the first (NH + NKV) heads of each qkv row of `in` by
-// the angle of its position into `out` (which may be `in`); sign = -1 applies
-// the inverse rotation (the transpose). With kRound the values are rounded to
-// bf16 as read and once more as rotated. The v heads are carried over when
-// that changes them: rounded, or narrowed into a bf16 output.
+// the angle of its position into `out` (which may be `in`, both row-major, or
+// a head-major bf16 array); sign = -1 applies the inverse rotation (the
+// transpose). With kRound the values are rounded to bf16 as read and once
+// more as rotated. The v heads are carried over when that changes them:
+// rounded, or narrowed into a bf16 output.
 template <bool kRound, typename Out>
-static void rope_rotate(Out* out, const float* in, const float* cos_table, const float* sin_table, int B, int T,
-                        int NH, int NKV, int HD, float sign) {
+static void rope_rotate(Out* out, QkvLayout out_layout, const float* in, const float* cos_table,
+                        const float* sin_table, int B, int T, int NH, int NKV, int HD, float sign) {
     constexpr bool kCarryV = kRound || !std::is_same_v<Out, float>;
     int half = HD / 2;
     int QKV = (NH + 2 * NKV) * HD;
@@ -141,12 +151,12 @@ static void rope_rotate(Out* out, const float* in, const float* cos_table, const
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             const float* row = in + ((long)b * T + t) * QKV;
-            Out* out_row = out + ((long)b * T + t) * QKV;
+            Out* out_row = out + (long)b * T * QKV + t * out_layout.row;
             const float* cs = cos_table + (long)t * half;
             const float* sn = sin_table + (long)t * half;
             for (int h = 0; h < NH + NKV; h++) {
                 const float* x = row + h * HD;
-                Out* y = out_row + h * HD;
+                Out* y = out_row + h * out_layout.head;
                 for (int i = 0; i < half; i++) {
                     float x1 = load<kRound>(x[i]), x2 = load<kRound>(x[i + half]);
                     float s = sign * sn[i];
@@ -155,29 +165,46 @@ static void rope_rotate(Out* out, const float* in, const float* cos_table, const
                 }
             }
             if constexpr (kCarryV)
-                for (int j = (NH + NKV) * HD; j < QKV; j++) store(out_row[j], load<kRound>(row[j]));
+                for (int h = NH + NKV; h < NH + 2 * NKV; h++)
+                    for (int i = 0; i < HD; i++) store(out_row[h * out_layout.head + i], load<kRound>(row[h * HD + i]));
         }
     }
 }
 
 void rope_forward(float* qkv, const float* cos_table, const float* sin_table, int B, int T, int NH,
                   int NKV, int HD) {
-    rope_rotate<false>(qkv, qkv, cos_table, sin_table, B, T, NH, NKV, HD, 1.0f);
+    const QkvLayout rows = QkvLayout::row_major((NH + 2 * NKV) * HD, HD);
+    rope_rotate<false>(qkv, rows, qkv, cos_table, sin_table, B, T, NH, NKV, HD, 1.0f);
 }
 
 void rope_backward(float* dqkv, const float* cos_table, const float* sin_table, int B, int T,
                    int NH, int NKV, int HD) {
-    rope_rotate<false>(dqkv, dqkv, cos_table, sin_table, B, T, NH, NKV, HD, -1.0f);
+    const QkvLayout rows = QkvLayout::row_major((NH + 2 * NKV) * HD, HD);
+    rope_rotate<false>(dqkv, rows, dqkv, cos_table, sin_table, B, T, NH, NKV, HD, -1.0f);
 }
 
-void rope_forward_bf16(float* qkv, const float* cos_table, const float* sin_table, int B, int T, int NH, int NKV,
-                       int HD) {
-    rope_rotate<true>(qkv, qkv, cos_table, sin_table, B, T, NH, NKV, HD, 1.0f);
+void rope_forward_bf16(bf16* heads, const float* qkv, const float* cos_table, const float* sin_table, int B, int T,
+                       int NH, int NKV, int HD) {
+    rope_rotate<true>(heads, QkvLayout::head_major(T, HD), qkv, cos_table, sin_table, B, T, NH, NKV, HD, 1.0f);
 }
 
 void rope_backward_bf16(bf16* dqkv16, const float* dqkv, const float* cos_table, const float* sin_table, int B,
                         int T, int NH, int NKV, int HD) {
-    rope_rotate<false>(dqkv16, dqkv, cos_table, sin_table, B, T, NH, NKV, HD, -1.0f);
+    const QkvLayout rows = QkvLayout::row_major((NH + 2 * NKV) * HD, HD);
+    rope_rotate<false>(dqkv16, rows, dqkv, cos_table, sin_table, B, T, NH, NKV, HD, -1.0f);
+}
+
+void qkv_heads_bf16(bf16* heads, const float* qkv, int B, int T, int NH, int NKV, int HD) {
+    const int NQKV = NH + 2 * NKV;
+    const QkvLayout to = QkvLayout::head_major(T, HD);
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float* row = qkv + ((long)b * T + t) * NQKV * HD;
+            bf16* out_row = heads + (long)b * T * NQKV * HD + t * to.row;
+            for (int h = 0; h < NQKV; h++)
+                for (int i = 0; i < HD; i++) out_row[h * to.head + i] = float_to_bf16_rne(row[h * HD + i]);
+        }
 }
 
 // Attention of one (batch, head) pair, one block of kAttBlock query rows at a
@@ -187,9 +214,9 @@ void rope_backward_bf16(bf16* dqkv16, const float* dqkv, const float* cos_table,
 // block is still in cache (a whole head's T x T probabilities are not).
 //
 // The products read operands of type E: float in fp32 (sgemm, on qkv in
-// place), bf16 in the bf16 modes (per-thread contiguous copies; the
-// probabilities and score gradients narrowed as they are produced). The
-// softmax and its backward are fp32 in both.
+// place), bf16 in the bf16 modes (qkv's head-major bf16 copy, dout narrowed
+// per head, the probabilities and score gradients narrowed as they are
+// produced). The softmax and its backward are fp32 in both.
 static constexpr int kAttBlock = 64;
 
 static inline int block_end(int r0, int T) { return r0 + kAttBlock < T ? r0 + kAttBlock : T; }
@@ -205,13 +232,25 @@ static void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const bf16*
     gemm_bf16_on_thread(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta != 0.0f, C, ldc);
 }
 
-// A T x HD slice of qkv or dout (leading dimension ld) as the products read it:
-// in place for fp32, a contiguous bf16 copy (per thread) for bf16.
+// A T x HD slice of qkv or dout (leading dimension ld) as the products read it.
 template <typename E>
 struct Slice {
     const E* data;
     int ld;
 };
+
+// Head h (q heads, then k, then v) of batch element b of qkv: row-major fp32
+// or head-major bf16 (kernels.h).
+template <typename E>
+static Slice<E> head_of(const E* qkv, int b, int h, int T, int NH, int NKV, int HD) {
+    const int QKV = (NH + 2 * NKV) * HD;
+    const E* batch = qkv + (long)b * T * QKV;
+    if constexpr (std::is_same_v<E, float>) return {batch + h * HD, QKV};
+    else return {batch + (long)h * T * HD, HD};
+}
+
+// dout's head (leading dimension ld) as the products read it: in place for
+// fp32, a contiguous bf16 copy (per thread) for bf16.
 template <typename E>
 static Slice<E> operand(const float* x, int ld, int T, int HD, std::vector<bf16>& copy) {
     if constexpr (std::is_same_v<E, float>) {
@@ -224,10 +263,10 @@ static Slice<E> operand(const float* x, int ld, int T, int HD, std::vector<bf16>
     }
 }
 
-// Per thread: the bf16 copies of one head's operands, and its probabilities
-// and score gradients as bf16 product operands (T x T).
+// Per thread: the bf16 copy of one head's output gradient, and its
+// probabilities and score gradients as bf16 product operands (T x T).
 struct Bf16HeadScratch {
-    std::vector<bf16> q, k, v, dout, probs, dscores;
+    std::vector<bf16> dout, probs, dscores;
     static Bf16HeadScratch& mine(int T) {
         static thread_local Bf16HeadScratch s;
         if (s.probs.size() < (size_t)T * T) {
@@ -312,9 +351,8 @@ static void causal_matmul_transposed(float* Y, int ldy, const E* P, Slice<E> X, 
 }
 
 template <typename E>
-static void attention_forward_heads(float* out, float* att, float* scratch, const float* qkv, int B, int T, int NH,
+static void attention_forward_heads(float* out, float* att, float* scratch, const E* qkv, int B, int T, int NH,
                                     int NKV, int HD, int lookahead, bool probs_bf16) {
-    int QKV = (NH + 2 * NKV) * HD;
     int CA = NH * HD;
     int group = NH / NKV;
     float scale = 1.0f / std::sqrt((float)HD);
@@ -322,10 +360,9 @@ static void attention_forward_heads(float* out, float* att, float* scratch, cons
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             Bf16HeadScratch& s16 = Bf16HeadScratch::mine(std::is_same_v<E, float> ? 0 : T);
-            const float* base = qkv + (long)b * T * QKV;
-            Slice<E> q = operand<E>(base + h * HD, QKV, T, HD, s16.q);
-            Slice<E> k = operand<E>(base + (NH + h / group) * HD, QKV, T, HD, s16.k);
-            Slice<E> v = operand<E>(base + (NH + NKV + h / group) * HD, QKV, T, HD, s16.v);
+            Slice<E> q = head_of(qkv, b, h, T, NH, NKV, HD);
+            Slice<E> k = head_of(qkv, b, NH + h / group, T, NH, NKV, HD);
+            Slice<E> v = head_of(qkv, b, NH + NKV + h / group, T, NH, NKV, HD);
             float* P = att ? att + ((long)b * NH + h) * T * T
                            : scratch + omp_get_thread_num() * AttentionScratch::floats(T);
             E* P_op = probs_operand<E>(P, s16);
@@ -339,11 +376,13 @@ static void attention_forward_heads(float* out, float* att, float* scratch, cons
 }
 
 void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T, int NH, int NKV,
-                       int HD, int lookahead, AttentionPrecision precision) {
-    if (precision.bf16_products)
-        attention_forward_heads<bf16>(out, att, scratch, qkv, B, T, NH, NKV, HD, lookahead, precision.probs_bf16);
-    else
-        attention_forward_heads<float>(out, att, scratch, qkv, B, T, NH, NKV, HD, lookahead, precision.probs_bf16);
+                       int HD, int lookahead, bool probs_bf16) {
+    attention_forward_heads(out, att, scratch, qkv, B, T, NH, NKV, HD, lookahead, probs_bf16);
+}
+
+void attention_forward(float* out, float* att, float* scratch, const bf16* qkv_heads, int B, int T, int NH, int NKV,
+                       int HD, int lookahead, bool probs_bf16) {
+    attention_forward_heads(out, att, scratch, qkv_heads, B, T, NH, NKV, HD, lookahead, probs_bf16);
 }
 
 // Rows [r0, r1) of one head's backward through softmax and the scores:
@@ -373,18 +412,19 @@ static void scores_backward_block(float* dq, int ldq, float* dP, E* dS_op, const
 // One (batch, kv head) task of the backward: the query heads of a group all
 // add into the same dk and dv, so they run in order here.
 template <typename E>
-static void attention_backward_group(float* dbase, float* thread_scratch, const float* dout_b, const float* base,
-                                     const float* att_b, int T, int NH, int NKV, int HD, int g, int lookahead,
+static void attention_backward_group(float* dqkv, float* thread_scratch, const float* dout, const E* qkv,
+                                     const float* att, int b, int g, int T, int NH, int NKV, int HD, int lookahead,
                                      bool probs_bf16) {
     int QKV = (NH + 2 * NKV) * HD;
     int CA = NH * HD;
     int group = NH / NKV;
     float scale = 1.0f / std::sqrt((float)HD);
     Bf16HeadScratch& s16 = Bf16HeadScratch::mine(std::is_same_v<E, float> ? 0 : T);
+    float* dbase = dqkv + (long)b * T * QKV;
     float* dP = thread_scratch + (long)T * T;
     E* dS_op = scores_grad_operand<E>(dP, s16);
-    Slice<E> k = operand<E>(base + (NH + g) * HD, QKV, T, HD, s16.k);
-    Slice<E> v = operand<E>(base + (NH + NKV + g) * HD, QKV, T, HD, s16.v);
+    Slice<E> k = head_of(qkv, b, NH + g, T, NH, NKV, HD);
+    Slice<E> v = head_of(qkv, b, NH + NKV + g, T, NH, NKV, HD);
     float* dk = dbase + (NH + g) * HD;
     float* dv = dbase + (NH + NKV + g) * HD;
     for (int i = 0; i < T; i++) {
@@ -392,14 +432,14 @@ static void attention_backward_group(float* dbase, float* thread_scratch, const 
         std::memset(dv + (long)i * QKV, 0, sizeof(float) * HD);
     }
     for (int h = g * group; h < (g + 1) * group; h++) {
-        Slice<E> q = operand<E>(base + h * HD, QKV, T, HD, s16.q);
-        Slice<E> dO = operand<E>(dout_b + h * HD, CA, T, HD, s16.dout);
+        Slice<E> q = head_of(qkv, b, h, T, NH, NKV, HD);
+        Slice<E> dO = operand<E>(dout + (long)b * T * CA + h * HD, CA, T, HD, s16.dout);
         // Without stored probabilities each block's are recomputed just before use.
-        float* P = att_b ? const_cast<float*>(att_b) + (long)h * T * T : thread_scratch;
+        float* P = att ? const_cast<float*>(att) + ((long)b * NH + h) * T * T : thread_scratch;
         E* P_op = probs_operand<E>(P, s16);
         for (int r0 = 0; r0 < T; r0 += kAttBlock) {
             int r1 = block_end(r0, T);
-            if (att_b)
+            if (att)
                 narrow_rows(P_op, P, r0, r1, T);
             else
                 probs_block(P, P_op, q, k, T, HD, scale, lookahead, probs_bf16, r0, r1);
@@ -410,25 +450,24 @@ static void attention_backward_group(float* dbase, float* thread_scratch, const 
     }
 }
 
-void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att, int B,
-                        int T, int NH, int NKV, int HD, int lookahead, AttentionPrecision precision) {
-    int QKV = (NH + 2 * NKV) * HD;
+template <typename E>
+static void attention_backward_groups(float* dqkv, float* scratch, const float* dout, const E* qkv, const float* att,
+                                      int B, int T, int NH, int NKV, int HD, int lookahead, bool probs_bf16) {
 #pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++) {
-        for (int g = 0; g < NKV; g++) {
-            float* thread_scratch = scratch + omp_get_thread_num() * AttentionScratch::floats(T);
-            const float* att_b = att ? att + (long)b * NH * T * T : nullptr;
-            const float* dout_b = dout + (long)b * T * NH * HD;
-            float* dbase = dqkv + (long)b * T * QKV;
-            const float* base = qkv + (long)b * T * QKV;
-            if (precision.bf16_products)
-                attention_backward_group<bf16>(dbase, thread_scratch, dout_b, base, att_b, T, NH, NKV, HD, g,
-                                               lookahead, precision.probs_bf16);
-            else
-                attention_backward_group<float>(dbase, thread_scratch, dout_b, base, att_b, T, NH, NKV, HD, g,
-                                                lookahead, precision.probs_bf16);
-        }
-    }
+    for (int b = 0; b < B; b++)
+        for (int g = 0; g < NKV; g++)
+            attention_backward_group(dqkv, scratch + omp_get_thread_num() * AttentionScratch::floats(T), dout, qkv,
+                                     att, b, g, T, NH, NKV, HD, lookahead, probs_bf16);
+}
+
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att, int B,
+                        int T, int NH, int NKV, int HD, int lookahead, bool probs_bf16) {
+    attention_backward_groups(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, HD, lookahead, probs_bf16);
+}
+
+void attention_backward(float* dqkv, float* scratch, const float* dout, const bf16* qkv_heads, const float* att,
+                        int B, int T, int NH, int NKV, int HD, int lookahead, bool probs_bf16) {
+    attention_backward_groups(dqkv, scratch, dout, qkv_heads, att, B, T, NH, NKV, HD, lookahead, probs_bf16);
 }
 
 static inline float sigmoid(float x) { return 1.0f / (1.0f + vexp(-x)); }

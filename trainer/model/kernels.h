@@ -54,22 +54,27 @@ void rope_backward(float* dqkv, const float* cos_table, const float* sin_table, 
 struct AttentionScratch {
     static long floats(int T) { return 2L * T * T; }
 };
-// How a bf16 mode computes attention; fp32 passes the defaults.
-struct AttentionPrecision {
-    // The four products take bf16 operands and sum in fp32, as every bf16
-    // matmul does: q, k, v and dout are bf16 values already; the probabilities
-    // and the score gradients are rounded as they enter their products (the
-    // softmax and its backward stay fp32), as FlashAttention does in bf16.
-    bool bf16_products = false;
-    bool probs_bf16 = false;  // the probabilities themselves rounded to bf16 (precision.softmax = bf16)
-};
+// probs_bf16 rounds the probabilities themselves to bf16 (precision.softmax =
+// bf16); the softmax and its backward are fp32 either way.
 void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T,
-                       int NH, int NKV, int HD, int lookahead = 0, AttentionPrecision precision = {});
+                       int NH, int NKV, int HD, int lookahead = 0, bool probs_bf16 = false);
 // dqkv (B, T, QKV) is overwritten. att holds the forward probabilities, or is
 // null, in which case they are recomputed from qkv.
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* att, int B, int T, int NH, int NKV, int HD, int lookahead = 0,
-                        AttentionPrecision precision = {});
+                        bool probs_bf16 = false);
+
+// The bf16 modes' attention reads qkv in bf16, head-major: heads (B, NH + 2 NKV,
+// T, HD), q heads then k then v, each head's T x HD slice contiguous, as its
+// products read it. The four products take bf16 operands and sum in fp32, as
+// every bf16 matmul does; dout is rounded as read, and the probabilities and
+// score gradients as they enter their products, as FlashAttention does in
+// bf16. dqkv is written in the row-major (B, T, QKV) layout, in fp32.
+void qkv_heads_bf16(bf16* heads, const float* qkv, int B, int T, int NH, int NKV, int HD);  // narrowed
+void attention_forward(float* out, float* att, float* scratch, const bf16* qkv_heads, int B, int T, int NH,
+                       int NKV, int HD, int lookahead = 0, bool probs_bf16 = false);
+void attention_backward(float* dqkv, float* scratch, const float* dout, const bf16* qkv_heads, const float* att,
+                        int B, int T, int NH, int NKV, int HD, int lookahead = 0, bool probs_bf16 = false);
 
 // out (N, H) = silu(gate) * up, gate_up (N, 2H) = [gate | up].
 void swiglu_forward(float* out, const float* gate_up, int N, int H);
@@ -97,10 +102,11 @@ void rmsnorm_forward_bf16(bf16* out, float* rstd, const float* inp, const float*
 // rmsnorm_backward_accumulate with dout rounded as read.
 void rmsnorm_backward_accumulate_bf16(float* dinp, float* dweight, const float* dout, const float* inp,
                                       const float* weight, const float* rstd, int N, int C);
-// qkv rounded as read (v included), q and k rotated, and rounded again: every
-// value of qkv is a bf16 value afterwards, as attention reads it.
-void rope_forward_bf16(float* qkv, const float* cos_table, const float* sin_table, int B, int T, int NH, int NKV,
-                       int HD);
+// qkv (a matmul's fp32 sums, left as they are) rounded as read, q and k
+// rotated and rounded again, all of it written narrowed into heads, the
+// head-major layout attention's bf16 products read (above).
+void rope_forward_bf16(bf16* heads, const float* qkv, const float* cos_table, const float* sin_table, int B, int T,
+                       int NH, int NKV, int HD);
 // dqkv16 = bf16(rope_backward(dqkv)), dqkv left as it was.
 void rope_backward_bf16(bf16* dqkv16, const float* dqkv, const float* cos_table, const float* sin_table, int B,
                         int T, int NH, int NKV, int HD);

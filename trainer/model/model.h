@@ -19,7 +19,6 @@
 
 namespace hlat {
 
-struct AttentionPrecision;  // kernels.h
 
 // The tensor-parallel group a model shard belongs to, Megatron's layout:
 // qkv_proj (by heads) and gate_up_proj (by hidden units) are split along their
@@ -75,15 +74,17 @@ struct TensorKind {
 std::vector<TensorKind> tensor_table(const ModelConfig& config, const ShardShape& shard);
 
 // In the bf16 modes the inputs of the linear layers (attn_norm, ffn_norm,
-// swiglu, final_norm) exist only in bf16 (Bf16LinearInputs): those four are
+// swiglu, final_norm) exist only in bf16 (Bf16Activations): those four are
 // null here.
 struct ActivationTensors {
     float* residual;      // (L+1, B, T, C) stream entering layer l; [L] enters the final norm
     float* attn_norm;     // (L, B, T, C)
     float* attn_rstd;     // (L, B, T)
-    float* qkv;           // (L, B, T, QKV), q and k after RoPE; bf16 values in the bf16 modes
+    float* qkv;           // (L, B, T, QKV), q and k after RoPE; in the bf16 modes (B, T, QKV), one layer's
+                          // matmul sums on their way into Bf16Activations::qkv_heads
     float* att;           // (L, B, NH, T, T) probabilities; null with activation checkpointing
-    float* att_out;       // (L, B, T, NH*HD)
+    float* att_out;       // (L, B, T, NH*HD); in the bf16 modes (B, T, NH*HD), one layer's, narrowed into
+                          // Bf16Activations::att_out
     float* residual_mid;  // (L, B, T, C) stream after attention
     float* ffn_norm;      // (L, B, T, C)
     float* ffn_rstd;      // (L, B, T)
@@ -96,11 +97,12 @@ struct ActivationTensors {
     float* losses;        // (B, T)
 };
 
-// The inputs of the linear layers in the bf16 modes, written narrowed by the
-// kernels that produce them (att_out: narrowed from fp32) and kept for the
-// weight gradients of the backward pass.
-struct Bf16LinearInputs {
+// The activations the bf16 modes keep in bf16 only, written narrowed by the
+// kernels that produce them (att_out: narrowed from fp32): the inputs of the
+// linear layers, kept for the weight gradients, and attention's.
+struct Bf16Activations {
     bf16* attn_norm;   // (L, B, T, C) input of qkv_proj
+    bf16* qkv_heads;   // (L, B, NH + 2 NKV, T, HD) attention's input, q and k after RoPE
     bf16* att_out;     // (L, B, T, NH*HD) input of o_proj
     bf16* ffn_norm;    // (L, B, T, C) input of gate_up_proj
     bf16* swiglu;      // (L, B, T, H) input of down_proj
@@ -175,7 +177,7 @@ class Model {
     // Activations and backward scratch for the shapes and precision given.
     void allocate_activations();
     float* attention_scratch();
-    AttentionPrecision attention_precision() const;
+    void attention_layer_backward(int l, const float* att);
     // The linear layers' bf16 weights (weights16_), and the one for a weight
     // pointing into params_.
     void make_bf16_weights();
@@ -227,7 +229,7 @@ class Model {
     long activation_floats_ = 0;
     ActivationTensors a_;
     std::vector<bf16> acts_bf16_;
-    Bf16LinearInputs a16_{};  // all null in fp32
+    Bf16Activations a16_{};  // all null in fp32
     // Backward scratch, one micro-batch and one layer at a time.
     std::vector<float> d_residual_, d_norm_, d_qkv_, d_att_out_, d_gate_up_, d_swiglu_;
     std::vector<bf16> dout16_;  // a matmul's output gradient narrowed, in the bf16 modes
