@@ -165,8 +165,10 @@ static void rope_rotate(Out* out, QkvLayout out_layout, const float* in, const f
                 }
             }
             if constexpr (kCarryV)
-                for (int h = NH + NKV; h < NH + 2 * NKV; h++)
-                    for (int i = 0; i < HD; i++) store(out_row[h * out_layout.head + i], load<kRound>(row[h * HD + i]));
+                for (int h = NH + NKV; h < NH + 2 * NKV; h++) {
+                    Out* y = out_row + h * out_layout.head;
+                    for (int i = 0; i < HD; i++) store(y[i], load<kRound>(row[h * HD + i]));
+                }
         }
     }
 }
@@ -244,9 +246,8 @@ struct Slice {
 template <typename E>
 static Slice<E> head_of(const E* qkv, int b, int h, int T, int NH, int NKV, int HD) {
     const int QKV = (NH + 2 * NKV) * HD;
-    const E* batch = qkv + (long)b * T * QKV;
-    if constexpr (std::is_same_v<E, float>) return {batch + h * HD, QKV};
-    else return {batch + (long)h * T * HD, HD};
+    const QkvLayout layout = std::is_same_v<E, float> ? QkvLayout::row_major(QKV, HD) : QkvLayout::head_major(T, HD);
+    return {qkv + (long)b * T * QKV + h * layout.head, (int)layout.row};
 }
 
 // dout's head (leading dimension ld) as the products read it: in place for
