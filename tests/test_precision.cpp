@@ -533,11 +533,68 @@ TEST(PrecisionKnobs, Bf16GradientAccumulationKeepsABf16Sum) {
     }
 }
 
+// The last layer's attention output recomputed from its stored probabilities
+// P and values v, in double: P @ v, with P rounded to bf16 first when asked.
+std::vector<double> probs_times_values(const float* P, const float* qkv, int B, int T, int NH, int HD,
+                                       bool round_probs) {
+    const int QKV = 3 * NH * HD, CA = NH * HD;
+    std::vector<double> out((long)B * T * CA, 0.0);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++)
+                for (int j = 0; j < T; j++) {
+                    float p = P[(((long)b * NH + h) * T + t) * T + j];
+                    if (round_probs) p = bf16_to_float(float_to_bf16_rne(p));
+                    const float* v = qkv + ((long)b * T + j) * QKV + 2 * CA + h * HD;
+                    for (int d = 0; d < HD; d++)
+                        out[((long)b * T + t) * CA + h * HD + d] += (double)p * bf16_to_float(float_to_bf16_rne(v[d]));
+                }
+    return out;
+}
+
+double max_relative_difference(const float* a, const std::vector<double>& b) {
+    double diff = 0.0, scale = 0.0;
+    for (size_t i = 0; i < b.size(); i++) {
+        diff = std::max(diff, std::abs(a[i] - b[i]));
+        scale = std::max(scale, std::abs(b[i]));
+    }
+    return diff / scale;
+}
+
+TEST(PrecisionKnobs, Fp32AttentionMultipliesTheProbabilitiesUnrounded) {
+    for (bool fp32_products : {false, true}) {
+        TrainConfig c = knob_config(false, false);
+        c.precision.attention_fp32 = fp32_products;
+        const int B = 2, T = 16, L = c.model.n_layers, NH = c.model.n_heads, HD = c.model.head_dim();
+        ASSERT_EQ(c.model.n_kv_heads, NH);
+        Model model(c.model, B, T, false, c.precision);
+        model.init_weights(1);
+        RandomBatches data;
+        std::vector<int32_t> x(B * T), y(B * T);
+        data.next_batch(x.data(), y.data(), B, T);
+        model.forward(x.data(), y.data());
+        const ActivationTensors& a = model.activations();
+        // The bf16 modes keep the last layer's attention output; qkv too when attention is bf16.
+        const float* P = a.att + (long)(L - 1) * B * NH * T * T;
+        const float* qkv = fp32_products ? a.qkv + (long)(L - 1) * B * T * 3 * NH * HD : a.qkv;
+        double vs_exact = max_relative_difference(a.att_out, probs_times_values(P, qkv, B, T, NH, HD, false));
+        double vs_rounded = max_relative_difference(a.att_out, probs_times_values(P, qkv, B, T, NH, HD, true));
+        std::printf("attention %s: output against P v %.2e, against bf16(P) v %.2e\n",
+                    fp32_products ? "fp32" : "bf16", vs_exact, vs_rounded);
+        const double near = 1e-6, far = 1e-4;  // fp32 summation order; bf16's rounding of P
+        EXPECT_LT(fp32_products ? vs_exact : vs_rounded, near);
+        EXPECT_GT(fp32_products ? vs_rounded : vs_exact, far);
+    }
+}
+
 TEST(PrecisionConfig, ParsesValidatesAndRoundTrips) {
-    nlohmann::json j = {{"precision", {{"mode", "bf16_sr"}, {"softmax", "bf16"}, {"sr_moments", true}}}};
+    nlohmann::json j = {
+        {"precision", {{"mode", "bf16_sr"}, {"softmax", "bf16"}, {"attention", "fp32"}, {"sr_moments", true}}}};
     TrainConfig c = config_from_json(j);
     EXPECT_EQ(c.precision.mode, PrecisionMode::Bf16Sr);
     EXPECT_TRUE(c.precision.softmax_bf16);
+    EXPECT_TRUE(c.precision.attention_fp32);
+    EXPECT_FALSE(config_from_json({{"precision", {{"mode", "bf16"}}}}).precision.attention_fp32) << "default: matmul";
     EXPECT_FALSE(c.precision.grad_accum_bf16);
     EXPECT_TRUE(c.precision.sr_moments);
     TrainConfig back = config_from_json(config_to_json(c));
@@ -553,6 +610,7 @@ TEST(PrecisionConfig, ParsesValidatesAndRoundTrips) {
     };
     EXPECT_NE(error_of({{"precision", {{"mode", "fp16"}}}}).find("precision.mode"), std::string::npos);
     EXPECT_NE(error_of({{"precision", {{"softmax", "fp8"}}}}).find("precision.softmax"), std::string::npos);
+    EXPECT_NE(error_of({{"precision", {{"attention", "bf16"}}}}).find("precision.attention"), std::string::npos);
     EXPECT_NE(error_of({{"precision", {{"rounding", "sr"}}}}).find("precision.rounding"), std::string::npos);
     EXPECT_NE(error_of({{"precision", {{"grad_accum", "bf16"}}}}).find("bf16 precision.mode"), std::string::npos);
     EXPECT_NE(error_of({{"precision", {{"mode", "bf16"}, {"sr_moments", true}}}}).find("bf16_sr"), std::string::npos);

@@ -179,6 +179,9 @@ const Choices<PrecisionMode> kPrecisionModes = {
     {precision_mode_name(PrecisionMode::Mixed), PrecisionMode::Mixed},
     {precision_mode_name(PrecisionMode::Bf16Kahan), PrecisionMode::Bf16Kahan}};
 const Choices<bool> kDtypes = {{"fp32", false}, {"bf16", true}};  // the precision knobs: is it bf16?
+// precision.attention: its products in the dtype of every other matmul of the
+// mode ("matmul"), or in fp32 whatever the mode: is it fp32?
+const Choices<bool> kAttentionDtypes = {{"matmul", false}, {"fp32", true}};
 
 // Each section's fields, listed once, with their ranges: `f` is a Section
 // (reading a config) or a SectionWriter (writing one). C is the section's
@@ -254,6 +257,7 @@ template <class F, class C>
 void precision_fields(F& f, C& c) {
     f.choice("mode", c.mode, kPrecisionModes);
     f.choice("softmax", c.softmax_bf16, kDtypes);
+    f.choice("attention", c.attention_fp32, kAttentionDtypes);
     f.choice("grad_accum", c.grad_accum_bf16, kDtypes);
     f.choice("reduce", c.reduce_bf16, kDtypes);
     f.boolean("sr_moments", c.sr_moments);

@@ -42,6 +42,7 @@ enum class PrecisionMode {
 struct PrecisionConfig {
     PrecisionMode mode = PrecisionMode::Fp32;
     bool softmax_bf16 = false;     // attention softmax and cross-entropy probabilities rounded to bf16
+    bool attention_fp32 = false;   // bf16 modes: attention's four products stay fp32 (default: bf16, as autocast)
     bool grad_accum_bf16 = false;  // the gradient sum over micro-batches kept in bf16
     bool reduce_bf16 = false;      // gradient reductions across ranks in bf16 (distributed trainer)
     bool sr_moments = false;       // bf16_sr: the Adam moments round stochastically too

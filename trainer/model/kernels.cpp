@@ -190,6 +190,12 @@ void rope_forward_bf16(bf16* heads, const float* qkv, const float* cos_table, co
     rope_rotate<true>(heads, QkvLayout::head_major(T, HD), qkv, cos_table, sin_table, B, T, NH, NKV, HD, 1.0f);
 }
 
+void rope_forward_bf16_values(float* qkv, const float* cos_table, const float* sin_table, int B, int T, int NH,
+                              int NKV, int HD) {
+    const QkvLayout rows = QkvLayout::row_major((NH + 2 * NKV) * HD, HD);
+    rope_rotate<true>(qkv, rows, qkv, cos_table, sin_table, B, T, NH, NKV, HD, 1.0f);
+}
+
 void rope_backward_bf16(bf16* dqkv16, const float* dqkv, const float* cos_table, const float* sin_table, int B,
                         int T, int NH, int NKV, int HD) {
     const QkvLayout rows = QkvLayout::row_major((NH + 2 * NKV) * HD, HD);

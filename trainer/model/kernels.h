@@ -107,6 +107,10 @@ void rmsnorm_backward_accumulate_bf16(float* dinp, float* dweight, const float* 
 // head-major layout attention's bf16 products read (above).
 void rope_forward_bf16(bf16* heads, const float* qkv, const float* cos_table, const float* sin_table, int B, int T,
                        int NH, int NKV, int HD);
+// The same as bf16 values left in qkv (fp32): rounded as read, q and k rotated
+// and rounded again, in place; for attention with fp32 products.
+void rope_forward_bf16_values(float* qkv, const float* cos_table, const float* sin_table, int B, int T, int NH,
+                              int NKV, int HD);
 // dqkv16 = bf16(rope_backward(dqkv)), dqkv left as it was.
 void rope_backward_bf16(bf16* dqkv16, const float* dqkv, const float* cos_table, const float* sin_table, int B,
                         int T, int NH, int NKV, int HD);

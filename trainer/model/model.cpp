@@ -104,17 +104,18 @@ void Model::allocate_activations() {
     const long B = B_, T = T_, N = B * T;
     const bool bf16_mode = precision_.bf16_compute();
     // One allocation, carved in the order of the struct. The bf16 modes keep
-    // the linear layers' inputs and attention's in bf16 only (a16_), and the
-    // fp32 sums of qkv and of attention's output for one layer at a time.
+    // the linear layers' inputs in bf16 only (a16_), and so attention's where
+    // its products are bf16; the fp32 sums of qkv and of attention's output
+    // are then kept for one layer at a time.
     const long f32_inputs = bf16_mode ? 0 : 1;
-    const long sums_layers = bf16_mode ? 1 : L;
+    const long qkv_layers = attention_bf16() ? 1 : L, att_out_layers = bf16_mode ? 1 : L;
     const long sizes[] = {
         (L + 1) * N * C,                                    // residual
         f32_inputs * L * N * C,                             // attn_norm
         L * N,                                              // attn_rstd
-        sums_layers * N * QKV,                              // qkv
+        qkv_layers * N * QKV,                               // qkv
         checkpoint_attention_ ? 0 : L * B * NH * T * T,     // att
-        sums_layers * N * CA,                               // att_out
+        att_out_layers * N * CA,                            // att_out
         L * N * C,                                          // residual_mid
         f32_inputs * L * N * C,                             // ffn_norm
         L * N,                                              // ffn_rstd
@@ -137,11 +138,12 @@ void Model::allocate_activations() {
                            ptrs[5], ptrs[6], ptrs[7],  ptrs[8],  ptrs[9],
                            ptrs[10], ptrs[11], ptrs[12], ptrs[13], ptrs[14]};
     if (bf16_mode) {
-        acts_bf16_.assign(L * N * (2 * C + QKV + CA + H) + N * C, 0);
+        const long heads = attention_bf16() ? L * N * QKV : 0;
+        acts_bf16_.assign(L * N * (2 * C + CA + H) + heads + N * C, 0);
         bf16* cursor16 = acts_bf16_.data();
         auto carve = [&](long n) { return std::exchange(cursor16, cursor16 + n); };
         a16_.attn_norm = carve(L * N * C);
-        a16_.qkv_heads = carve(L * N * QKV);
+        a16_.qkv_heads = heads ? carve(heads) : nullptr;
         a16_.att_out = carve(L * N * CA);
         a16_.ffn_norm = carve(L * N * C);
         a16_.swiglu = carve(L * N * H);
@@ -314,8 +316,7 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
         float* res = a.residual + nc;
         float* an = layer_slot(a.attn_norm, l, (long)N * C);
         bf16* an16 = layer_slot(a16_.attn_norm, l, (long)N * C);
-        float* qkv = bf16_mode ? a.qkv : a.qkv + (long)l * N * QKV;
-        bf16* heads16 = layer_slot(a16_.qkv_heads, l, (long)N * QKV);
+        float* qkv = attention_bf16() ? a.qkv : a.qkv + (long)l * N * QKV;
         float* att = a.att ? a.att + (long)l * B * NH * T * T : nullptr;
         float* att_out = bf16_mode ? a.att_out : a.att_out + (long)l * N * CA;
         float* mid = a.residual_mid + nc;
@@ -328,15 +329,7 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
 
         norm_forward(an, an16, a.attn_rstd + (long)l * N, res, p.attn_norm + (long)l * C);
         linear_forward(qkv, an, an16, p.qkv + (long)l * QKV * C, N, C, QKV);
-        // Rotated q and k are bf16 tensors in every bf16 mode, as under autocast.
-        const bool probs_bf16 = precision_.softmax_bf16;
-        if (bf16_mode) {
-            rope_forward_bf16(heads16, qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
-            attention_forward(att_out, att, attention_scratch(), heads16, B, T, NH, NKV, HD, lookahead_, probs_bf16);
-        } else {
-            rope_forward(qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
-            attention_forward(att_out, att, attention_scratch(), qkv, B, T, NH, NKV, HD, lookahead_, probs_bf16);
-        }
+        attention_layer_forward(l, qkv, att, att_out);
         linear_forward(mid, att_out, layer_slot(a16_.att_out, l, (long)N * CA), p.o_proj + (long)l * C * CA, N, CA, C);
         add_to_stream(mid, mid, res);
         norm_forward(fn, fn16, a.ffn_rstd + (long)l * N, mid, p.ffn_norm + (long)l * C);
@@ -376,6 +369,26 @@ float Model::loss(const int32_t* targets) {
     return (float)(sum / N);
 }
 
+// Layer l's RoPE and attention: qkv (the matmul's output) into att_out, the
+// probabilities into att when it is not null. Rotated q and k are bf16
+// tensors in every bf16 mode, as under autocast.
+void Model::attention_layer_forward(int l, float* qkv, float* att, float* att_out) {
+    const int B = B_, T = T_;
+    const int NH = shard_.n_heads, NKV = shard_.n_kv_heads, HD = config_.head_dim();
+    const bool probs_bf16 = precision_.softmax_bf16;
+    if (attention_bf16()) {
+        bf16* heads = a16_.qkv_heads + (long)l * B * T * (NH + 2 * NKV) * HD;
+        rope_forward_bf16(heads, qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+        attention_forward(att_out, att, attention_scratch(), heads, B, T, NH, NKV, HD, lookahead_, probs_bf16);
+        return;
+    }
+    if (precision_.bf16_compute())
+        rope_forward_bf16_values(qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+    else
+        rope_forward(qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+    attention_forward(att_out, att, attention_scratch(), qkv, B, T, NH, NKV, HD, lookahead_, probs_bf16);
+}
+
 // Layer l's attention and RoPE backward: d_att_out_ into d_qkv_, then through
 // RoPE, in place in fp32, narrowed into dout16_ in the bf16 modes. att: the
 // layer's stored probabilities, or null.
@@ -385,16 +398,20 @@ void Model::attention_layer_backward(int l, const float* att) {
     const long layer = (long)l * B * T * (NH + 2 * NKV) * HD;
     const bool probs_bf16 = precision_.softmax_bf16;
     float* dqkv = d_qkv_.data();
-    // In the bf16 modes attention rounds d_att_out (o_proj's fp32 sums) as it narrows its operands.
-    if (precision_.bf16_compute()) {
+    // d_att_out (o_proj's fp32 sums) is a bf16 tensor in the bf16 modes: bf16
+    // attention rounds it as it narrows its operands; fp32 attention reads it rounded.
+    if (attention_bf16()) {
         attention_backward(dqkv, attention_scratch(), d_att_out_.data(), a16_.qkv_heads + layer, att, B, T, NH, NKV,
                            HD, lookahead_, probs_bf16);
-        rope_backward_bf16(dout16_.data(), dqkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
     } else {
+        if (precision_.bf16_compute()) bf16_round_inplace(d_att_out_.data(), (long)d_att_out_.size());
         attention_backward(dqkv, attention_scratch(), d_att_out_.data(), a_.qkv + layer, att, B, T, NH, NKV, HD,
                            lookahead_, probs_bf16);
-        rope_backward(dqkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
     }
+    if (precision_.bf16_compute())
+        rope_backward_bf16(dout16_.data(), dqkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+    else
+        rope_backward(dqkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
 }
 
 void Model::backward(float loss_scale) {

@@ -177,7 +177,10 @@ class Model {
     // Activations and backward scratch for the shapes and precision given.
     void allocate_activations();
     float* attention_scratch();
+    void attention_layer_forward(int l, float* qkv, float* att, float* att_out);
     void attention_layer_backward(int l, const float* att);
+    // Attention's products take bf16 operands (the bf16 modes, unless precision.attention = fp32).
+    bool attention_bf16() const { return precision_.bf16_compute() && !precision_.attention_fp32; }
     // The linear layers' bf16 weights (weights16_), and the one for a weight
     // pointing into params_.
     void make_bf16_weights();

@@ -18,10 +18,13 @@ void log_banner(const RunContext& run, double peak_gflops, bool peak_measured) {
     const bool bf16_matmuls = config.precision.bf16_compute();
     spdlog::info("threads: {} (OpenMP, shared by oneDNN){}", config.run.threads,
                  parallel.distributed() ? " per process" : "");
-    spdlog::info("precision: {}{}", precision_mode_name(config.precision.mode),
-                 bf16_matmuls ? fmt::format(" | bf16 matmuls: {} | softmax {} | grad accumulation {}",
-                                            bf16_matmul_engine_name(), config.precision.softmax_bf16 ? "bf16" : "fp32",
-                                            config.precision.grad_accum_bf16 ? "bf16" : "fp32")
+    const PrecisionConfig& p = config.precision;
+    auto dtype = [](bool bf16) { return bf16 ? "bf16" : "fp32"; };
+    spdlog::info("precision: {}{}", precision_mode_name(p.mode),
+                 bf16_matmuls ? fmt::format(" | bf16 matmuls: {} | attention's products {} | softmax {} | grad "
+                                            "accumulation {}",
+                                            bf16_matmul_engine_name(), dtype(!p.attention_fp32),
+                                            dtype(p.softmax_bf16), dtype(p.grad_accum_bf16))
                               : "");
     spdlog::info("model: {} parameters, d {} | {} layers | {}/{} heads | hidden {} | vocab {}",
                  full_parameter_count(m), m.dim, m.n_layers, m.n_heads, m.n_kv_heads, m.hidden_dim, m.vocab_size);
