@@ -64,9 +64,10 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                         const float* att, int B, int T, int NH, int NKV, int HD, int lookahead = 0,
                         bool probs_bf16 = false);
 
-// The bf16 modes' attention reads qkv in bf16, head-major: heads (B, NH + 2 NKV,
-// T, HD), q heads then k then v, each head's T x HD slice contiguous, as its
-// products read it. The four products take bf16 operands and sum in fp32, as
+// Attention with bf16 products (the bf16 modes' default; precision.attention =
+// fp32 runs the fp32 kernels above on bf16 values) reads qkv in bf16,
+// head-major: heads (B, NH + 2 NKV, T, HD), q heads then k then v, each head's
+// T x HD slice contiguous, as its products read it. The four products take bf16 operands and sum in fp32, as
 // every bf16 matmul does; dout is rounded as read, and the probabilities and
 // score gradients as they enter their products, as FlashAttention does in
 // bf16. dqkv is written in the row-major (B, T, QKV) layout, in fp32.

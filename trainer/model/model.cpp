@@ -104,9 +104,9 @@ void Model::allocate_activations() {
     const long B = B_, T = T_, N = B * T;
     const bool bf16_mode = precision_.bf16_compute();
     // One allocation, carved in the order of the struct. The bf16 modes keep
-    // the linear layers' inputs in bf16 only (a16_), and so attention's where
-    // its products are bf16; the fp32 sums of qkv and of attention's output
-    // are then kept for one layer at a time.
+    // the linear layers' inputs in bf16 only (a16_), and attention's output in
+    // fp32 for one layer at a time; where attention's products are bf16, its
+    // input too is kept in bf16 only, and qkv's fp32 sums for one layer.
     const long f32_inputs = bf16_mode ? 0 : 1;
     const long qkv_layers = attention_bf16() ? 1 : L, att_out_layers = bf16_mode ? 1 : L;
     const long sizes[] = {

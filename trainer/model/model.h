@@ -80,8 +80,9 @@ struct ActivationTensors {
     float* residual;      // (L+1, B, T, C) stream entering layer l; [L] enters the final norm
     float* attn_norm;     // (L, B, T, C)
     float* attn_rstd;     // (L, B, T)
-    float* qkv;           // (L, B, T, QKV), q and k after RoPE; in the bf16 modes (B, T, QKV), one layer's
-                          // matmul sums on their way into Bf16Activations::qkv_heads
+    float* qkv;           // (L, B, T, QKV), q and k after RoPE (bf16 values in the bf16 modes); with bf16
+                          // attention products (B, T, QKV), one layer's matmul sums on their way into
+                          // Bf16Activations::qkv_heads
     float* att;           // (L, B, NH, T, T) probabilities; null with activation checkpointing
     float* att_out;       // (L, B, T, NH*HD); in the bf16 modes (B, T, NH*HD), one layer's, narrowed into
                           // Bf16Activations::att_out
@@ -102,7 +103,8 @@ struct ActivationTensors {
 // linear layers, kept for the weight gradients, and attention's.
 struct Bf16Activations {
     bf16* attn_norm;   // (L, B, T, C) input of qkv_proj
-    bf16* qkv_heads;   // (L, B, NH + 2 NKV, T, HD) attention's input, q and k after RoPE
+    bf16* qkv_heads;   // (L, B, NH + 2 NKV, T, HD) attention's input, q and k after RoPE; null with
+                       // precision.attention = fp32
     bf16* att_out;     // (L, B, T, NH*HD) input of o_proj
     bf16* ffn_norm;    // (L, B, T, C) input of gate_up_proj
     bf16* swiglu;      // (L, B, T, H) input of down_proj
