@@ -115,6 +115,8 @@ int watch_run(const std::vector<TaskFile>& tasks, const WatchOptions& watch, con
     const fs::path root = fs::path(watch.run_dir) / "checkpoints";
     telemetry::Writer writer(watch.store);
     telemetry::Reader reader(watch.store);
+    TaskOptions cancellable = options;
+    cancellable.cancel = &stop;
     std::set<int> done;           // steps scored, or found in the store
     std::set<std::string> told;   // incomplete folders already reported
     int scored = 0;
@@ -141,13 +143,15 @@ int watch_run(const std::vector<TaskFile>& tasks, const WatchOptions& watch, con
                 const int step = std::stoi(dir.filename().string().substr(5));  // step_NNNNNNNN
                 if (done.count(step)) continue;
                 try {
-                    CheckpointEval eval = evaluate_checkpoint(dir.string(), tasks, options);
+                    CheckpointEval eval = evaluate_checkpoint(dir.string(), tasks, cancellable);
                     for (const std::string& w : eval.warnings) spdlog::warn("{}", w);
                     write_results(writer, run->id, eval);
                     fmt::print("{}", format_results(eval));
                     std::fflush(stdout);
                     done.insert(step);
                     scored++;
+                } catch (const Cancelled&) {
+                    break;  // told to stop mid-checkpoint: nothing of it is stored, the next watcher scores it whole
                 } catch (const std::exception& e) {
                     // Not complete yet (no manifest, a file still short), or
                     // deleted by the trainer's keep policy while we looked.

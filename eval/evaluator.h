@@ -41,8 +41,9 @@ struct WatchOptions {
 };
 
 // Scores each complete checkpoint of run_dir/checkpoints not yet in the store,
-// oldest first, until *stop (or, with exit_when_done, until the run is over).
-// Returns the number of checkpoints scored.
+// oldest first, until stop (or, with exit_when_done, until the run is over).
+// stop is also looked at between the items of a checkpoint: a checkpoint cut
+// short stores nothing. Returns the number of checkpoints scored whole.
 int watch_run(const std::vector<TaskFile>& tasks, const WatchOptions& watch, const TaskOptions& options,
               const std::atomic<bool>& stop);
 

@@ -53,11 +53,18 @@ Picks pick_choices(const std::vector<double>& loglik, const std::vector<std::str
     return {argmax(loglik), argmax(per_char)};
 }
 
+// Item i of the task, unless scoring was cancelled: each item is a few
+// forward passes, so a stop request waits no longer than one item.
+static const TaskItem& next_item(const TaskFile& task, long i, const TaskOptions& options) {
+    if (options.cancel && options.cancel->load()) throw Cancelled();
+    return task.items[i];
+}
+
 static void multiple_choice(TaskResult& r, const TaskFile& task, long n, Scorer& scorer, const Tokenizer& tokenizer,
                             const TaskOptions& options) {
     std::vector<double> acc, acc_norm, acc_mi, gold_logprob, inverse_choices;
     for (long i = 0; i < n; i++) {
-        const TaskItem& item = task.items[i];
+        const TaskItem& item = next_item(task, i, options);
         std::vector<int32_t> context;
         std::vector<std::vector<int32_t>> continuations;
         for (const std::string& choice : item.choices) {
@@ -99,7 +106,7 @@ static void cloze(TaskResult& r, const TaskFile& task, long n, Scorer& scorer, c
                   const TaskOptions& options) {
     std::vector<double> acc, ll;
     for (long i = 0; i < n; i++) {
-        const TaskItem& item = task.items[i];
+        const TaskItem& item = next_item(task, i, options);
         EncodedPair pair = encode_pair(tokenizer, item.context, " " + item.target);
         ContinuationScore s = scorer.score(pair.context, {pair.continuation})[0];
         acc.push_back(s.greedy);
@@ -119,7 +126,7 @@ static void perplexity(TaskResult& r, const TaskFile& task, long n, Scorer& scor
     std::vector<double> nll, bytes;
     double words = 0.0;
     for (long i = 0; i < n; i++) {
-        const TaskItem& item = task.items[i];
+        const TaskItem& item = next_item(task, i, options);
         std::vector<int32_t> tokens;
         tokenizer.encode(item.text, tokens);
         ContinuationScore s = scorer.score_rolling(tokens, context_len);

@@ -19,8 +19,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <cmath>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,13 @@ struct TaskOptions {
     // Called with each scored item: its task and index, the token ids and the
     // log-likelihoods (the --log-samples file, and the PyTorch comparison).
     std::function<void(const nlohmann::json&)> on_sample;
+    // When set and true, scoring stops before the next item by throwing
+    // Cancelled: a watcher told to stop does not finish a checkpoint first.
+    const std::atomic<bool>* cancel = nullptr;
+};
+
+struct Cancelled : std::runtime_error {
+    Cancelled() : std::runtime_error("scoring cancelled") {}
 };
 
 TaskResult evaluate_task(const TaskFile& task, Scorer& scorer, const Tokenizer& tokenizer, const TaskOptions& options);

@@ -4,6 +4,7 @@
 // checkpoints scored only once complete, into the store, agreeing with the
 // PyTorch reference.
 #include "eval/decoder.h"
+#include "eval/evaluator.h"
 #include "eval/make_tasks.h"
 #include "eval/scoring.h"
 #include "eval/task_file.h"
@@ -391,9 +392,11 @@ class EvalRun : public ::testing::Test {
         auto r = test::run_command(fmt::format("{} train --config {} --out-dir {} --steps 8 --store {}", HLAT_BINARY,
                                                small_->dir.file("config.json"), run_dir_, store()));
         ASSERT_EQ(r.exit_code, 0) << r.output;
+        fs::copy_file(store(), unscored_store());  // before any test's watcher writes evals into store()
     }
     static void TearDownTestSuite() { delete small_; }
     static std::string store() { return small_->dir.file("hlat.db"); }
+    static std::string unscored_store() { return small_->dir.file("unscored.db"); }
     static std::string tasks() {
         return fmt::format("{},{},{}", small_->dir.file("mc.jsonl"), small_->dir.file("cloze.jsonl"),
                            small_->dir.file("ppl.jsonl"));
@@ -490,6 +493,42 @@ TEST_F(EvalRun, AnIncompleteCheckpointIsNotReadUntilItsManifestLands) {
     std::ifstream report(small_->dir.file("report.html"));
     std::string html((std::istreambuf_iterator<char>(report)), {});
     EXPECT_NE(html.find("ppl/bits_per_byte by tokens seen"), std::string::npos);
+}
+
+TEST_F(EvalRun, AWatcherToldToStopMidCheckpointStoresNothingOfIt) {
+    // SIGTERM sets the flag; here the first scored item does. The watcher must
+    // not finish the checkpoint first (a large one takes minutes), and what it
+    // had scored must not reach the store as if the checkpoint were done.
+    const std::string copy = small_->dir.file("stop.db");
+    fs::copy_file(unscored_store(), copy);
+    auto evals_in = [&] {
+        telemetry::Reader reader(copy);
+        return reader.evals(reader.find_run("run")->id).size();
+    };
+    const size_t before = evals_in();
+    std::vector<eval::TaskFile> files;
+    for (const char* name : {"mc.jsonl", "cloze.jsonl", "ppl.jsonl"}) files.push_back(eval::read_task_file(small_->dir.file(name)));
+    eval::WatchOptions watch;
+    watch.run_dir = run_dir_;
+    watch.store = copy;
+    watch.poll_seconds = 0.1;
+    watch.exit_when_done = true;
+    std::atomic<bool> stop{false};
+    int items = 0;
+    eval::TaskOptions options;
+    options.on_sample = [&](const nlohmann::json&) {
+        items++;
+        stop = true;
+    };
+    EXPECT_EQ(eval::watch_run(files, watch, options, stop), 0);
+    EXPECT_EQ(items, 1) << "scoring went on after the stop";
+    EXPECT_EQ(evals_in(), before);
+
+    // The next watcher scores it whole.
+    stop = false;
+    options.on_sample = nullptr;
+    EXPECT_EQ(eval::watch_run(files, watch, options, stop), 2);
+    EXPECT_GT(evals_in(), before);
 }
 
 TEST_F(EvalRun, BadTaskFilesAndOptionsFailWithTheReason) {
