@@ -2,10 +2,10 @@
 // paper's spike-episode statistics of a stored run).
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "detectors/monitor.h"
-#include "detectors/postmortem.h"
-#include "detectors/replay.h"
-#include "detectors/setting_verdict.h"
+#include "report/postmortem.h"
+#include "report/setting_verdict.h"
+#include "session/replay.h"
+#include "session/run_session.h"
 #include "trainer/files/file_io.h"
 #include "telemetry/reader.h"
 #include "telemetry/writer.h"
@@ -66,27 +66,27 @@ int detect_command(int argc, char** argv) {
         "training config whose detectors section to use instead of the run's own")(
         "save", "store the alerts the store does not have yet (same kind at the same step)");
     auto parsed = parse_options(argc, argv, opts, "usage: hlat detect --store FILE --run NAME [--save]\n\nReplays a stored run (trained here or ingested) "
-                     "through the detectors with the run's own\nsettings and prints every alert. The embedded trainer's "
-                     "causality probe needs the model and is not\nreplayed (a client's probe series is).\n"
+                     "through the detectors with the run's own\nsettings and prints every alert: the same alerts the run "
+                     "raised online, from the same stored points.\n"
                      "Exit codes: 0 no halt-policy alert, 3 a halt-policy alert fired, 2 the run has none of\nthe keys "
                      "the detectors read (loss, grad_norm, ...), 1 error.");
     if (!parsed) return 0;
     const po::variables_map& vm = *parsed;
     StoredRun s = open_run(vm["store"].as<std::string>(), vm["run"].as<std::string>());
     detectors::DetectorsConfig config = vm["config"].as<std::string>().empty()
-                                            ? detectors::detectors_of(s.run)
+                                            ? session::detectors_of(s.run)
                                             : load_config(vm["config"].as<std::string>()).detectors;
-    std::vector<detectors::StepRecord> records = detectors::stored_records(*s.reader, s.run.id);
-    if (records.empty()) {
+    long steps = 0;
+    std::vector<detectors::Fired> fired = session::replay_stored(*s.reader, s.run.id, config, &steps);
+    if (steps == 0) {
         std::string keys;
         for (const std::string& k : s.reader->keys(s.run.id)) keys += (keys.empty() ? "" : ", ") + k;
-        fmt::print(stderr, "run \"{}\" has none of the keys the detectors read (loss, grad_norm, param_norm, lr, "
-                           "heldout_loss, ...); its keys: {}. Re-import it with --map, e.g. --map train_loss=loss\n",
+        fmt::print(stderr, "run \"{}\" has none of the keys the detectors read (loss, grad_norm, lr, heldout_loss, "
+                           "...); its keys: {}. Re-import it with --map, e.g. --map train_loss=loss\n",
                    s.run.name, keys.empty() ? "none" : keys);
         return kExitNoDetectorKeys;
     }
-    std::vector<detectors::Fired> fired = detectors::replay(records, config, detectors::source_of(s.run));
-    fmt::print("run \"{}\": {} steps replayed, {} alerts\n", s.run.name, records.size(), fired.size());
+    fmt::print("run \"{}\": {} steps replayed, {} alerts\n", s.run.name, steps, fired.size());
     bool halt = false;
     for (const detectors::Fired& f : fired) {
         halt = halt || f.policy == detectors::Policy::Halt;
@@ -156,7 +156,7 @@ nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : 
 std::string num(double v, const char* spec) { return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : "-"; }
 
 // The settings of `hlat compare --json`: a key per setting.
-nlohmann::json settings_json(const std::vector<detectors::SettingSummary>& settings) {
+nlohmann::json settings_json(const std::vector<report::SettingSummary>& settings) {
     nlohmann::json out = nlohmann::json::object();
     for (const auto& s : settings) {
         nlohmann::json heldout = nlohmann::json::array();
@@ -170,7 +170,7 @@ nlohmann::json settings_json(const std::vector<detectors::SettingSummary>& setti
 }
 
 // `hlat compare --json`: {"runs": a key per run, "settings": a key per setting}.
-nlohmann::json compare_json(const std::vector<detectors::RunPostmortem>& runs) {
+nlohmann::json compare_json(const std::vector<report::RunPostmortem>& runs) {
     nlohmann::json out = nlohmann::json::object();
     for (const auto& r : runs) {
         nlohmann::json alerts = r.alerts;
@@ -201,12 +201,12 @@ nlohmann::json compare_json(const std::vector<detectors::RunPostmortem>& runs) {
                        {"lost_updates", number(r.lost_updates)},
                        {"evals", evals}};
     }
-    return {{"runs", out}, {"settings", settings_json(detectors::summarize_settings(runs))}};
+    return {{"runs", out}, {"settings", settings_json(report::summarize_settings(runs))}};
 }
 
 // The verdict table, when some setting has more than one run (seeds).
-void print_settings(const std::vector<detectors::SettingSummary>& settings) {
-    if (!detectors::some_setting_has_seeds(settings)) return;
+void print_settings(const std::vector<report::SettingSummary>& settings) {
+    if (!report::some_setting_has_seeds(settings)) return;
     size_t w = 7;
     for (const auto& s : settings) w = std::max(w, s.name.size());
     fmt::print("\nby setting (final held-out loss over seeds; gap ± its 95% margin):\n");
@@ -219,7 +219,7 @@ void print_settings(const std::vector<detectors::SettingSummary>& settings) {
 }
 
 // `hlat compare`'s table, the last checkpoint evaluations and the config differences.
-void print_comparison(const std::vector<detectors::RunPostmortem>& runs,
+void print_comparison(const std::vector<report::RunPostmortem>& runs,
                       const std::map<std::string, std::vector<std::string>>& diffs) {
     size_t w = 4;
     for (const auto& r : runs) w = std::max(w, r.name.size());
@@ -250,7 +250,7 @@ void print_comparison(const std::vector<detectors::RunPostmortem>& runs,
             fmt::print("  {:<32}", key);
             for (const auto& r : runs) {
                 auto it = r.evals.find(key);
-                const detectors::EvalPoint* p = it == r.evals.end() ? nullptr : &it->second.back();
+                const report::EvalPoint* p = it == r.evals.end() ? nullptr : &it->second.back();
                 fmt::print(" {:>22}", !p ? std::string("-")
                                          : num(p->value, "{:.4f}") +
                                                (std::isfinite(p->stderr_) ? " ± " + num(p->stderr_, "{:.4f}") : ""));
@@ -291,18 +291,18 @@ int compare_command(int argc, char** argv) {
         if (!n.empty()) names.push_back(n);
     if (names.empty()) throw std::runtime_error("--runs names no run");
     telemetry::Reader reader(vm["store"].as<std::string>());
-    auto runs = detectors::postmortem(reader, names);
+    auto runs = report::postmortem(reader, names);
     if (vm.count("price"))
-        for (auto& r : runs) detectors::price_run(r, vm["price"].as<double>());
-    auto diffs = detectors::config_differences(reader, names);
+        for (auto& r : runs) report::price_run(r, vm["price"].as<double>());
+    auto diffs = report::config_differences(reader, names);
     if (!vm["out"].as<std::string>().empty())
-        write_file_atomic(vm["out"].as<std::string>(), {detectors::postmortem_html(runs, diffs)});
+        write_file_atomic(vm["out"].as<std::string>(), {report::postmortem_html(runs, diffs)});
     if (vm.count("json")) {
         fmt::print("{}\n", compare_json(runs).dump());
         return 0;
     }
     print_comparison(runs, diffs);
-    print_settings(detectors::summarize_settings(runs));
+    print_settings(report::summarize_settings(runs));
     if (!vm["out"].as<std::string>().empty()) fmt::print("\nreport: {}\n", vm["out"].as<std::string>());
     return 0;
 }

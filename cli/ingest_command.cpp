@@ -1,10 +1,10 @@
 // hlat ingest: another trainer's log into the store, through the run's
-// detectors (detectors/monitor.h) as `hlat train` would have raised them:
+// session (session/run_session.h) as `hlat train` would have raised them:
 // JSONL, CSV, llm.c's main.log, TensorBoard event files or console lines
 // matched by a pattern; once, or following the file as it grows.
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "detectors/monitor.h"
+#include "session/run_session.h"
 #include "telemetry/ingest.h"
 #include "telemetry/reader.h"
 #include "telemetry/tensorboard.h"
@@ -104,15 +104,6 @@ RunRecord run_record(const Options& o, const std::string& name) {
     return r;
 }
 
-void warn_if_unwatched(const detectors::RunMonitor& m, const std::string& run, Reader& reader, int64_t id) {
-    if (m.watched()) return;
-    std::string keys;
-    for (const std::string& k : reader.keys(id)) keys += (keys.empty() ? "" : ", ") + k;
-    spdlog::warn("run \"{}\" has none of the keys the detectors read (loss, grad_norm, ...): its keys are {}; "
-                 "name them with --map, e.g. --map train_loss=loss",
-                 run, keys.empty() ? "none" : keys);
-}
-
 // A finished import: its start and stop are the first and last record's
 // times, so uptime is that of the log, not of the import.
 void import_points(Writer& writer, const Options& o, const std::string& name, std::vector<MetricPoint> points,
@@ -123,18 +114,12 @@ void import_points(Writer& writer, const Options& o, const std::string& name, st
         first = std::min(first, p.wall_time), last = std::max(last, p.wall_time);
         last_step = std::max(last_step, p.step);
     }
-    int64_t id = writer.open_run(run_record(o, name), o.resume);
-    writer.event(id, {"start", points.empty() ? 0 : points.front().step, first, "ingest " + o.file});
-    writer.flush();
-    Reader reader(o.store);
-    detectors::RunMonitor monitor(writer, reader, *reader.find_run(name));
+    auto s = session::RunSession::open(&writer, run_record(o, name),
+                                       {o.resume, "start", points.empty() ? 0 : points.front().step, first,
+                                        "ingest " + o.file});
     size_t n = points.size();
-    auto fired = monitor.ingest(std::move(points), std::move(events));
-    writer.event(id, {"stop", last_step, last, "ingest " + status});
-    writer.set_status(id, status, now_seconds());
-    writer.flush();
-    Reader after(o.store);
-    warn_if_unwatched(monitor, name, after, id);
+    auto fired = s->ingest(std::move(points), std::move(events));
+    s->finish(status, last_step, "ingest " + status, last);
     spdlog::info("ingested {} values up to step {} into run \"{}\" of {}: {} alerts", n, last_step, name, o.store,
                  fired.size());
 }
@@ -202,14 +187,45 @@ int import_lines(const Options& o, LineParser& parser, std::ifstream& in) {
 
 namespace {
 
+// The complete lines read so far through the session. By default a followed
+// log does not die at a bad line: monitoring would end at the very step that
+// matters (--on-bad-line). Returns the bad line that stops following, or "".
+std::string ingest_complete_lines(const Options& o, LineParser& parser, std::string& pending,
+                                  session::RunSession& s, long& values) {
+    size_t cut = pending.rfind('\n');
+    if (cut == std::string::npos) return "";  // a partial last line waits
+    std::vector<BadLine> bad_lines;
+    ParsedBatch b = parse_good_lines(parser, std::string_view(pending).substr(0, cut + 1), o.skip_bad_lines, &bad_lines);
+    for (const BadLine& bad : bad_lines) {
+        s.event("ingest_error", std::max<int64_t>(0, parser.last_step()), bad.message);
+        if (o.skip_bad_lines) spdlog::error("{} (line skipped; following goes on)", bad.message);
+    }
+    pending.erase(0, cut + 1);
+    values += (long)b.points.size();
+    s.ingest(std::move(b.points), std::move(b.events));
+    s.flush();
+    return !o.skip_bad_lines && !bad_lines.empty() ? bad_lines.back().message : "";
+}
+
+// A halt-policy alert or a halt asked for from the page, once: the halt event,
+// then what --on-halt says. Returns true when following ends now.
+bool act_on_halt(const Options& o, session::RunSession& s, int64_t step, std::string& halt_reason) {
+    if (!halt_reason.empty()) return false;
+    halt_reason = s.halt_reason();
+    if (auto who = s.poll_halt_request(); halt_reason.empty() && who) halt_reason = "requested by " + *who;
+    if (halt_reason.empty()) return false;
+    s.halt(step, halt_reason);
+    s.flush();
+    spdlog::error("halt: {}{}", halt_reason, o.on_halt.how == "none" ? " (--on-halt none: nothing is stopped)" : "");
+    if (o.on_halt.how == "exit") return true;
+    if (o.on_halt.how == "signal" && ::kill(o.on_halt.pid, o.on_halt.signal) != 0)
+        spdlog::error("cannot signal process {}: {}", o.on_halt.pid, std::strerror(errno));
+    return false;
+}
+
 int follow_lines(const Options& o, LineParser& parser, std::ifstream& in) {
     Writer writer(o.store);
-    bool existed = Reader(o.store).find_run(o.run).has_value();
-    int64_t id = writer.open_run(run_record(o, o.run), o.resume);
-    writer.event(id, {existed ? "restart" : "start", 0, now_seconds(), "ingest --follow " + o.file});
-    writer.flush();
-    Reader reader(o.store);
-    detectors::RunMonitor monitor(writer, reader, *reader.find_run(o.run));
+    auto s = session::RunSession::open(&writer, run_record(o, o.run), {o.resume, "", 0, 0.0, "ingest --follow " + o.file});
     std::signal(SIGINT, stop_following);
     std::signal(SIGTERM, stop_following);
     std::string pending, status = "finished", halt_reason, bad_line;
@@ -224,40 +240,12 @@ int follow_lines(const Options& o, LineParser& parser, std::ifstream& in) {
         }
         bool at_end = in.eof();
         in.clear();
-        if (size_t cut = pending.rfind('\n'); cut != std::string::npos) {  // a partial last line waits
-            // By default a followed log does not die at a bad line: monitoring
-            // would end at the very step that matters (--on-bad-line).
-            std::vector<BadLine> bad_lines;
-            ParsedBatch b = parse_good_lines(parser, std::string_view(pending).substr(0, cut + 1), o.skip_bad_lines,
-                                             &bad_lines);
-            for (const BadLine& bad : bad_lines) {
-                writer.event(id, {"ingest_error", std::max<int64_t>(0, parser.last_step()), now_seconds(), bad.message});
-                if (o.skip_bad_lines) spdlog::error("{} (line skipped; following goes on)", bad.message);
-            }
-            if (!o.skip_bad_lines && !bad_lines.empty()) bad_line = bad_lines.back().message;
-            pending.erase(0, cut + 1);
-            values += (long)b.points.size();
-            monitor.ingest(std::move(b.points), std::move(b.events));
-            writer.flush();
-            if (!bad_line.empty()) {
-                status = "stopped";
-                break;
-            }
+        bad_line = ingest_complete_lines(o, parser, pending, *s, values);
+        if (!bad_line.empty()) {
+            status = "stopped";
+            break;
         }
-        if (halt_reason.empty()) {
-            halt_reason = monitor.halt_reason();
-            if (auto who = reader.pending_halt(id); halt_reason.empty() && who) halt_reason = "requested by " + *who;
-            if (!halt_reason.empty()) {
-                writer.mark_halt_handled(id);
-                writer.event(id, {"halt", std::max<int64_t>(0, parser.last_step()), now_seconds(), halt_reason});
-                writer.flush();
-                spdlog::error("halt: {}{}", halt_reason,
-                              o.on_halt.how == "none" ? " (--on-halt none: nothing is stopped)" : "");
-                if (o.on_halt.how == "exit") break;
-                if (o.on_halt.how == "signal" && ::kill(o.on_halt.pid, o.on_halt.signal) != 0)
-                    spdlog::error("cannot signal process {}: {}", o.on_halt.pid, std::strerror(errno));
-            }
-        }
+        if (act_on_halt(o, *s, std::max<int64_t>(0, parser.last_step()), halt_reason)) break;
         // After signalling, the trainer's last lines are read until it is gone.
         if (!halt_reason.empty() && o.on_halt.how == "signal" && ::kill(o.on_halt.pid, 0) != 0 && at_end) break;
         if (g_ingest_stop) {
@@ -269,10 +257,7 @@ int follow_lines(const Options& o, LineParser& parser, std::ifstream& in) {
         if (at_end) std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     bool halted = !halt_reason.empty() && o.on_halt.how != "none";
-    if (!halted) writer.event(id, {"stop", std::max<int64_t>(0, parser.last_step()), now_seconds(), "ingest " + status});
-    writer.set_status(id, halted ? "halted" : status, now_seconds());
-    writer.flush();
-    warn_if_unwatched(monitor, o.run, reader, id);
+    s->finish(halted ? "halted" : status, std::max<int64_t>(0, parser.last_step()), "ingest " + status);
     spdlog::info("ingested {} values up to step {} into run \"{}\" of {}", values, parser.last_step(), o.run, o.store);
     if (!bad_line.empty()) {
         spdlog::error("{}: following stopped here (--on-bad-line=stop); every line before it is stored", bad_line);
@@ -313,7 +298,7 @@ Options parse_ingest_options(const po::variables_map& vm) {
     if (o.config.is_discarded() || !o.config.is_object()) throw std::runtime_error("--config is not a JSON object");
     RunRecord probe;
     probe.config = o.config.dump();
-    detectors::detectors_of(probe);  // a bad detectors section is an error before anything is written
+    session::detectors_of(probe);  // a bad detectors section is an error before anything is written
     return o;
 }
 

@@ -1,7 +1,7 @@
 // hlat runs: list the runs of a store, or delete one.
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "detectors/postmortem.h"
+#include "report/postmortem.h"
 #include "telemetry/ingest.h"
 #include "telemetry/reader.h"
 #include "telemetry/untrusted_text.h"
@@ -73,7 +73,7 @@ int runs_command(int argc, char** argv) {
                                               {"last_loss", number(r.last_loss)},
                                               {"tokens", number(r.tokens_seen)},
                                               {"alerts", r.alerts},
-                                              {"cost_per_4m_tokens", number(detectors::run_cost_per_4m_tokens(reader, r.run))},
+                                              {"cost_per_4m_tokens", number(report::run_cost_per_4m_tokens(reader, r.run))},
                                               {"uptime", {{"ratio", r.uptime.ratio},
                                                           {"training_seconds", r.uptime.training_seconds},
                                                           {"wall_seconds", r.uptime.wall_seconds},
@@ -97,7 +97,7 @@ int runs_command(int argc, char** argv) {
                    r.last_step >= 0 ? std::to_string(r.last_step + 1) : "-", format_number(r.last_loss, "{:.4f}"),
                    format_number(r.tokens_seen, "{:.4g}"),
                    r.uptime.wall_seconds > 0 ? fmt::format("{:.1f}%", 100.0 * r.uptime.ratio) : "-", r.alerts,
-                   format_number(detectors::run_cost_per_4m_tokens(reader, r.run), "{:.4g}"), format_time(r.run.started_at));
+                   format_number(report::run_cost_per_4m_tokens(reader, r.run), "{:.4g}"), format_time(r.run.started_at));
     }
     return 0;
 }

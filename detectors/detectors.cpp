@@ -100,30 +100,31 @@ Alert make_alert(const char* kind, const char* severity, int64_t step, std::stri
 class GradSpike : public Detector {
   public:
     explicit GradSpike(const GradSpikeConfig& c) : c_(c), tracker_(c.window, c.rule, c.threshold) {}
-    void observe(const StepRecord& r, std::vector<Alert>& out) override {
-        if (!r.has_grad_norm) return;  // a record of other series (a held-out loss alone) is no step of this one
-        SpikeTracker::Observation o = tracker_.observe(r.grad_norm);
+    void observe(const StepView& s, std::vector<Alert>& out) override {
+        if (!s.has("grad_norm")) return;  // a step of other series (a held-out loss alone) is no step of this one
+        const double grad_norm = s.value("grad_norm");
+        SpikeTracker::Observation o = tracker_.observe(grad_norm);
         if (!o.in_episode) {
             alerted_ratio_ = alerted_length_ = false;
             return;
         }
-        double ratio = r.grad_norm / o.mean;
+        double ratio = grad_norm / o.mean;
         if (o.window_full && ratio > c_.alert_ratio && !alerted_ratio_) {
             alerted_ratio_ = true;
             out.push_back(make_alert(
-                "grad_spike", "warning", r.step,
-                fmt::format("gradient norm {:.4g} is {:.1f}x its mean of the last {} steps ({:.4g})", r.grad_norm,
+                "grad_spike", "warning", s.step,
+                fmt::format("gradient norm {:.4g} is {:.1f}x its mean of the last {} steps ({:.4g})", grad_norm,
                             ratio, c_.window, o.mean),
-                {{"grad_norm", r.grad_norm}, {"mean", o.mean}, {"ratio", ratio}, {"window", c_.window}}));
+                {{"grad_norm", grad_norm}, {"mean", o.mean}, {"ratio", ratio}, {"window", c_.window}}));
         }
         if (o.episode_length >= c_.sustained_steps && !alerted_length_) {
             alerted_length_ = true;
             out.push_back(make_alert(
-                "sustained_grad_spike", "critical", r.step,
+                "sustained_grad_spike", "critical", s.step,
                 fmt::format("gradient norm has stayed above its running mean for {} steps: a sign of coming "
                             "divergence",
                             o.episode_length),
-                {{"grad_norm", r.grad_norm}, {"mean", o.mean}, {"episode_steps", o.episode_length}}));
+                {{"grad_norm", grad_norm}, {"mean", o.mean}, {"episode_steps", o.episode_length}}));
         }
     }
 
@@ -144,38 +145,35 @@ class GradSpike : public Detector {
 
 class NonFinite : public Detector {
   public:
-    explicit NonFinite(Source source) : source_(source) {}
-    void observe(const StepRecord& r, std::vector<Alert>& out) override {
-        bool loss_bad = r.has_loss && !std::isfinite(r.loss);
-        bool grad_bad = r.has_grad_norm && !std::isfinite(r.grad_norm);
+    void observe(const StepView& s, std::vector<Alert>& out) override {
+        const double loss = s.value("loss"), grad_norm = s.value("grad_norm");
+        const bool loss_bad = s.has("loss") && !std::isfinite(loss);
+        const bool grad_bad = s.has("grad_norm") && !std::isfinite(grad_norm);
         if (!loss_bad && !grad_bad) return;
         const char* what = loss_bad && grad_bad ? "loss and gradient norm are" : loss_bad ? "loss is" : "gradient norm is";
-        std::string consequence = source_ == Source::Embedded ? "the update of this step was skipped"
-                                                              : "the trainer reported a non-finite value";
-        out.push_back(make_alert("nonfinite", "critical", r.step,
-                                 fmt::format("{} not finite (loss {}, grad norm {}); {}", what, r.loss, r.grad_norm,
+        const char* consequence = s.value("update_skipped") == 1 ? "the update of this step was skipped"
+                                                                 : "the trainer reported a non-finite value";
+        auto shown = [](double x) { return std::isfinite(x) ? json(x) : json(fmt::format("{}", x)); };
+        out.push_back(make_alert("nonfinite", "critical", s.step,
+                                 fmt::format("{} not finite (loss {}, grad norm {}); {}", what, loss, grad_norm,
                                              consequence),
-                                 {{"loss", std::isfinite(r.loss) ? json(r.loss) : json(fmt::format("{}", r.loss))},
-                                  {"grad_norm", std::isfinite(r.grad_norm) ? json(r.grad_norm)
-                                                                           : json(fmt::format("{}", r.grad_norm))}}));
+                                 {{"loss", shown(loss)}, {"grad_norm", shown(grad_norm)}}));
     }
-
-  private:
-    Source source_;
 };
 
 class LossFloor : public Detector {
   public:
     explicit LossFloor(const LossFloorConfig& c) : c_(c) {}
-    void observe(const StepRecord& r, std::vector<Alert>& out) override {
-        if (std::isfinite(r.heldout_loss)) heldout_ = r.heldout_loss;
-        if (!std::isfinite(r.loss)) return;
-        ema_ = std::isnan(ema_) ? r.loss : 0.9 * ema_ + 0.1 * r.loss;
+    void observe(const StepView& s, std::vector<Alert>& out) override {
+        if (std::isfinite(s.value("heldout_loss"))) heldout_ = s.value("heldout_loss");
+        const double loss = s.value("loss");
+        if (!std::isfinite(loss)) return;
+        ema_ = std::isnan(ema_) ? loss : 0.9 * ema_ + 0.1 * loss;
         bool below_floor = ema_ < c_.floor;
         if (below_floor && !floor_alerted_) {
             floor_alerted_ = true;
             out.push_back(make_alert(
-                "loss_floor", "critical", r.step,
+                "loss_floor", "critical", s.step,
                 fmt::format("training loss has slid to {:.4g} nats, below the floor of {:.4g}: is the model seeing "
                             "the tokens it predicts?",
                             ema_, c_.floor),
@@ -187,7 +185,7 @@ class LossFloor : public Detector {
         if (gap_steps_ >= c_.heldout_gap_steps && !gap_alerted_) {
             gap_alerted_ = true;
             out.push_back(make_alert(
-                "loss_below_heldout", "warning", r.step,
+                "loss_below_heldout", "warning", s.step,
                 fmt::format("training loss {:.4g} is {:.2f} nats below the held-out loss {:.4g}, and has been more "
                             "than {:.4g} below it for {} steps",
                             ema_, heldout_ - ema_, heldout_, c_.heldout_gap, gap_steps_),
@@ -218,22 +216,23 @@ class LossFloor : public Detector {
 class LossJump : public Detector {
   public:
     explicit LossJump(const LossJumpConfig& c) : c_(c) {}
-    void observe(const StepRecord& r, std::vector<Alert>& out) override {
-        if (!std::isfinite(r.loss)) return;
+    void observe(const StepView& s, std::vector<Alert>& out) override {
+        const double loss = s.value("loss");
+        if (!std::isfinite(loss)) return;
         if ((int)recent_.size() == c_.window) {
             double max = *std::max_element(recent_.begin(), recent_.end());
-            bool jump = r.loss > max + c_.margin;
+            bool jump = loss > max + c_.margin;
             if (jump && !alerted_) {
                 alerted_ = true;
                 out.push_back(make_alert(
-                    "loss_jump", "warning", r.step,
-                    fmt::format("loss {:.4g} is {:.2f} nats above its maximum of the last {} steps ({:.4g})", r.loss,
-                                r.loss - max, c_.window, max),
-                    {{"loss", r.loss}, {"recent_max", max}, {"window", c_.window}}));
+                    "loss_jump", "warning", s.step,
+                    fmt::format("loss {:.4g} is {:.2f} nats above its maximum of the last {} steps ({:.4g})", loss,
+                                loss - max, c_.window, max),
+                    {{"loss", loss}, {"recent_max", max}, {"window", c_.window}}));
             }
             if (!jump) alerted_ = false;
         }
-        recent_.push_back(r.loss);
+        recent_.push_back(loss);
         if ((int)recent_.size() > c_.window) recent_.pop_front();
     }
 
@@ -252,10 +251,11 @@ class LossJump : public Detector {
 class Divergence : public Detector {
   public:
     explicit Divergence(const DivergenceConfig& c) : c_(c), alpha_(2.0 / (c.window / 4.0 + 1.0)) {}
-    void observe(const StepRecord& r, std::vector<Alert>& out) override {
-        if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) return;
-        grad_ = std::isnan(grad_) ? r.grad_norm : (1 - alpha_) * grad_ + alpha_ * r.grad_norm;
-        loss_ = std::isnan(loss_) ? r.loss : (1 - alpha_) * loss_ + alpha_ * r.loss;
+    void observe(const StepView& s, std::vector<Alert>& out) override {
+        const double loss = s.value("loss"), grad_norm = s.value("grad_norm");
+        if (!std::isfinite(loss) || !std::isfinite(grad_norm)) return;
+        grad_ = std::isnan(grad_) ? grad_norm : (1 - alpha_) * grad_ + alpha_ * grad_norm;
+        loss_ = std::isnan(loss_) ? loss : (1 - alpha_) * loss_ + alpha_ * loss;
         history_.push_back({grad_, loss_});
         if ((int)history_.size() <= c_.window) return;
         history_.pop_front();
@@ -266,7 +266,7 @@ class Divergence : public Detector {
         if (diverging && !alerted_) {
             alerted_ = true;
             out.push_back(make_alert(
-                "divergence", "critical", r.step,
+                "divergence", "critical", s.step,
                 fmt::format("gradient norm trend grew {:.1f}x over {} steps ({:.4g} to {:.4g}) while the loss trend "
                             "went from {:.4g} to {:.4g}",
                             grad_ / grad_then, c_.window, grad_then, grad_, loss_then, loss_),
@@ -304,23 +304,24 @@ class Divergence : public Detector {
 class TpDrift : public Detector {
   public:
     explicit TpDrift(const TpDriftConfig& c) : c_(c) {}
-    void observe(const StepRecord& r, std::vector<Alert>& out) override {
-        if (std::isnan(r.tp_drift)) return;
-        growing_ = !recent_.empty() && r.tp_drift > recent_.back() ? growing_ + 1 : 0;
-        recent_.push_back(r.tp_drift);
+    void observe(const StepView& s, std::vector<Alert>& out) override {
+        const double drift = s.value("tp_drift");
+        if (std::isnan(drift)) return;
+        growing_ = !recent_.empty() && drift > recent_.back() ? growing_ + 1 : 0;
+        recent_.push_back(drift);
         if ((int)recent_.size() > c_.growth_checks + 1) recent_.pop_front();
-        bool above = r.tp_drift > c_.threshold;
+        bool above = drift > c_.threshold;
         bool steady_growth = growing_ >= c_.growth_checks;
         if ((above || steady_growth) && !alerted_) {
             alerted_ = true;
             std::string why = above ? fmt::format("above the threshold {:.3g}", c_.threshold)
                                     : fmt::format("growing at each of the last {} checks", c_.growth_checks);
             out.push_back(make_alert(
-                "tp_drift", "warning", r.step,
+                "tp_drift", "warning", s.step,
                 fmt::format("replicated norm weights drifted apart across tensor-parallel ranks: max |w - w_tp0| = "
                             "{:.3g}, {} (stochastic rounding keyed by rank? re-sync with parallel.resync_every)",
-                            r.tp_drift, why),
-                {{"tp_drift", r.tp_drift}, {"threshold", c_.threshold}, {"growing_checks", growing_}}));
+                            drift, why),
+                {{"tp_drift", drift}, {"threshold", c_.threshold}, {"growing_checks", growing_}}));
         }
         if (!above && !steady_growth) alerted_ = false;
     }
@@ -343,19 +344,19 @@ class TpDrift : public Detector {
 
 class ReplicaMismatch : public Detector {
   public:
-    void observe(const StepRecord& r, std::vector<Alert>& out) override {
-        if (std::isnan(r.replica_mismatch)) return;
-        bool bad = r.replica_mismatch > 0;
+    void observe(const StepView& s, std::vector<Alert>& out) override {
+        const double mismatched = s.value("replica_mismatch");
+        if (std::isnan(mismatched)) return;
+        bool bad = mismatched > 0;
         if (bad && !alerted_) {
             alerted_ = true;
-            std::string detail = r.replica_detail.empty()
-                                     ? fmt::format("data-parallel replicas disagree: {:.0f} rank(s) differ from their "
-                                                   "replica 0",
-                                                   r.replica_mismatch)
-                                     : r.replica_detail;
-            out.push_back(make_alert("replica_mismatch", "critical", r.step,
+            std::string detail = s.detail("replica_mismatch");
+            if (detail.empty())
+                detail = fmt::format("data-parallel replicas disagree: {:.0f} rank(s) differ from their replica 0",
+                                     mismatched);
+            out.push_back(make_alert("replica_mismatch", "critical", s.step,
                                      detail + " (a gradient all-reduce bug: the replicas now train different models)",
-                                     {{"mismatched_ranks", r.replica_mismatch}}));
+                                     {{"mismatched_ranks", mismatched}}));
         }
         if (!bad) alerted_ = false;
     }
@@ -369,19 +370,21 @@ class ReplicaMismatch : public Detector {
 class Straggler : public Detector {
   public:
     explicit Straggler(const StragglerConfig& c) : c_(c) {}
-    void observe(const StepRecord& r, std::vector<Alert>& out) override {
-        if (std::isnan(r.straggler_ratio) || r.step < c_.warmup) return;
-        const bool slow = r.straggler_ratio > c_.factor;
-        run_ = slow && r.straggler_rank == rank_ ? run_ + 1 : slow ? 1 : 0;
-        rank_ = slow ? r.straggler_rank : -1;
-        if (run_ == c_.steps)
-            out.push_back(make_alert(
-                "straggler", "warning", r.step,
-                fmt::format("rank {:.0f} is a straggler: its compute took {:.1f}x the median of the other ranks' for "
-                            "{} consecutive steps{}; every other rank waits for it at each all-reduce",
-                            r.straggler_rank, r.straggler_ratio, c_.steps,
-                            r.straggler_detail.empty() ? "" : " (" + r.straggler_detail + ")"),
-                {{"rank", r.straggler_rank}, {"ratio", r.straggler_ratio}, {"steps", c_.steps}}));
+    void observe(const StepView& s, std::vector<Alert>& out) override {
+        const double ratio = s.value("straggler_ratio"), rank = s.value("straggler_rank");
+        if (std::isnan(ratio) || s.step < c_.warmup) return;
+        const bool slow = ratio > c_.factor;
+        run_ = slow && rank == rank_ ? run_ + 1 : slow ? 1 : 0;
+        rank_ = slow ? rank : -1;
+        if (run_ != c_.steps) return;
+        const double compute = s.value("straggler_compute_s");
+        out.push_back(make_alert(
+            "straggler", "warning", s.step,
+            fmt::format("rank {:.0f} is a straggler: its compute took {:.1f}x the median of the other ranks' for {} "
+                        "consecutive steps{}; every other rank waits for it at each all-reduce",
+                        rank, ratio, c_.steps,
+                        std::isnan(compute) ? "" : fmt::format(" ({:.3f} s a step)", compute)),
+            {{"rank", rank}, {"ratio", ratio}, {"steps", c_.steps}}));
     }
     json state() const override { return {{"rank", rank_}, {"run", run_}}; }
     void restore(const json& j) override {
@@ -397,100 +400,79 @@ class Straggler : public Detector {
 
 class HealthCheck : public Detector {
   public:
-    void observe(const StepRecord& r, std::vector<Alert>& out) override {
-        if (!(r.health_check_failures > 0)) return;  // NaN: not checked at this step
-        out.push_back(make_alert("health_check", "critical", r.step,
-                                 (r.health_detail.empty() ? fmt::format("{:.0f} rank(s) computed wrong numbers",
-                                                                        r.health_check_failures)
-                                                          : r.health_detail) +
+    void observe(const StepView& s, std::vector<Alert>& out) override {
+        const double failures = s.value("health_check_failures");
+        if (!(failures > 0)) return;  // NaN: not checked at this step
+        std::string detail = s.detail("health_check");
+        if (detail.empty()) detail = fmt::format("{:.0f} rank(s) computed wrong numbers", failures);
+        out.push_back(make_alert("health_check", "critical", s.step,
+                                 detail +
                                      " in the health check (silent data corruption: its GEMMs are wrong, and so is "
                                      "what it contributes to training)",
-                                 {{"ranks", r.health_check_failures}}));
+                                 {{"ranks", failures}}));
     }
 };
 
 class InformationLeak : public Detector {
   public:
-    void observe(const StepRecord& r, std::vector<Alert>& out) override {
-        if (!(r.causality_leak > 0)) return;  // NaN: not probed at this step
+    void observe(const StepView& s, std::vector<Alert>& out) override {
+        const double leak = s.value("causality_leak");
+        if (!(leak > 0)) return;  // NaN: not probed at this step
         out.push_back(make_alert(
-            "information_leak", "critical", r.step,
+            "information_leak", "critical", s.step,
             fmt::format("causality probe: logits at early positions changed (by up to {:.3g}) when only later tokens "
                         "changed: the model sees the future (check the attention mask)",
-                        r.causality_leak),
-            {{"max_logit_difference", r.causality_leak}}));
+                        leak),
+            {{"max_logit_difference", leak}}));
     }
 };
 
 }  // namespace
 
-static const std::map<std::string, double StepRecord::*>& metric_fields() {
-    static const std::map<std::string, double StepRecord::*> fields = {
-        {"loss", &StepRecord::loss},
-        {"grad_norm", &StepRecord::grad_norm},
-        {"param_norm", &StepRecord::param_norm},
-        {"lr", &StepRecord::lr},
-        {"heldout_loss", &StepRecord::heldout_loss},
-        {"tp_drift", &StepRecord::tp_drift},
-        {"replica_mismatch", &StepRecord::replica_mismatch},
-        {"causality_leak", &StepRecord::causality_leak},
-        {"straggler_ratio", &StepRecord::straggler_ratio},
-        {"straggler_rank", &StepRecord::straggler_rank},
-        {"health_check_failures", &StepRecord::health_check_failures},
+// The detectors, each with the keys and event kinds it reads: the one list
+// that says which of a run's points the detectors see (a stored run is
+// replayed by reading these keys, a run none of whose keys is here is
+// reported as unwatched). The policy of information_leak is leak_probe's.
+DetectorSuite::DetectorSuite(const DetectorsConfig& c) {
+    auto add = [&](const char* name, std::vector<std::string> keys, std::vector<std::string> events,
+                   std::unique_ptr<Detector> d, Policy p) {
+        if (p == Policy::Off) return;
+        for (std::string& k : keys)
+            if (!reads(k)) keys_.push_back(std::move(k));
+        for (std::string& e : events)
+            if (!reads_event(e)) event_kinds_.push_back(std::move(e));
+        detectors_.push_back({name, std::move(d), p});
     };
-    return fields;
+    add("nonfinite", {"loss", "grad_norm", "update_skipped"}, {}, std::make_unique<NonFinite>(), c.nonfinite.policy);
+    add("grad_spike", {"grad_norm"}, {}, std::make_unique<GradSpike>(c.grad_spike), c.grad_spike.policy);
+    add("loss_floor", {"loss", "heldout_loss"}, {}, std::make_unique<LossFloor>(c.loss_floor), c.loss_floor.policy);
+    add("loss_jump", {"loss"}, {}, std::make_unique<LossJump>(c.loss_jump), c.loss_jump.policy);
+    add("divergence", {"loss", "grad_norm"}, {}, std::make_unique<Divergence>(c.divergence), c.divergence.policy);
+    add("tp_drift", {"tp_drift"}, {}, std::make_unique<TpDrift>(c.tp_drift), c.tp_drift.policy);
+    add("replica_mismatch", {"replica_mismatch"}, {"replica_mismatch"}, std::make_unique<ReplicaMismatch>(),
+        c.replica_mismatch.policy);
+    add("straggler", {"straggler_ratio", "straggler_rank", "straggler_compute_s"}, {},
+        std::make_unique<Straggler>(c.straggler), c.straggler.policy);
+    add("health_check", {"health_check_failures"}, {"health_check"}, std::make_unique<HealthCheck>(),
+        c.health_check.policy);
+    add("information_leak", {"causality_leak"}, {}, std::make_unique<InformationLeak>(), c.leak_probe.policy);
 }
 
-bool apply_metric(StepRecord& r, const std::string& key, double value) {
-    auto it = metric_fields().find(key);
-    if (it == metric_fields().end()) return false;
-    r.*(it->second) = value;
-    if (key == "loss") r.has_loss = true;
-    if (key == "grad_norm") r.has_grad_norm = true;
-    return true;
+bool DetectorSuite::reads(const std::string& key) const {
+    return std::find(keys_.begin(), keys_.end(), key) != keys_.end();
 }
 
-void merge_step(StepRecord& into, const StepRecord& later) {
-    for (const auto& [key, field] : metric_fields()) {
-        bool reported = key == "loss" ? later.has_loss : key == "grad_norm" ? later.has_grad_norm
-                                                                           : !std::isnan(later.*field);
-        if (reported) apply_metric(into, key, later.*field);
-    }
-    if (!later.replica_detail.empty()) into.replica_detail = later.replica_detail;
-}
-
-const std::vector<std::string>& detector_keys() {
-    static const std::vector<std::string> keys = {"loss", "grad_norm", "param_norm", "lr", "heldout_loss",
-                                                  "tp_drift", "replica_mismatch", "causality_leak",
-                                                  "straggler_ratio", "straggler_rank", "health_check_failures"};
-    return keys;
-}
-
-DetectorSuite::DetectorSuite(const DetectorsConfig& c, Source source) {
-    auto add = [&](const char* name, std::unique_ptr<Detector> d, Policy p) {
-        if (p != Policy::Off) detectors_.push_back({name, std::move(d), p});
-    };
-    add("nonfinite", std::make_unique<NonFinite>(source), c.nonfinite.policy);
-    add("grad_spike", std::make_unique<GradSpike>(c.grad_spike), c.grad_spike.policy);
-    add("loss_floor", std::make_unique<LossFloor>(c.loss_floor), c.loss_floor.policy);
-    add("loss_jump", std::make_unique<LossJump>(c.loss_jump), c.loss_jump.policy);
-    add("divergence", std::make_unique<Divergence>(c.divergence), c.divergence.policy);
-    add("tp_drift", std::make_unique<TpDrift>(c.tp_drift), c.tp_drift.policy);
-    add("replica_mismatch", std::make_unique<ReplicaMismatch>(), c.replica_mismatch.policy);
-    add("straggler", std::make_unique<Straggler>(c.straggler), c.straggler.policy);
-    add("health_check", std::make_unique<HealthCheck>(), c.health_check.policy);
-    // The embedded trainer raises information_leak from its own probe; this
-    // one reads probes sent from outside (no series in the trainer's runs).
-    add("information_leak", std::make_unique<InformationLeak>(), c.leak_probe.policy);
+bool DetectorSuite::reads_event(const std::string& kind) const {
+    return std::find(event_kinds_.begin(), event_kinds_.end(), kind) != event_kinds_.end();
 }
 
 DetectorSuite::~DetectorSuite() = default;
 
-std::vector<Fired> DetectorSuite::observe(const StepRecord& r) {
+std::vector<Fired> DetectorSuite::observe(const StepView& s) {
     std::vector<Fired> out;
     for (Entry& e : detectors_) {
         std::vector<Alert> alerts;
-        e.detector->observe(r, alerts);
+        e.detector->observe(s, alerts);
         for (Alert& a : alerts) out.push_back({std::move(a), e.policy});
     }
     return out;

@@ -3,11 +3,12 @@
 // stops the run cleanly, and the webhook delivers.
 #include "detectors/config.h"
 #include "detectors/detector.h"
-#include "detectors/monitor.h"
-#include "detectors/postmortem.h"
-#include "detectors/replay.h"
+#include "report/postmortem.h"
+#include "session/replay.h"
+#include "session/run_session.h"
 #include "telemetry/reader.h"
 #include "telemetry/writer.h"
+#include "roads.h"
 #include "test_util.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "web/server.h"
@@ -23,6 +24,8 @@ namespace hlat {
 namespace {
 
 using namespace detectors;
+using namespace report;
+using session::replay;
 
 std::vector<std::string> kinds(const std::vector<Fired>& fired) {
     std::vector<std::string> out;
@@ -30,15 +33,15 @@ std::vector<std::string> kinds(const std::vector<Fired>& fired) {
     return out;
 }
 
-std::vector<StepRecord> noisy_run(int n, unsigned seed) {
+std::vector<StepView> noisy_run(int n, unsigned seed) {
     std::mt19937 rng(seed);
     std::normal_distribution<double> noise(0.0, 0.05);
-    std::vector<StepRecord> out;
+    std::vector<StepView> out;
     for (int i = 0; i < n; i++) {
-        StepRecord r;
+        StepView r;
         r.step = i;
-        r.loss = 4.0 * std::exp(-i / 300.0) + 1.5 + noise(rng);
-        r.grad_norm = 1.0 + 0.5 * std::exp(-i / 100.0) + std::fabs(noise(rng)) * 2;
+        r.values["loss"] = 4.0 * std::exp(-i / 300.0) + 1.5 + noise(rng);
+        r.values["grad_norm"] = 1.0 + 0.5 * std::exp(-i / 100.0) + std::fabs(noise(rng)) * 2;
         out.push_back(r);
     }
     return out;
@@ -63,37 +66,37 @@ TEST(Detectors, CleanNoisyRunRaisesNothing) {
 TEST(Detectors, EachRuleFiresOnItsPattern) {
     auto run = noisy_run(600, 4);
     auto spike = run;
-    spike[300].grad_norm *= 50;
+    spike[300].values["grad_norm"] *= 50;
     EXPECT_EQ(kinds(replay(spike, {})), std::vector<std::string>{"grad_spike"});
     auto nan = run;
-    nan[200].grad_norm = NAN;
+    nan[200].values["grad_norm"] = NAN;
     auto fired = replay(nan, {});
     ASSERT_EQ(kinds(fired), std::vector<std::string>{"nonfinite"});
     EXPECT_EQ(fired[0].alert.step, 200);
     EXPECT_EQ(fired[0].policy, Policy::Halt) << "non-finite halts by default";
     auto jump = run;
-    for (int i = 400; i < 405; i++) jump[i].loss += 3.0;
+    for (int i = 400; i < 405; i++) jump[i].values["loss"] += 3.0;
     fired = replay(jump, {});
     ASSERT_EQ(kinds(fired), std::vector<std::string>{"loss_jump"});
     EXPECT_EQ(fired[0].alert.step, 400);
     auto slide = run;
-    for (int i = 300; i < 600; i++) slide[i].loss = 1.5 * std::exp(-(i - 300) / 20.0);
+    for (int i = 300; i < 600; i++) slide[i].values["loss"] = 1.5 * std::exp(-(i - 300) / 20.0);
     EXPECT_EQ(kinds(replay(slide, {})), std::vector<std::string>{"loss_floor"});
     auto gap = run;
-    gap[500].heldout_loss = 6.0;
+    gap[500].values["heldout_loss"] = 6.0;
     fired = replay(gap, {});
     ASSERT_EQ(kinds(fired), std::vector<std::string>{"loss_below_heldout"});
     EXPECT_EQ(fired[0].alert.step, 549) << "the gap has to hold for 50 steps in a row";
     // An easy stretch of real text (a table, boilerplate) dips the loss far
     // below the held-out loss for 20 steps, then it is back: not a leak.
     auto dip = run;
-    dip[300].heldout_loss = dip[300].loss + 0.5;
-    for (int i = 500; i < 520; i++) dip[i].loss = 1.2;
+    dip[300].values["heldout_loss"] = dip[300].values["loss"] + 0.5;
+    for (int i = 500; i < 520; i++) dip[i].values["loss"] = 1.2;
     EXPECT_TRUE(replay(dip, {}).empty()) << ::testing::PrintToString(kinds(replay(dip, {})));
     auto diverge = noisy_run(1200, 5);
     for (int i = 700; i < 1200; i++) {
-        diverge[i].grad_norm = 1.0 * std::exp((i - 700) / 150.0);
-        diverge[i].loss = diverge[699].loss + 0.0005 * (i - 700);
+        diverge[i].values["grad_norm"] = 1.0 * std::exp((i - 700) / 150.0);
+        diverge[i].values["loss"] = diverge[699].values["loss"] + 0.0005 * (i - 700);
     }
     fired = replay(diverge, {});
     ASSERT_FALSE(fired.empty());
@@ -103,12 +106,12 @@ TEST(Detectors, EachRuleFiresOnItsPattern) {
 }
 
 TEST(Detectors, SustainedSpikeAndScaleFreeRules) {
-    std::vector<StepRecord> run;
+    std::vector<StepView> run;
     for (int i = 0; i < 200; i++) {
-        StepRecord r;
+        StepView r;
         r.step = i;
-        r.loss = 2.0;
-        r.grad_norm = i < 100 ? 1.0 : 1.0 + 0.01 * (i - 100) * (i - 100);  // keeps outrunning its own mean
+        r.values["loss"] = 2.0;
+        r.values["grad_norm"] = i < 100 ? 1.0 : 1.0 + 0.01 * (i - 100) * (i - 100);  // keeps outrunning its own mean
         run.push_back(r);
     }
     DetectorsConfig c;
@@ -190,7 +193,9 @@ TEST(Replay, StoredRecordsOfSparseStepsInOrder) {
                        {"grad_norm", 10000000000000, 1.0, 4.0}});
     }
     telemetry::Reader reader(dir.file("s.db"));
-    std::vector<StepRecord> records = stored_records(reader, id);
+    std::vector<StepView> records;
+    session::for_each_stored_step(reader, id, DetectorSuite(DetectorsConfig{}),
+                                  [&](const StepView& v) { records.push_back(v); });
     ASSERT_EQ(records.size(), 4u);
     EXPECT_EQ(records[1].step, 20000);
     EXPECT_EQ(records[2].step, 5000000000000);
@@ -233,7 +238,7 @@ TEST(OnlineMonitor, AStepSplitAcrossBatchesIsSeenOnceWhole) {
         points.push_back({"straggler_ratio", i, i >= 100 && i < 140 ? 3.0 : 1.02, 0.0});
         points.push_back({"straggler_rank", i, i >= 100 && i < 140 ? 1.0 : (double)(i % 2), 0.0});
     }
-    std::vector<Fired> offline = replay(records_from(points, {}), DetectorsConfig{}, Source::External);
+    std::vector<Fired> offline = replay(session::steps_from(points, {}, DetectorSuite(DetectorsConfig{})), DetectorsConfig{});
     ASSERT_GE(offline.size(), 2u) << "the run must trip detectors for the comparison to mean anything";
 
     const std::string store = dir.file("s.db");
@@ -245,14 +250,14 @@ TEST(OnlineMonitor, AStepSplitAcrossBatchesIsSeenOnceWhole) {
         run.source = "client";
         run.id = writer.open_run(run, false);
         writer.flush();
-        std::unique_ptr<RunMonitor> monitor;
+        std::unique_ptr<session::RunSession> monitor;
         for (size_t at = 0; at < points.size(); at += 3) {  // 3 points a batch: most steps cut in two
             // Mid-step, and in the middle of the straggler's slow steps, the server
             // restarts: a new monitor replays what is stored and goes on.
             if (at == 0 || at == 420) {
                 writer.flush();
                 telemetry::Reader reader(store);
-                monitor = std::make_unique<RunMonitor>(writer, reader, *reader.find_run("split"));
+                monitor = session::RunSession::attach(writer, reader, *reader.find_run("split"));
             }
             std::vector<telemetry::MetricPoint> batch(points.begin() + at,
                                                       points.begin() + std::min(points.size(), at + 3));
@@ -314,7 +319,7 @@ TEST_F(FaultRun, OnlineAndOfflineAlertsAgree) {
     auto online = reader.alerts(run->id);
     ASSERT_GE(online.size(), 3u);
     nlohmann::json stored_config = nlohmann::json::parse(run->config);
-    auto offline = replay(stored_records(reader, run->id), detectors_from_json(stored_config["detectors"]));
+    auto offline = session::replay_stored(reader, run->id, detectors_from_json(stored_config["detectors"]));
     ASSERT_EQ(offline.size(), online.size());
     for (size_t i = 0; i < online.size(); i++) {
         EXPECT_EQ(offline[i].alert.kind, online[i].kind);
@@ -328,6 +333,7 @@ TEST_F(FaultRun, OnlineAndOfflineAlertsAgree) {
     EXPECT_NE(detect.output.find("nonfinite"), std::string::npos);
     // The skipped update kept the weights finite: training went on.
     EXPECT_EQ(reader.series(run->id, "loss", 0, 1000).size(), 120u);
+    test::expect_roads_agree(dir.file("s.db"), "faulty", dir);  // gradient spike, NaN, lr spike
 }
 
 TEST_F(FaultRun, HaltStopsAtTheDetectedStepWithEverythingKept) {
@@ -344,6 +350,14 @@ TEST_F(FaultRun, HaltStopsAtTheDetectedStepWithEverythingKept) {
     bool halt_event = false;
     for (auto& e : reader.events(run->id)) halt_event |= e.kind == "halt" && e.step == 29;
     EXPECT_TRUE(halt_event);
+    // Every probe's measurement is a stored point: 0 before the leak, > 0 after it.
+    std::vector<int64_t> probed;
+    for (const auto& p : reader.series(run->id, "causality_leak", 0, 1000)) {
+        probed.push_back(p.step);
+        EXPECT_EQ(p.value > 0, p.step >= 25) << "step " << p.step;
+    }
+    EXPECT_EQ(probed, (std::vector<int64_t>{0, 9, 19, 29}));
+    test::expect_roads_agree(dir.file("s.db"), "leaky", dir);  // the mask leak
     std::vector<std::string> skipped;
     auto ckpt = latest_good_checkpoint(dir.file("leaky"), &skipped);
     ASSERT_TRUE(ckpt.has_value());

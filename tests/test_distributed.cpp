@@ -13,6 +13,7 @@
 // 5e-7 on the gradient norm. The tests allow 1e-5 relative: far above
 // reordering noise, far below any real difference (one wrong token in a
 // batch of 256 moves the loss by ~1e-3).
+#include "roads.h"
 #include "test_util.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/data/corpus.h"
@@ -239,6 +240,7 @@ TEST_F(DistributedTest, EveryAllreduceBugIsCaughtByTheReplicaHashes) {
         EXPECT_NE(replay.output.find("1 alerts"), std::string::npos) << replay.output;
         EXPECT_NE(replay.output.find("replica_mismatch       data-parallel replicas disagree"), std::string::npos)
             << replay.output;
+        test::expect_roads_agree(db, out, *dir_);
         if (std::string(flavour) == "skip") {
             EXPECT_NE(r.output.find("reduced gradients of rank 1 differ from their replica 0, first at "
                                     "layers.0.down_proj"),
@@ -266,6 +268,7 @@ TEST_F(DistributedTest, TpDriftAppearsOnlyWithRankKeyedRounding) {
     std::vector<std::string> a = alerts("drift_keyed");
     ASSERT_FALSE(a.empty()) << r.output;
     EXPECT_EQ(a[0], "tp_drift@1") << "at the first check";
+    test::expect_roads_agree(db, "drift_keyed", *dir_);
     r = train(2, cfg("unkeyed", "", ""), "drift_unkeyed", "--steps 12 --tp 2", db);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_TRUE(alerts("drift_unkeyed").empty()) << r.output;

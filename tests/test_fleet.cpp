@@ -3,6 +3,7 @@
 // --inject slow_rank is flagged within the detector's K steps, clean 2- and
 // 4-rank runs over 3 seeds raise nothing, and silent data corruption injected
 // mid-run is caught by the health check at the step it runs.
+#include "roads.h"
 #include "test_util.h"
 #include "detectors/detector.h"
 #include "trainer/run/fleet_hook.h"
@@ -28,11 +29,10 @@ std::vector<telemetry::Alert> observe(const std::vector<std::pair<double, int>>&
     detectors::DetectorSuite suite(config);
     std::vector<telemetry::Alert> alerts;
     for (size_t i = 0; i < steps.size(); i++) {
-        detectors::StepRecord r;
+        detectors::StepView r;
         r.step = (int64_t)i;
-        r.loss = 3.0, r.grad_norm = 1.0;
-        r.straggler_ratio = steps[i].first;
-        r.straggler_rank = steps[i].second;
+        r.values = {{"loss", 3.0}, {"grad_norm", 1.0}, {"straggler_ratio", steps[i].first},
+                    {"straggler_rank", (double)steps[i].second}};
         for (const detectors::Fired& f : suite.observe(r))
             if (f.alert.kind == "straggler") alerts.push_back(f.alert);
     }
@@ -72,8 +72,11 @@ class FleetRun : public ::testing::Test {
     static void TearDownTestSuite() { delete dir_; }
 
     // A tiny model trained data-parallel on np ranks; alerts as kind@step.
-    static std::vector<std::string> train(int np, int seed, const std::string& args) {
+    // With `store`, the run is also stored there under its name (returned in *name).
+    static std::vector<std::string> train(int np, int seed, const std::string& args, const std::string& store = "none",
+                                          std::string* stored_name = nullptr) {
         const std::string name = fmt::format("np{}-seed{}-{}", np, seed, std::hash<std::string>{}(args));
+        if (stored_name) *stored_name = name;
         std::ofstream(dir_->file(name + ".json")) << nlohmann::json{
             // Steps of tens of milliseconds: far longer than the scheduler's time
             // slice, which 4 ranks on 2 cores share.
@@ -86,9 +89,9 @@ class FleetRun : public ::testing::Test {
             {"detectors", {{"leak_probe", {{"policy", "off"}}}}}};
         auto r = test::run_command(fmt::format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun "
                                                "--oversubscribe -np {} {} train --config {} --dp {} --out-dir {} "
-                                               "--store none --metrics-jsonl {}.jsonl {}",
+                                               "--store {} --metrics-jsonl {}.jsonl {}",
                                                np, HLAT_BINARY, dir_->file(name + ".json"), np, dir_->file(name),
-                                               dir_->file(name), args));
+                                               store, dir_->file(name), args));
         EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 3) << r.output;
         std::vector<std::string> alerts;
         std::ifstream in(dir_->file(name) + ".jsonl");
@@ -114,18 +117,23 @@ TEST_F(FleetRun, CleanRunsOnTwoAndFourRanksRaiseNothing) {
 // 2-2.5x, at the detector's factor; 4x measures ~3x.
 TEST_F(FleetRun, ASlowedRankIsFlaggedWithinKSteps) {
     for (int np : {2, 4}) {
-        auto alerts = train(np, 1, np == 2 ? "--inject slow_rank@20:1:3" : "--inject slow_rank@20:1:4");
+        std::string name;
+        const std::string store = dir_->file(fmt::format("slow{}.db", np));
+        auto alerts = train(np, 1, np == 2 ? "--inject slow_rank@20:1:3" : "--inject slow_rank@20:1:4", store, &name);
         ASSERT_FALSE(alerts.empty()) << np << " ranks";
         EXPECT_EQ(alerts[0].substr(0, alerts[0].find('@')), "straggler");
         int step = std::stoi(alerts[0].substr(alerts[0].find('@') + 1));
         EXPECT_GE(step, 20);
         EXPECT_LE(step, 24) << "within K = 5 steps of the slowdown";
+        if (np == 2) test::expect_roads_agree(store, name, *dir_);
     }
 }
 
 TEST_F(FleetRun, TheHealthCheckCatchesSilentDataCorruptionAtItsStep) {
-    auto alerts = train(2, 1, "--inject sdc@30:1");
+    std::string name;
+    auto alerts = train(2, 1, "--inject sdc@30:1", dir_->file("sdc.db"), &name);
     EXPECT_EQ(alerts, (std::vector<std::string>{"health_check@39"})) << "the first check after step 30, and a halt";
+    test::expect_roads_agree(dir_->file("sdc.db"), name, *dir_);
 }
 
 }  // namespace

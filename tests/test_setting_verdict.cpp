@@ -2,8 +2,8 @@
 // seed), each setting's gap to fp32 judged against the seed-to-seed spread,
 // by hand-made runs whose answers are worked out below, and through a store
 // the way `hlat compare` reads it.
-#include "detectors/postmortem.h"
-#include "detectors/setting_verdict.h"
+#include "report/postmortem.h"
+#include "report/setting_verdict.h"
 #include "telemetry/reader.h"
 #include "telemetry/writer.h"
 #include "test_util.h"
@@ -14,7 +14,7 @@
 namespace hlat {
 namespace {
 
-using namespace detectors;
+using namespace report;
 
 RunPostmortem run(const std::string& name, const std::string& precision, int64_t seed, double heldout,
                   const std::string& beta2 = "0.95") {

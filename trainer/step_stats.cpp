@@ -24,6 +24,7 @@ std::vector<StepMetric> step_metrics(const StepStats& s) {
         {"tp_comm_s", s.tp_comm_seconds, K::Real, W::NonZero},
         {"compute_s", s.compute_seconds},
         {"lost_updates", s.lost_updates, K::Real, W::Measured},  // bf16 modes
+        {"update_skipped", s.update_skipped ? 1.0 : 0.0, K::Flag, W::NonZero},  // the nonfinite detector says so
     };
 }
 

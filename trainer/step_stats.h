@@ -1,6 +1,7 @@
 // What one optimizer step measured, and the per-step metrics it becomes:
-// the store's series, the metrics JSONL's step records and the detectors'
-// inputs all come from step_metrics(), where each key is written once.
+// the step's points (stored and detected by the run session) and the
+// metrics JSONL's step records both come from step_metrics(), where each
+// key is written once. A new statistic of the step is one line there.
 #pragma once
 
 #include "trainer/parallel/replica_check.h"

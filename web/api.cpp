@@ -4,7 +4,7 @@
 #include "web/json_reply.h"
 #include "web/series_api.h"
 
-#include "detectors/postmortem.h"
+#include "report/postmortem.h"
 #include "telemetry/ingest.h"
 #include "telemetry/reader.h"
 #include "telemetry/untrusted_text.h"
@@ -144,9 +144,9 @@ Response Api::report(const Request& r) {
     Reader reader(store_);
     for (const std::string& n : names)
         if (!reader.find_run(n)) return error(404, fmt::format("no run named \"{}\"", n));
-    auto postmortems = detectors::postmortem(reader, names);
+    auto postmortems = report::postmortem(reader, names);
     return {200, "text/html; charset=utf-8",
-            detectors::postmortem_html(postmortems, detectors::config_differences(reader, names))};
+            report::postmortem_html(postmortems, report::config_differences(reader, names))};
 }
 
 Response Api::handle_run(const Request& r, const std::string& name, const std::string& what) {

@@ -1,6 +1,6 @@
 #include "web/ingest_api.h"
 
-#include "detectors/monitor.h"
+#include "session/run_session.h"
 #include "telemetry/ingest.h"
 #include "telemetry/reader.h"
 #include "telemetry/untrusted_text.h"
@@ -54,11 +54,25 @@ Writer& IngestEndpoints::writer() {
     return *writer_;
 }
 
-detectors::RunMonitor& IngestEndpoints::monitor(Reader& reader, const RunRecord& run) {
-    auto it = monitors_.find(run.id);
-    if (it == monitors_.end())
-        it = monitors_.emplace(run.id, std::make_unique<detectors::RunMonitor>(*writer_, reader, run)).first;
+session::RunSession& IngestEndpoints::session_of(Reader& reader, const RunRecord& run) {
+    auto it = sessions_.find(run.id);
+    if (it == sessions_.end()) it = sessions_.emplace(run.id, session::RunSession::attach(*writer_, reader, run)).first;
     return *it->second;
+}
+
+// Writes a run's end (finished, crashed, stale, ...) through its session,
+// which is then closed.
+void IngestEndpoints::end_run(const RunRecord& run, const std::string& status, int64_t step, const std::string& detail,
+                              double wall_time) {
+    auto it = sessions_.find(run.id);
+    if (it == sessions_.end()) {
+        Reader reader(store_);
+        session::SessionOptions no_catch_up;
+        no_catch_up.catch_up = false;
+        it = sessions_.emplace(run.id, session::RunSession::attach(*writer_, reader, run, no_catch_up)).first;
+    }
+    it->second->finish(status, step, detail, wall_time);
+    sessions_.erase(it);
 }
 
 json IngestEndpoints::run_state(Reader& reader, const RunRecord& run) {
@@ -83,21 +97,20 @@ Response IngestEndpoints::start(const std::string& name, const std::string& body
     r.meta = meta.dump();
     r.host = j.value("host", "");
     try {
-        detectors::detectors_of(r);  // a bad detectors section is the client's error, now
+        session::detectors_of(r);  // a bad detectors section is the client's error, now
     } catch (const std::exception& e) {
         throw BadRequest(e.what());
     }
     std::lock_guard<std::mutex> lock(mutex_);
     if (!writer_) writer_ = std::make_unique<Writer>(store_);
-    Reader reader(store_);
-    auto existing = reader.find_run(name);
+    auto existing = Reader(store_).find_run(name);
     bool resume = j.value("resume", false);
     if (existing && !resume)
         return error(409, fmt::format("run \"{}\" already exists; resume it (resume=True) or choose another name", name));
-    int64_t id = writer_->open_run(r, resume);
-    writer_->event(id, {existing ? "restart" : "start", j.value("step", 0), now_seconds(), "hlat python client"});
-    writer_->flush();
-    monitors_.erase(id);  // the config (and its detectors) may have changed
+    // The config (and its detectors) may have changed: a new session.
+    std::unique_ptr<session::RunSession> s =
+        session::RunSession::open(writer_.get(), r, {resume, "", j.value("step", (int64_t)0), 0.0, "hlat python client"});
+    sessions_[s->run_id()] = std::move(s);
     return reply(200, {{"run", name}, {"state", "running"}, {"resumed", existing.has_value()}});
 }
 
@@ -107,23 +120,23 @@ Response IngestEndpoints::ingest(const std::string& name, const std::string& bod
     ParsedBatch batch = parser.parse(body, now_seconds());
     std::lock_guard<std::mutex> lock(mutex_);
     if (!writer_) writer_ = std::make_unique<Writer>(store_);
-    std::unique_ptr<Reader> reader = std::make_unique<Reader>(store_);
-    auto run = reader->find_run(name);
+    Reader reader(store_);
+    auto run = reader.find_run(name);
+    session::RunSession* s = nullptr;
     if (!run || (run->status != "running" && run->status != "halted")) {
         // A new run, or one that comes back (stale, finished): running again.
         RunRecord r;
         r.name = name;
         r.source = run ? run->source : "ingest";
         r.started_at = now_seconds();
-        int64_t id = writer_->open_run(r, /*resume=*/true);
-        writer_->event(id, {run ? "restart" : "start", std::max<int64_t>(0, parser.last_step()), now_seconds(), "ingest"});
-        writer_->flush();
-        reader = std::make_unique<Reader>(store_);
-        run = reader->find_run(name);
+        auto opened = session::RunSession::open(writer_.get(), r,
+                                                {true, "", std::max<int64_t>(0, parser.last_step()), 0.0, "ingest"});
+        s = (sessions_[opened->run_id()] = std::move(opened)).get();
+    } else {
+        s = &session_of(reader, *run);
     }
-    detectors::RunMonitor& m = monitor(*reader, *run);
     size_t values = batch.points.size();
-    std::vector<detectors::Fired> fired = m.ingest(std::move(batch.points), std::move(batch.events));
+    std::vector<detectors::Fired> fired = s->ingest(std::move(batch.points), std::move(batch.events));
     writer_->flush();
     json alerts = json::array();
     for (const detectors::Fired& f : fired)
@@ -135,6 +148,7 @@ Response IngestEndpoints::ingest(const std::string& name, const std::string& bod
     out["values"] = values;
     out["last_step"] = parser.last_step();
     out["alerts"] = alerts;
+    if (!s->unwatched_notice().empty()) out["unwatched"] = s->unwatched_notice();
     return reply(200, out);
 }
 
@@ -148,14 +162,9 @@ Response IngestEndpoints::finish(const std::string& name, const std::string& bod
     Reader reader(store_);
     auto run = reader.find_run(name);
     if (!run) return error(404, fmt::format("no run named \"{}\"", name));
-    std::string kind = status == "crashed" ? "crash" : status == "halted" ? "halt" : "stop";
     std::string detail = j.value("detail", "");
     if (detail.size() > 10000) throw BadRequest("detail must be at most 10,000 bytes");
-    writer_->event(run->id, {kind, j.value("step", (int64_t)0), now_seconds(), detail});
-    writer_->set_status(run->id, status, now_seconds());
-    writer_->mark_halt_handled(run->id);
-    writer_->flush();
-    monitors_.erase(run->id);
+    end_run(*run, status, j.value("step", (int64_t)0), detail);
     return reply(200, {{"run", name}, {"state", status}});
 }
 
@@ -193,12 +202,10 @@ int IngestEndpoints::mark_stale(double after_seconds) {
         std::lock_guard<std::mutex> lock(mutex_);
         if (!writer_) writer_ = std::make_unique<Writer>(store_);
         // Dated at the last sign of life, so uptime ends the segment there.
-        writer_->event(s.run.id, {"stale", std::max<int64_t>(0, a.step), a.wall_time,
-                                  gone ? fmt::format("the hlat ingest feeding it is gone; last record {:.0f} s ago", now - a.wall_time)
-                                       : fmt::format("no records for {:.0f} s", now - a.wall_time)});
-        writer_->set_status(s.run.id, "stale", now);
-        writer_->flush();
-        monitors_.erase(s.run.id);
+        end_run(s.run, "stale", std::max<int64_t>(0, a.step),
+                gone ? fmt::format("the hlat ingest feeding it is gone; last record {:.0f} s ago", now - a.wall_time)
+                     : fmt::format("no records for {:.0f} s", now - a.wall_time),
+                a.wall_time);
         marked++;
     }
     return marked;

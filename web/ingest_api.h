@@ -3,8 +3,9 @@
 //   POST /api/v1/runs/{run}/ingest  JSON lines as `hlat ingest` reads them; the reply carries the run's state
 //   POST /api/v1/runs/{run}/finish  {"status": "finished|halted|crashed|stopped", "step": N, "detail": "..."}
 //   GET  /api/v1/runs/{run}/state   {"state": "running|halt|<status>", "halt": {"by", "reason"}}
-// Every batch goes through the run's detectors (detectors/monitor.h) before it
-// is committed. A run fed from outside that sends nothing for stale_after
+// Every batch goes through the run's session (session/run_session.h): stored,
+// detected, its alerts routed; a reply names the alerts and the run's state,
+// and says when none of the run's keys feeds a detector ("unwatched"). A run fed from outside that sends nothing for stale_after
 // seconds is marked stale, and running again at its next batch.
 #pragma once
 
@@ -22,8 +23,8 @@ class Writer;
 class Reader;
 struct RunRecord;
 }  // namespace hlat::telemetry
-namespace hlat::detectors {
-class RunMonitor;
+namespace hlat::session {
+class RunSession;
 }
 
 namespace hlat::web {
@@ -45,13 +46,15 @@ class IngestEndpoints {
     telemetry::Writer& writer();
 
   private:
-    detectors::RunMonitor& monitor(telemetry::Reader& reader, const telemetry::RunRecord& run);
+    session::RunSession& session_of(telemetry::Reader& reader, const telemetry::RunRecord& run);
+    void end_run(const telemetry::RunRecord& run, const std::string& status, int64_t step, const std::string& detail,
+                 double wall_time = 0.0);
     nlohmann::json run_state(telemetry::Reader& reader, const telemetry::RunRecord& run);
 
     std::string store_;
     std::mutex mutex_;  // one batch at a time: detectors see steps in order
     std::unique_ptr<telemetry::Writer> writer_;
-    std::map<int64_t, std::unique_ptr<detectors::RunMonitor>> monitors_;
+    std::map<int64_t, std::unique_ptr<session::RunSession>> sessions_;  // by run id
 };
 
 // What a halt requested from the page does for this kind of run, as a

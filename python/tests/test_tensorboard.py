@@ -2,6 +2,7 @@
 protobuf (python3-protobuf) from the public schema's field numbers, TFRecord framing with
 crcmod's CRC-32C. A log directory gives one run per folder; a flipped byte or a cut-short
 file is an error naming the file and offset, and writes nothing."""
+import json
 import os
 import sqlite3
 import struct
@@ -81,6 +82,68 @@ class TensorBoardIngest(unittest.TestCase):
         self.assertEqual(ev, [(2.5,)])
         meta = db.execute("SELECT meta FROM runs WHERE name = 'tb/train'").fetchone()[0]
         self.assertIn('"format":"tensorboard"', meta)
+
+    def alerts(self, store, run):
+        db = sqlite3.connect(store)
+        return db.execute("SELECT a.step, a.kind, a.message FROM alerts a JOIN runs r ON r.id = a.run_id "
+                          "WHERE r.name = ? ORDER BY a.step, a.kind", (run,)).fetchall()
+
+    def test_other_trainers_names_feed_the_detectors_without_a_map(self):
+        """Hugging Face's TensorBoard tags and W&B-style JSONL keys raise what hlat's own names raise."""
+        def f32(x):
+            return struct.unpack("<f", struct.pack("<f", x))[0]
+        steps = []
+        for s in range(300):
+            loss = f32(4.0 - s / 200.0 + (s % 7) / 64.0)
+            grad = f32(1.0 + (s % 5) / 32.0) * (40.0 if s == 150 else 1.0)  # a one-step spike
+            if s >= 250:
+                loss = grad = float("nan")  # and non-finite from step 250 on
+            steps.append((s, loss, grad, f32(3e-4)))
+        store = os.path.join(self.tmp, "aliases.db")
+        path = os.path.join(self.tmp, "hf", "events.out.tfevents.1700000000.host.1.0")
+        self.write(path, [(s, tag, v, 1.7e9 + s) for s, loss, grad, lr in steps
+                          for tag, v in (("train/loss", loss), ("train/grad_norm", grad), ("train/learning_rate", lr))])
+        r = self.ingest(store, "--run", "hf-tensorboard", path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+        def jsonl(name, keys):
+            with open(os.path.join(self.tmp, name), "w") as f:
+                for s, loss, grad, lr in steps:
+                    f.write(json.dumps({"step": s, keys[0]: loss, keys[1]: grad, keys[2]: lr}) + "\n")
+            return os.path.join(self.tmp, name)
+        r = self.ingest(store, "--run", "wandb-style", jsonl("wandb.jsonl", ("train/loss", "train/grad_norm", "train/lr")))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = self.ingest(store, "--run", "hlat-names", jsonl("hlat.jsonl", ("loss", "grad_norm", "lr")))
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+        own = self.alerts(store, "hlat-names")
+        kinds = {kind for _, kind, _ in own}
+        self.assertIn("grad_spike", kinds)
+        self.assertIn("nonfinite", kinds)
+        self.assertEqual([a for a in own if a[1] == "grad_spike"][0][0], 150)
+        self.assertEqual(min(step for step, kind, _ in own if kind == "nonfinite"), 250)
+        self.assertEqual(self.alerts(store, "hf-tensorboard"), own)
+        self.assertEqual(self.alerts(store, "wandb-style"), own)
+        db = sqlite3.connect(store)
+        keys = {k for (k,) in db.execute("SELECT DISTINCT k.name FROM metrics m JOIN metric_keys k ON k.id = m.key_id "
+                                         "JOIN runs r ON r.id = m.run_id WHERE r.name = 'hf-tensorboard'")}
+        self.assertEqual(keys, {"loss", "grad_norm", "lr"}, "stored under hlat's keys, so the page's panels draw them")
+
+    def test_a_run_no_detector_reads_says_so(self):
+        path = os.path.join(self.tmp, "unwatched.jsonl")
+        with open(path, "w") as f:
+            for s in range(20):
+                f.write(json.dumps({"step": s, "my_objective": 3.0 - s / 10, "acc": s / 20}) + "\n")
+        store = os.path.join(self.tmp, "unwatched.db")
+        r = self.ingest(store, "--run", "unwatched", path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn('run "unwatched" is not watched', r.stderr)
+        self.assertIn("my_objective", r.stderr)
+        db = sqlite3.connect(store)
+        notes = db.execute("SELECT detail FROM events e JOIN runs r ON r.id = e.run_id "
+                           "WHERE r.name = 'unwatched' AND e.kind = 'unwatched'").fetchall()
+        self.assertEqual(len(notes), 1, "said once, and kept for the page")
+        self.assertIn("my_objective", notes[0][0])
 
     def test_corrupt_and_truncated_files_are_refused_whole(self):
         path = os.path.join(self.tmp, "bad", "events.out.tfevents.1.host")

@@ -8,10 +8,10 @@
 #include "trainer/run/checkpoint_hook.h"
 #include "trainer/run/consistency_hook.h"
 #include "trainer/run/fleet_hook.h"
-#include "trainer/run/detector_hook.h"
 #include "trainer/run/distributed_run.h"
 #include "trainer/run/eval_hook.h"
 #include "trainer/run/fault_hook.h"
+#include "trainer/run/session_hook.h"
 #include "trainer/run/telemetry_hook.h"
 
 #include <spdlog/spdlog.h>
@@ -36,10 +36,9 @@ BuiltRun::BuiltRun(const TrainConfig& config, const TrainOptions& options)
     const int first_step = trainer_->next_step();
     recorder_ = std::make_unique<RunRecorder>(config, run_meta(), options.resume, first_step,
                                               options.metrics_jsonl, root);
-    alerts_ = std::make_unique<AlertRouter>(*recorder_, config.detectors.webhook, run_name(config), root);
     const int total_steps = options.steps > 0 ? options.steps : config.schedule.total_steps;
-    context_.reset(new RunContext{config, options, parallel_, *data_, *trainer_, *recorder_, *alerts_, total_steps,
-                                  first_step});
+    context_.reset(new RunContext{config, options, parallel_, *data_, *trainer_, *recorder_, total_steps,
+                                  first_step, 0, ""});
     log_banner(*context_, peak_gflops_, peak_measured_);
     if (recorder_->store_enabled()) spdlog::info("store: {} (run \"{}\")", config.run.store, run_name(config));
     const double entropy = data_->heldout_unigram_entropy;
@@ -83,10 +82,6 @@ void BuiltRun::build_trainer(const TrainConfig& config, const TrainOptions& opti
     }
 }
 
-// The calling order (step_hook.h): what a step measured is recorded first;
-// the held-out loss and the consistency checks fill the detectors' record
-// before the detectors read it; a checkpoint due before a step is written
-// before a fault may kill the process there.
 // What the store keeps of the run beyond its config: the bytes of training
 // state this rank allocated per parameter it holds (weights, gradients, the
 // bf16 compute copy, the optimizer's moments), the bf16 matmul engine, the
@@ -99,13 +94,17 @@ nlohmann::json BuiltRun::run_meta() const {
             {"world_size", parallel_.world_size()}};
 }
 
+// The calling order (step_hook.h): the hooks that measure add their points to
+// the step's, then the session hook hands them to the run session (stored and
+// detected as one); a checkpoint due before a step is written before a fault
+// may kill the process there.
 void BuiltRun::add_hooks(const TrainOptions& options) {
     RunContext& run = *context_;
     hooks_.add(std::make_unique<TelemetryHook>(run));
     hooks_.add(std::make_unique<EvalHook>(run));
     hooks_.add(std::make_unique<ConsistencyHook>(run));
     hooks_.add(std::make_unique<FleetHook>(run));
-    hooks_.add(std::make_unique<DetectorHook>(run));
+    hooks_.add(std::make_unique<SessionHook>(run));
     hooks_.add(std::make_unique<CheckpointHook>(run, hooks_));
     hooks_.add(std::make_unique<FaultHook>(options.faults, parallel_.world_rank(), FaultHook::attempt_from_env()));
     for (const std::shared_ptr<StepHook>& hook : options.extra_hooks) hooks_.add(hook);

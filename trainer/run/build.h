@@ -1,7 +1,7 @@
 // The build phase of a training run: the parallel layout, the resume
 // decision, the data at its resumed position, the trainer and its weights
-// (a checkpoint's, --init's or fresh), the banner, the recorder, the alert
-// router and the step hooks in their calling order, restored from the
+// (a checkpoint's, --init's or fresh), the banner, the recorder (with the
+// run session) and the step hooks in their calling order, restored from the
 // checkpoint when resuming. Owns everything the run's context refers to.
 #pragma once
 
@@ -33,7 +33,6 @@ class BuiltRun {
     bool peak_measured_ = false;
     std::unique_ptr<Trainer> trainer_;
     std::unique_ptr<RunRecorder> recorder_;
-    std::unique_ptr<AlertRouter> alerts_;
     std::unique_ptr<RunContext> context_;
     StepHooks hooks_;
 };

@@ -23,27 +23,24 @@ void ConsistencyHook::after_step(StepResult& result) {
     if (run_.parallel.tp_size() > 1 && (check || resync)) check_tp_drift(result, check, resync);
 }
 
+// The replica check's verdict is a point (ranks that differ) and, when some
+// do, an event naming them and the first tensor: the detector reads both.
 void ConsistencyHook::check_replicas(StepResult& result) {
     Parallel& parallel = run_.parallel;
     Model& model = run_.trainer.model();
-    const int64_t step = result.stats.step;
-    detectors::StepRecord& record = result.record;
     ReplicaReport params = hlat::check_replicas(parallel, model, model.params());
     if (!parallel.is_root()) return;
-    std::vector<std::pair<std::string, double>> values;
-    record.replica_mismatch = (double)params.mismatched_ranks.size();
-    if (!params.ok()) record.replica_detail = params.describe("parameters");
+    double mismatched = (double)params.mismatched_ranks.size();
+    std::string detail = params.ok() ? "" : params.describe("parameters");
     if (const std::optional<ReplicaReport>& grads = result.stats.grad_replicas) {
-        values.push_back({"replica_grad_mismatch", (double)grads->mismatched_ranks.size()});
+        result.points.add("replica_grad_mismatch", (double)grads->mismatched_ranks.size());
         if (!grads->ok()) {
-            record.replica_mismatch = std::max(record.replica_mismatch, (double)grads->mismatched_ranks.size());
-            record.replica_detail +=
-                (record.replica_detail.empty() ? "" : "; ") + grads->describe("reduced gradients");
+            mismatched = std::max(mismatched, (double)grads->mismatched_ranks.size());
+            detail += (detail.empty() ? "" : "; ") + grads->describe("reduced gradients");
         }
     }
-    values.push_back({"replica_mismatch", record.replica_mismatch});
-    if (!record.replica_detail.empty()) run_.recorder.note("replica_mismatch", step, record.replica_detail);
-    run_.recorder.metrics(step, values);
+    result.points.add("replica_mismatch", mismatched);
+    if (!detail.empty()) result.points.note("replica_mismatch", detail);
 }
 
 void ConsistencyHook::check_tp_drift(StepResult& result, bool check, bool resync) {
@@ -51,12 +48,10 @@ void ConsistencyHook::check_tp_drift(StepResult& result, bool check, bool resync
     const int64_t step = result.stats.step;
     DriftReport drift = measure_tp_drift(parallel, run_.trainer.model(), resync);
     if (parallel.is_root() && check) {
-        std::vector<std::pair<std::string, double>> values = {{"tp_drift", drift.max_abs},
-                                                              {"tp_drift_rel", drift.max_rel}};
-        for (const auto& [name, value] : drift.per_tensor) values.push_back({"tp_drift/" + name, value});
-        run_.recorder.metrics(step, values);
+        result.points.add("tp_drift", drift.max_abs);
+        result.points.add("tp_drift_rel", drift.max_rel);
+        for (const auto& [name, value] : drift.per_tensor) result.points.add("tp_drift/" + name, value);
         run_.recorder.rank_metrics(step, "tp_drift", drift.per_rank);
-        result.record.tp_drift = drift.max_abs;
     }
     if (resync) spdlog::info("step {}: replicated weights re-synced from tensor-parallel rank 0", step + 1);
 }

@@ -2,8 +2,8 @@
 // steps: data-parallel replica hashes of the parameters (and, with
 // parallel.hash_grads, of the reduced gradients, hashed during the step) and
 // tensor-parallel drift of the replicated weights; and the re-sync of those
-// weights every parallel.resync_every steps. Rank 0 records what it finds and
-// puts it into the detectors' record.
+// weights every parallel.resync_every steps. Rank 0 adds what it finds to the
+// step's points.
 #pragma once
 
 #include "trainer/run/run_context.h"

@@ -4,19 +4,31 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cmath>
+
 namespace hlat {
 
+// The last step of the run is evaluated with its step, so the held-out loss
+// reaches the detectors with the rest of that step's points.
 void EvalHook::after_step(StepResult& result) {
-    if (every(run_.config.run.eval_every, result.stats.step + 1)) result.record.heldout_loss = evaluate();
+    const int every_n = run_.config.run.eval_every, done = result.stats.step + 1;
+    if (!every(every_n, done) && !(every_n > 0 && done == run_.total_steps)) return;
+    const double loss = evaluate();
+    if (!std::isnan(loss)) result.points.add("heldout_loss", loss);
+    evaluated_after_ = done;
 }
 
+// A run stopped by a signal before its last step gets a final evaluation, a
+// step of its own in the session.
 void EvalHook::on_end(RunEnd how) {
     const int done = run_.trainer.next_step();
-    const bool trained = done > run_.first_step;
-    const bool evaluated_last = every(run_.config.run.eval_every, done);
-    if ((how == RunEnd::Finished || how == RunEnd::Stopped) && trained && run_.config.run.eval_every > 0 &&
-        !evaluated_last)
-        evaluate();
+    if (how != RunEnd::Stopped || done == run_.first_step || run_.config.run.eval_every <= 0 ||
+        evaluated_after_ == done)
+        return;
+    const double loss = evaluate();
+    session::StepPoints points;
+    if (!std::isnan(loss)) points.add("heldout_loss", loss);
+    if (session::RunSession* s = run_.recorder.session(); s && !points.values.empty()) s->step(done - 1, points);
 }
 
 double EvalHook::evaluate() {

@@ -1,6 +1,6 @@
-// Held-out evaluation every run.eval_every steps, and once more at the end of
-// a run that trained since its last one. The loss goes to the recorder and
-// into the detectors' record (loss_below_heldout compares against it).
+// Held-out evaluation every run.eval_every steps and after the last step (or
+// when a signal stops the run between evaluations). The loss goes into the step's points
+// (loss_below_heldout compares against it) and the eval records.
 #pragma once
 
 #include "trainer/run/run_context.h"
@@ -19,6 +19,7 @@ class EvalHook : public StepHook {
     double evaluate();  // NaN when there is no held-out set
 
     RunContext& run_;
+    int evaluated_after_ = -1;  // steps done at the last evaluation
 };
 
 }  // namespace hlat

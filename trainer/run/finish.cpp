@@ -13,8 +13,8 @@ int finish_run(RunContext& run, StepHooks& hooks, RunEnd how) {
     const int64_t last = next - 1;  // index of the last step taken
     switch (how) {
         case RunEnd::Halted:
-            run.recorder.finish("halted", last, run.alerts.halt_reason());
-            spdlog::error("halted after step {}: {}", next, run.alerts.halt_reason());
+            run.recorder.finish("halted", last, run.halt_reason);
+            spdlog::error("halted after step {}: {}", next, run.halt_reason);
             break;
         case RunEnd::Stopped:
             spdlog::warn("stopped by signal {} after step {}", run.stop_signal, next);

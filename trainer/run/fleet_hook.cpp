@@ -57,11 +57,9 @@ void FleetHook::record_rank_times(StepResult& result) {
     run_.recorder.rank_metrics(s.step, "rank/comm_wait_s", comm);
     run_.recorder.rank_metrics(s.step, "rank/data_wait_s", data);
     const StragglerSummary worst = summarize_stragglers(compute);
-    result.record.straggler_ratio = worst.ratio;
-    result.record.straggler_rank = worst.rank;
-    if (worst.rank >= 0)
-        result.record.straggler_detail = fmt::format("{}, compute {:.3f} s", hosts_[worst.rank], compute[worst.rank]);
-    run_.recorder.metrics(s.step, {{"straggler_ratio", worst.ratio}, {"straggler_rank", (double)worst.rank}});
+    result.points.add("straggler_ratio", worst.ratio);
+    result.points.add("straggler_rank", (double)worst.rank);
+    if (worst.rank >= 0) result.points.add("straggler_compute_s", compute[worst.rank]);
 }
 
 void FleetHook::health_check(StepResult& result) {
@@ -87,9 +85,8 @@ void FleetHook::health_check(StepResult& result) {
     run_.recorder.rank_metrics(step, "health/allreduce_us", allreduce_us);
     const double failures =
         (double)std::count_if(wrong_by_rank.begin(), wrong_by_rank.end(), [](double w) { return w > 0; });
-    result.record.health_check_failures = failures;
-    result.record.health_detail = failing;
-    run_.recorder.metrics(step, {{"health_check_failures", failures}});
+    result.points.add("health_check_failures", failures);
+    if (!failing.empty()) result.points.note("health_check", failing);
 }
 
 }  // namespace hlat

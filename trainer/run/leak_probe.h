@@ -4,16 +4,16 @@
 // leak caught at the first probe instead of when the loss has slid to zero.
 #pragma once
 
-#include "telemetry/records.h"
 #include "trainer/model/model.h"
 
-#include <optional>
 
 namespace hlat {
 
 // Runs two forwards on probe tokens (a fixed pseudo-random batch), with t in
-// the middle of the sequence. Returns a leak alert, or nothing. Overwrites
-// the model's activations, so call it between steps.
-std::optional<telemetry::Alert> probe_causality(Model& model, int64_t step);
+// the middle of the sequence. Returns the largest change of a logit at a
+// position up to t (0: no leak; Inf for a NaN), the `causality_leak` point
+// the information_leak detector reads. Overwrites the model's activations,
+// so call it between steps.
+double probe_causality(Model& model);
 
 }  // namespace hlat

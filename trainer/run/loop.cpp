@@ -8,8 +8,8 @@ namespace hlat {
 // A signal may reach one rank only, and only rank 0 raises alerts: every
 // rank leaves the loop after the same step.
 static bool agree_to_end(RunContext& run) {
-    run.stop_signal = agree_on_stop(run.parallel, StopSignals::received(), run.alerts.halt_reason());
-    return run.stop_signal != 0 || run.alerts.halting();
+    run.stop_signal = agree_on_stop(run.parallel, StopSignals::received(), run.halt_reason);
+    return run.stop_signal != 0 || run.halting();
 }
 
 RunEnd run_loop(RunContext& run, StepHooks& hooks) {
@@ -21,12 +21,10 @@ RunEnd run_loop(RunContext& run, StepHooks& hooks) {
         hooks.before_step(trainer.next_step(), request);
         const StepStats stats = trainer.step(request.tensor_norms, request.hash_grads);
         StepResult result{stats, {}};
-        for (const StepMetric& m : step_metrics(result.stats)) detectors::apply_metric(result.record, m.key, m.value);
-        result.record.step = result.stats.step;
         hooks.after_step(result);
         ending = agree_to_end(run);
     }
-    if (run.alerts.halting()) return RunEnd::Halted;
+    if (run.halting()) return RunEnd::Halted;
     return run.stop_signal ? RunEnd::Stopped : RunEnd::Finished;
 }
 

@@ -4,7 +4,6 @@
 
 #include "trainer/config/config.h"
 #include "trainer/parallel/parallel.h"
-#include "trainer/run/alert_router.h"
 #include "trainer/run/run_data.h"
 #include "trainer/run/run_recorder.h"
 #include "trainer/run/train.h"
@@ -19,10 +18,13 @@ struct RunContext {
     RunData& data;
     Trainer& trainer;
     RunRecorder& recorder;
-    AlertRouter& alerts;
     const int total_steps;  // the run ends when this many steps are done
     const int first_step;   // index of this process's first step (> 0 when resumed)
     int stop_signal = 0;    // the signal that stopped the run, agreed by every rank
+    // The first halting alert (rank 0's session), "" while none; the stop
+    // agreement sets it on the other ranks.
+    std::string halt_reason;
+    bool halting() const { return !halt_reason.empty(); }
 };
 
 }  // namespace hlat

@@ -4,8 +4,9 @@
 //
 //   on_start()                       once, before the first step
 //   before_step(step, request)       each step; may ask the step to measure more
-//   after_step(result)               each step, in order: a hook may add to the
-//                                    detectors' record for the hooks after it
+//   after_step(result)               each step, in order: a hook adds what it
+//                                    measured to the step's points, which the
+//                                    session hook hands to the run session
 //   on_end(how)                      once: finished, stopped, halted or crashed
 //
 // A hook that remembers something across steps (the detectors' windows) says
@@ -13,7 +14,7 @@
 // acts exactly as in an uninterrupted run.
 #pragma once
 
-#include "detectors/detector.h"
+#include "session/run_session.h"
 #include "trainer/step_stats.h"
 
 #include <nlohmann/json.hpp>
@@ -36,7 +37,7 @@ struct StepRequest {
 // What a step produced, handed along the after-step hooks.
 struct StepResult {
     const StepStats& stats;
-    detectors::StepRecord record;  // the detectors' view, filled by the hooks before them
+    session::StepPoints points;  // everything measured at this step, by name: stored and detected as one
 };
 
 class StepHook {

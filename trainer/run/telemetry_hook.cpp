@@ -22,7 +22,7 @@ void TelemetryHook::after_step(StepResult& result) {
     const StepStats& s = result.stats;
     elapsed_ += s.step_seconds;
     data_wait_ += s.data_seconds;
-    run_.recorder.step(s);
+    run_.recorder.step(s, result.points);
     const int done = s.step + 1;
     if (every(run_.config.run.log_every, done) || done == run_.total_steps) log_progress(s, done);
 }

@@ -8,6 +8,7 @@ const $ = (sel) => document.querySelector(sel);
 // that ends it, or to its last event), downtime red, events as ticks.
 export async function loadUptime(api, status) {
   const { events, uptime } = await fetchJson(api("/events"));
+  showUnwatched(events);
   const bar = $("#uptime");
   bar.replaceChildren();
   if (!events.length) return;
@@ -45,3 +46,12 @@ export async function loadUptime(api, status) {
   bar.append(label);
 }
 
+
+// A run none of whose keys feeds a detector says so (the session's
+// "unwatched" event names the keys it saw), instead of looking monitored.
+function showUnwatched(events) {
+  const note = events.findLast((e) => e.kind === "unwatched");
+  const p = $("#unwatched");
+  p.hidden = !note;
+  p.textContent = note ? note.detail : "";
+}

@@ -4,12 +4,12 @@
 // compare` and its report; bench/precision_verdict is built on it.
 #pragma once
 
-#include "detectors/postmortem.h"
+#include "report/postmortem.h"
 
 #include <string>
 #include <vector>
 
-namespace hlat::detectors {
+namespace hlat::report {
 
 struct SettingSummary {
     std::string name;       // the precision, plus the config fields that set it apart from a same-precision setting
@@ -41,4 +41,4 @@ std::vector<size_t> setting_of_runs(const std::vector<RunPostmortem>& runs);
 // The verdicts as an HTML section (empty when no setting has two runs).
 std::string settings_html(const std::vector<SettingSummary>& settings);
 
-}  // namespace hlat::detectors
+}  // namespace hlat::report

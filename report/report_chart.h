@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-namespace hlat::detectors {
+namespace hlat::report {
 
 // One bucket of consecutive points: its last x, the min, max and mean of its
 // finite values. A band of lo == hi is a plain point.
@@ -37,4 +37,4 @@ std::string svg_chart(const std::string& title, const std::vector<ChartLine>& li
 // The text with <, >, & and " escaped for HTML.
 std::string html_escape(const std::string& s);
 
-}  // namespace hlat::detectors
+}  // namespace hlat::report

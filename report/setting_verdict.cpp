@@ -1,6 +1,6 @@
-#include "detectors/setting_verdict.h"
+#include "report/setting_verdict.h"
 
-#include "detectors/report_chart.h"
+#include "report/report_chart.h"
 
 #include <boost/math/distributions/students_t.hpp>
 #include <fmt/format.h>
@@ -9,7 +9,7 @@
 #include <map>
 #include <set>
 
-namespace hlat::detectors {
+namespace hlat::report {
 
 namespace {
 
@@ -183,4 +183,4 @@ std::string settings_html(const std::vector<SettingSummary>& settings) {
                "update rounded away, mean over the last 50 steps (pure bf16 modes only).</p>";
 }
 
-}  // namespace hlat::detectors
+}  // namespace hlat::report

@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-namespace hlat::detectors {
+namespace hlat::session {
 
 class Webhook {
   public:
@@ -32,4 +32,4 @@ class Webhook {
     std::thread thread_;
 };
 
-}  // namespace hlat::detectors
+}  // namespace hlat::session

@@ -6,14 +6,14 @@
 // curves as inline SVG. Used by `hlat compare`.
 #pragma once
 
-#include "detectors/report_chart.h"
+#include "report/report_chart.h"
 #include "telemetry/reader.h"
 
 #include <map>
 #include <string>
 #include <vector>
 
-namespace hlat::detectors {
+namespace hlat::report {
 
 // One checkpoint evaluation of a metric (`hlat eval --watch`).
 struct EvalPoint {
@@ -79,4 +79,4 @@ std::map<std::string, std::vector<std::string>> config_differences(telemetry::Re
 std::string postmortem_html(const std::vector<RunPostmortem>& runs,
                             const std::map<std::string, std::vector<std::string>>& differences);
 
-}  // namespace hlat::detectors
+}  // namespace hlat::report

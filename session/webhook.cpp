@@ -1,4 +1,4 @@
-#include "detectors/webhook.h"
+#include "session/webhook.h"
 
 #include <civetweb.h>
 #include <fmt/format.h>
@@ -8,7 +8,7 @@
 #include <chrono>
 #include <stdexcept>
 
-namespace hlat::detectors {
+namespace hlat::session {
 
 Webhook::Webhook(const std::string& url, std::string run_name) : run_name_(std::move(run_name)) {
     const std::string scheme = "http://";
@@ -79,4 +79,4 @@ void Webhook::run() {
     }
 }
 
-}  // namespace hlat::detectors
+}  // namespace hlat::session

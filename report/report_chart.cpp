@@ -1,11 +1,11 @@
-#include "detectors/report_chart.h"
+#include "report/report_chart.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 
-namespace hlat::detectors {
+namespace hlat::report {
 
 Curve envelopes(const std::vector<std::pair<double, double>>& points, size_t max_buckets) {
     Curve out;
@@ -121,4 +121,4 @@ std::string svg_chart(const std::string& title, const std::vector<ChartLine>& li
     return out + "</svg>";
 }
 
-}  // namespace hlat::detectors
+}  // namespace hlat::report

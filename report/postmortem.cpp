@@ -1,8 +1,8 @@
-#include "detectors/postmortem.h"
+#include "report/postmortem.h"
 
 #include "detectors/detector.h"
-#include "detectors/report_chart.h"
-#include "detectors/setting_verdict.h"
+#include "report/report_chart.h"
+#include "report/setting_verdict.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -14,7 +14,7 @@
 #include <set>
 #include <stdexcept>
 
-namespace hlat::detectors {
+namespace hlat::report {
 
 namespace {
 
@@ -268,7 +268,7 @@ std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vect
             size_t q = grad.size() / 4;
             p.grad_trend = mean(grad.end() - q, grad.end()) / mean(grad.begin() + q, grad.begin() + 2 * q);
         }
-        p.spike_lengths = spike_episode_lengths(grad, 20, SpikeRule::Additive, 0.1);
+        p.spike_lengths = detectors::spike_episode_lengths(grad, 20, detectors::SpikeRule::Additive, 0.1);
         for (auto& [len, n] : p.spike_lengths) p.spike_episodes += n;
         if (p.spike_episodes) p.one_step_spike_share = (double)p.spike_lengths[1] / p.spike_episodes;
         for (const auto& a : reader.alerts(run->id)) p.alerts[a.kind]++, p.alert_steps.push_back(a.step);
@@ -433,4 +433,4 @@ code{font-size:12px}</style></head><body><h1>hlat post-mortem</h1>)";
     return h + "</table></body></html>\n";
 }
 
-}  // namespace hlat::detectors
+}  // namespace hlat::report

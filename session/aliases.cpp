@@ -1,0 +1,74 @@
+#include "session/aliases.h"
+
+#include <unordered_map>
+
+namespace hlat::session {
+
+// Exact names as each tool writes them. Left out on purpose: Megatron's
+// "throughput" (TFLOP/s per GPU, not tokens), and names whose meaning varies
+// between tools ("perplexity", "epoch").
+const std::vector<std::pair<std::string, std::string>>& alias_table() {
+    static const std::vector<std::pair<std::string, std::string>> table = {
+        // training loss
+        {"train/loss", "loss"},                    // Hugging Face Trainer (TensorBoard, W&B), nanoGPT, W&B habit
+        {"train_loss", "loss"},                    // Lightning, Hugging Face's log_history
+        {"loss/train", "loss"},                    // TensorBoard habit
+        {"lm loss", "loss"},                       // Megatron-LM
+        {"lm-loss", "loss"},
+        {"loss_metrics/global_avg_loss", "loss"},  // torchtitan
+        {"train/CrossEntropyLoss", "loss"},        // OLMo
+        {"train/CE loss", "loss"},                 // OLMo-core
+        {"Train/Samples/train_loss", "loss"},      // DeepSpeed's monitor
+        // gradient norm (before clipping)
+        {"train/grad_norm", "grad_norm"},          // Hugging Face Trainer
+        {"grad-norm", "grad_norm"},                // Megatron-LM
+        {"grad norm", "grad_norm"},
+        {"total_norm", "grad_norm"},               // torch.nn.utils.clip_grad_norm_'s return value, by habit
+        {"gradient_norm", "grad_norm"},
+        {"optim/total_grad_norm", "grad_norm"},    // OLMo
+        {"optim/total grad norm", "grad_norm"},    // OLMo-core
+        // learning rate
+        {"learning_rate", "lr"},                   // Hugging Face Trainer's log_history
+        {"train/learning_rate", "lr"},             // Hugging Face Trainer (TensorBoard, W&B)
+        {"train/lr", "lr"},
+        {"learning-rate", "lr"},                   // Megatron-LM
+        {"lr-AdamW", "lr"},                        // Lightning's LearningRateMonitor
+        {"optim/learning_rate_group0", "lr"},      // OLMo
+        {"optim/LR (group 0)", "lr"},              // OLMo-core
+        {"Train/Samples/lr", "lr"},                // DeepSpeed's monitor
+        // held-out (validation) loss
+        {"val/loss", "heldout_loss"},              // nanoGPT, W&B habit
+        {"val_loss", "heldout_loss"},              // Lightning
+        {"loss/val", "heldout_loss"},
+        {"eval/loss", "heldout_loss"},             // Hugging Face Trainer (TensorBoard, W&B)
+        {"eval_loss", "heldout_loss"},             // Hugging Face's log_history
+        {"validation/loss", "heldout_loss"},
+        {"lm loss validation", "heldout_loss"},    // Megatron-LM
+        // tokens and speed
+        {"tokens", "tokens_seen"},
+        {"num_tokens", "tokens_seen"},
+        {"train/num_input_tokens_seen", "tokens_seen"},  // Hugging Face Trainer
+        {"num_input_tokens_seen", "tokens_seen"},
+        {"throughput(tps)", "tokens_per_s"},       // torchtitan
+        {"tps", "tokens_per_s"},
+        {"tokens_per_second", "tokens_per_s"},
+        {"tok/s", "tokens_per_s"},
+        // parameter norm
+        {"params-norm", "param_norm"},             // Megatron-LM
+    };
+    return table;
+}
+
+std::optional<std::string> alias_of(const std::string& name) {
+    static const std::unordered_map<std::string, std::string> index = [] {
+        std::unordered_map<std::string, std::string> m;
+        for (const auto& [alias, key] : alias_table())
+            if (alias != key) m.emplace(alias, key);
+        return m;
+    }();
+    auto it = index.find(name);
+    if (it == index.end()) return std::nullopt;
+    return it->second;
+}
+
+}  // namespace hlat::session

@@ -1,0 +1,253 @@
+#include "session/run_session.h"
+
+#include "session/aliases.h"
+#include "session/replay.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <map>
+
+namespace hlat::session {
+
+using telemetry::now_seconds;
+
+// Distinct keys kept for the unwatched notice: enough to recognise a naming scheme.
+constexpr size_t kKeysNamed = 12;
+
+detectors::DetectorsConfig detectors_of(const telemetry::RunRecord& run) {
+    nlohmann::json config = nlohmann::json::parse(run.config, nullptr, false);
+    if (config.is_object() && config.contains("detectors")) return detectors::detectors_from_json(config["detectors"]);
+    return {};
+}
+
+const char* end_event_kind(const std::string& status) {
+    if (status == "crashed") return "crash";
+    if (status == "halted") return "halt";
+    if (status == "stale") return "stale";
+    return "stop";
+}
+
+RunSession::RunSession(telemetry::Writer* writer, telemetry::RunRecord run, SessionOptions options)
+    : writer_(writer), run_(std::move(run)), options_(std::move(options)), suite_(detectors_of(run_)) {
+    const std::string url = detectors_of(run_).webhook;
+    if (!url.empty()) webhook_ = std::make_unique<Webhook>(url, run_.name);
+}
+
+RunSession::~RunSession() = default;
+
+std::unique_ptr<RunSession> RunSession::open(telemetry::Writer* writer, const telemetry::RunRecord& run,
+                                             const Opening& opening, SessionOptions options) {
+    const bool catch_up = options.catch_up && opening.resume;
+    std::unique_ptr<RunSession> s(new RunSession(writer, run, std::move(options)));
+    if (!writer) return s;
+    bool existed = false;
+    if (opening.kind.empty()) existed = telemetry::Reader(writer->path()).find_run(run.name).has_value();
+    s->run_.id = writer->open_run(run, opening.resume);
+    const std::string kind = !opening.kind.empty() ? opening.kind : existed ? "restart" : "start";
+    s->store_event({kind, opening.step, opening.wall_time > 0 ? opening.wall_time : now_seconds(), opening.detail});
+    writer->flush();  // the run is visible to readers before the first step
+    if (catch_up) {
+        telemetry::Reader reader(writer->path());
+        s->catch_up(reader);
+    }
+    return s;
+}
+
+std::unique_ptr<RunSession> RunSession::attach(telemetry::Writer& writer, telemetry::Reader& reader,
+                                               const telemetry::RunRecord& stored, SessionOptions options) {
+    const bool catch_up = options.catch_up;
+    std::unique_ptr<RunSession> s(new RunSession(&writer, stored, std::move(options)));
+    if (catch_up) s->catch_up(reader);
+    return s;
+}
+
+// The stored steps through the detectors, raising nothing. The last one is
+// held open like a batch's last (a feeder may have stopped mid-step); its
+// alerts are in the store already.
+void RunSession::catch_up(telemetry::Reader& reader) {
+    std::optional<detectors::StepView> last;
+    for_each_stored_step(reader, run_.id, suite_, [&](const detectors::StepView& v) {
+        watched_ = true;
+        steps_seen_++;
+        if (last) suite_.observe(*last);
+        last = v;
+    });
+    if (!last) return;
+    last_step_ = last->step;
+    if (options_.whole_steps) {
+        suite_.observe(*last);
+        return;
+    }
+    open_ = OpenStep{*last, suite_.state(), {}};
+    for (const telemetry::Alert& a : reader.alerts(run_.id))
+        if (a.step == last->step) open_->raised.insert(a.kind);
+    suite_.observe(*last);
+}
+
+// Another trainer's name for one of hlat's keys becomes that key, unless the
+// same step has the key under its own name (then both are kept as written).
+void RunSession::rename_aliases(std::vector<telemetry::MetricPoint>& points) {
+    std::set<std::pair<int64_t, std::string>> present;
+    for (const telemetry::MetricPoint& p : points)
+        if (!alias_of(p.key)) present.insert({p.step, p.key});
+    for (telemetry::MetricPoint& p : points) {
+        std::optional<std::string> key = alias_of(p.key);
+        if (!key || !present.insert({p.step, *key}).second) continue;
+        if (aliases_used_.insert(p.key).second)
+            spdlog::info("run \"{}\": \"{}\" is read as hlat's \"{}\"", run_.name, p.key, *key);
+        p.key = *key;
+    }
+}
+
+std::vector<Fired> RunSession::ingest(std::vector<telemetry::MetricPoint> points, std::vector<telemetry::Event> events) {
+    rename_aliases(points);
+    note_keys(points);
+    std::vector<Fired> fired = detect(steps_from(points, events, suite_));
+    const int64_t step = points.empty() ? last_step_ : points.back().step;
+    if (writer_ && !points.empty()) writer_->metrics(run_.id, std::move(points));
+    for (telemetry::Event& e : events) store_event(std::move(e));
+    if (options_.heartbeat_seconds > 0 && now_seconds() - last_heartbeat_ >= options_.heartbeat_seconds)
+        store_event({"heartbeat", step, now_seconds(), ""});
+    for (Fired& f : fired) route(f);
+    return fired;
+}
+
+std::vector<Fired> RunSession::step(int64_t step, const StepPoints& s) {
+    const double t = now_seconds();
+    std::vector<telemetry::MetricPoint> points;
+    points.reserve(s.values.size());
+    for (const auto& [key, value] : s.values) points.push_back({key, step, value, t});
+    std::vector<telemetry::Event> events;
+    for (const auto& [kind, detail] : s.events) events.push_back({kind, step, t, detail});
+    return ingest(std::move(points), std::move(events));
+}
+
+// Remembers which keys the run has, and says once (log, store) when two steps
+// in none of them feeds a detector: a run that succeeds silently unwatched is
+// the failure this guards against.
+void RunSession::note_keys(const std::vector<telemetry::MetricPoint>& points) {
+    for (const telemetry::MetricPoint& p : points) {
+        if (p.step != last_step_) steps_seen_++, last_step_ = p.step;
+        if (suite_.reads(p.key)) watched_ = true;
+        if (seen_keys_.size() < kKeysNamed) seen_keys_.insert(p.key);
+    }
+    if (watched_ || steps_seen_ < 2 || !unwatched_notice_.empty()) return;
+    std::string keys;
+    for (const std::string& k : seen_keys_) keys += (keys.empty() ? "" : ", ") + k;
+    unwatched_notice_ = fmt::format(
+        "run \"{}\" is not watched: none of its keys ({}) feeds a detector. The detectors read loss, grad_norm, lr, "
+        "heldout_loss, ... (or the names torchtitan, Megatron, Hugging Face and W&B use: docs/ingest.md); name yours "
+        "with --map LOG_NAME=HLAT_NAME",
+        run_.name, keys);
+    spdlog::warn("{}", unwatched_notice_);
+    store_event({"unwatched", last_step_, now_seconds(), unwatched_notice_});
+}
+
+// The views through the detectors, the open step continued if the first
+// view is more of it.
+std::vector<Fired> RunSession::detect(std::vector<detectors::StepView> steps) {
+    std::vector<Fired> fired;
+    if (steps.empty()) return fired;
+    if (options_.whole_steps) {
+        for (const detectors::StepView& v : steps)
+            for (Fired& f : suite_.observe(v)) fired.push_back(std::move(f));
+        return fired;
+    }
+    std::set<std::string> raised;
+    if (open_ && steps.front().step == open_->view.step) {
+        suite_.restore(open_->before);
+        open_->view.merge(steps.front());
+        steps.front() = std::move(open_->view);
+        raised = std::move(open_->raised);
+    }
+    for (size_t i = 0; i < steps.size(); i++) {
+        const bool last = i + 1 == steps.size();
+        nlohmann::json before = last ? suite_.state() : nlohmann::json();
+        if (i > 0) raised.clear();
+        for (Fired& f : suite_.observe(steps[i]))
+            if (raised.insert(f.alert.kind).second) fired.push_back(std::move(f));
+        if (last) open_ = OpenStep{std::move(steps[i]), std::move(before), std::move(raised)};
+    }
+    return fired;
+}
+
+// One alert to every place it goes, once. The first halting one files a halt
+// request in the store: what the HTTP reply, the page and a follower read.
+void RunSession::route(Fired& f) {
+    telemetry::Alert& a = f.alert;
+    a.wall_time = now_seconds();
+    const bool halt = f.policy == detectors::Policy::Halt;
+    spdlog::log(a.severity == "critical" ? spdlog::level::err : spdlog::level::warn, "ALERT {} at step {}: {}{}",
+                a.kind, a.step, a.message, halt ? " -> halt" : "");
+    if (writer_) writer_->alert(run_.id, a);
+    if (webhook_) webhook_->post(a);
+    if (options_.on_alert) options_.on_alert(a);
+    if (!halt || !halt_reason_.empty()) return;
+    halt_reason_ = fmt::format("detector {} at step {}: {}", a.kind, a.step, a.message);
+    if (writer_) writer_->request_halt(run_.id, halt_reason_);
+}
+
+void RunSession::raise(telemetry::Alert alert, detectors::Policy policy) {
+    Fired f{std::move(alert), policy};
+    route(f);
+}
+
+std::optional<std::string> RunSession::poll_halt_request() {
+    if (!writer_) return std::nullopt;
+    if (!halt_reader_) halt_reader_ = std::make_unique<telemetry::Reader>(writer_->path());
+    std::optional<std::string> who = halt_reader_->pending_halt(run_.id);
+    if (!who) return std::nullopt;
+    writer_->mark_halt_handled(run_.id);
+    if (halting()) return std::nullopt;  // our own request, or one after it
+    return who;
+}
+
+void RunSession::halt(int64_t step, const std::string& reason) {
+    if (halt_reason_.empty()) halt_reason_ = reason;
+    if (!writer_) return;
+    writer_->mark_halt_handled(run_.id);
+    store_event({"halt", step, now_seconds(), reason});
+    halt_event_written_ = true;
+}
+
+void RunSession::rank_values(int64_t step, const std::string& key, const std::vector<double>& per_rank) {
+    if (!writer_) return;
+    const double t = now_seconds();
+    for (size_t r = 0; r < per_rank.size(); r++) writer_->rank_metric(run_.id, {key, step, (int)r, per_rank[r], t});
+}
+
+void RunSession::store_event(telemetry::Event e) {
+    if (!writer_) return;
+    last_heartbeat_ = now_seconds();
+    writer_->event(run_.id, std::move(e));
+}
+
+void RunSession::event(const std::string& kind, int64_t step, const std::string& detail) {
+    store_event({kind, step, now_seconds(), detail});
+}
+
+void RunSession::checkpoint(int64_t step, const std::string& path) {
+    if (!writer_) return;
+    writer_->checkpoint(run_.id, {step, path, now_seconds()});
+    store_event({"checkpoint", step, now_seconds(), path});
+}
+
+void RunSession::eval(telemetry::EvalRecord record) {
+    if (writer_) writer_->eval(run_.id, std::move(record));
+}
+
+void RunSession::finish(const std::string& status, int64_t step, const std::string& detail, double wall_time) {
+    if (!writer_) return;
+    const double t = wall_time > 0 ? wall_time : now_seconds();
+    if (!(status == "halted" && halt_event_written_)) writer_->event(run_.id, {end_event_kind(status), step, t, detail});
+    writer_->set_status(run_.id, status, now_seconds());
+    writer_->mark_halt_handled(run_.id);
+    writer_->flush();
+}
+
+void RunSession::flush() {
+    if (writer_) writer_->flush();
+}
+
+}  // namespace hlat::session

@@ -1,0 +1,166 @@
+// A run's session: the one road for a run's numbers. Every source (the
+// embedded trainer, `hlat ingest` of a file or a followed log, the HTTP
+// endpoint behind the Python client) opens or attaches to its run here and
+// hands over each step as named points plus events. The session renames
+// other trainers' names to hlat's keys (aliases.h), stores the points, runs
+// the detectors on those same points, routes each alert once (the log, the
+// store, which the page's live stream reads, the webhook, the caller's own
+// sink, and a halt), answers the run's halt state, and ends the run with a
+// true status. `hlat detect` replays a stored run through the same detectors
+// (replay.h), so online, ingest, HTTP and replay raise the same alerts.
+//
+// A step may arrive cut across batches (a followed log read mid-step, a
+// client flushing by size, a server restarted mid-step): the last step of a
+// batch is held open with the detectors' state before it, and when the next
+// batch brings more of it the detectors go back and see the merged step once
+// (an alert its first part raised is not raised again).
+//
+// Not thread-safe: one caller at a time (the HTTP endpoint holds a lock).
+#pragma once
+
+#include "detectors/detector.h"
+#include "session/webhook.h"
+#include "telemetry/reader.h"
+#include "telemetry/writer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace hlat::session {
+
+using detectors::Fired;
+
+// The event that opens a run's segment of training, from which uptime is
+// computed: "start", or "restart" for a run that comes back.
+struct Opening {
+    bool resume = false;     // continue the stored run of that name (else it is replaced)
+    std::string kind;        // "start" or "restart"; "" restarts a run the store had, else starts
+    int64_t step = 0;
+    double wall_time = 0.0;  // 0: now
+    std::string detail;
+};
+
+struct SessionOptions {
+    // Replay the run's stored steps through the detectors before the first
+    // new one, raising nothing, so their windows are as full as if they had
+    // never stopped (a feeder that comes back, a restarted server). The
+    // trainer restores them from its checkpoint instead.
+    bool catch_up = true;
+    // Every batch holds whole steps (the trainer): no step is held open.
+    bool whole_steps = false;
+    // A heartbeat event this often while steps arrive; 0 never. The trainer's
+    // process may die without a word: heartbeats bound the time counted as up.
+    double heartbeat_seconds = 0.0;
+    // Besides the log, the store and the webhook (the trainer's metrics JSONL).
+    std::function<void(const telemetry::Alert&)> on_alert;
+};
+
+// One step's points as a source measures them (the trainer's hooks add to it).
+struct StepPoints {
+    std::vector<std::pair<std::string, double>> values;
+    std::vector<std::pair<std::string, std::string>> events;  // kind, detail
+    void add(std::string key, double value) { values.emplace_back(std::move(key), value); }
+    void note(std::string kind, std::string detail) { events.emplace_back(std::move(kind), std::move(detail)); }
+};
+
+class RunSession {
+  public:
+    // Creates the run (or, with opening.resume, continues the stored one) and
+    // writes its opening event. `writer` may be null: a run with no store
+    // (detection, the log and the webhook only).
+    static std::unique_ptr<RunSession> open(telemetry::Writer* writer, const telemetry::RunRecord& run,
+                                            const Opening& opening, SessionOptions options = {});
+    // A run the store has (stored.id set), fed again: catches up from `reader`.
+    static std::unique_ptr<RunSession> attach(telemetry::Writer& writer, telemetry::Reader& reader,
+                                              const telemetry::RunRecord& stored, SessionOptions options = {});
+    ~RunSession();
+    RunSession(const RunSession&) = delete;
+
+    // A batch of points (any steps, in order) and events: stored, detected,
+    // alerts routed. Returns the alerts raised. Flushes nothing.
+    std::vector<Fired> ingest(std::vector<telemetry::MetricPoint> points, std::vector<telemetry::Event> events = {});
+    // One whole step, stamped now.
+    std::vector<Fired> step(int64_t step, const StepPoints& points);
+    // One value per rank of a key (stored; no detector reads them).
+    void rank_values(int64_t step, const std::string& key, const std::vector<double>& per_rank);
+    // An alert raised outside the detectors (a halt asked for from the page).
+    void raise(telemetry::Alert alert, detectors::Policy policy);
+
+    // Who asked (from the page or the API) for this run to halt since the
+    // last call; the request is then marked handled. nullopt while halting.
+    std::optional<std::string> poll_halt_request();
+    bool halting() const { return !halt_reason_.empty(); }
+    // The first halt-policy alert as a sentence ("detector grad_spike at step
+    // 40: ..."); "" while none.
+    const std::string& halt_reason() const { return halt_reason_; }
+    // Records that the run halts now (its "halt" event; the end status follows in finish).
+    void halt(int64_t step, const std::string& reason);
+
+    void event(const std::string& kind, int64_t step, const std::string& detail);
+    void checkpoint(int64_t step, const std::string& path);
+    void eval(telemetry::EvalRecord record);
+    // Ends the run: finished, stopped, halted, crashed or stale, with its
+    // event (dated `wall_time`, 0 = now), and marks any halt request handled.
+    void finish(const std::string& status, int64_t step, const std::string& detail, double wall_time = 0.0);
+    // Waits until everything so far is committed.
+    void flush();
+
+    // The detectors' windows, for checkpoints; restore() takes what it gave.
+    nlohmann::json detector_state() const { return suite_.state(); }
+    void restore_detectors(const nlohmann::json& state) { suite_.restore(state); }
+    // Whether any point so far fed a detector, and if none did once the run
+    // had two steps, the sentence that said so (logged and stored once).
+    bool watched() const { return watched_; }
+    const std::string& unwatched_notice() const { return unwatched_notice_; }
+    int64_t run_id() const { return run_.id; }
+    const telemetry::RunRecord& run() const { return run_; }
+
+  private:
+    RunSession(telemetry::Writer* writer, telemetry::RunRecord run, SessionOptions options);
+    void catch_up(telemetry::Reader& reader);
+    void rename_aliases(std::vector<telemetry::MetricPoint>& points);
+    std::vector<Fired> detect(std::vector<detectors::StepView> steps);
+    void route(Fired& fired);
+    void note_keys(const std::vector<telemetry::MetricPoint>& points);
+    void store_event(telemetry::Event e);
+
+    // The last step seen, which the next batch may carry more of: the
+    // detectors' state before it and the alerts it raised (not raised again).
+    struct OpenStep {
+        detectors::StepView view;
+        nlohmann::json before;
+        std::set<std::string> raised;
+    };
+
+    telemetry::Writer* writer_;
+    telemetry::RunRecord run_;
+    SessionOptions options_;
+    detectors::DetectorSuite suite_;
+    std::unique_ptr<Webhook> webhook_;
+    std::optional<OpenStep> open_;
+    std::unique_ptr<telemetry::Reader> halt_reader_;  // polls for halt requests
+    std::string halt_reason_;
+    bool halt_event_written_ = false;
+    bool watched_ = false;
+    std::set<std::string> seen_keys_;  // for the unwatched notice, bounded
+    std::set<std::string> aliases_used_;
+    int64_t steps_seen_ = 0, last_step_ = -1;
+    std::string unwatched_notice_;
+    double last_heartbeat_ = 0.0;
+};
+
+// The run's detector settings: its config's "detectors" section, or the
+// defaults. Throws DetectorConfigError for a bad section.
+detectors::DetectorsConfig detectors_of(const telemetry::RunRecord& run);
+
+// "finished" -> "stop", "crashed" -> "crash", "halted" -> "halt", "stale" -> "stale", ...
+const char* end_event_kind(const std::string& status);
+
+}  // namespace hlat::session
