@@ -16,6 +16,7 @@ import atexit
 import collections
 import http.client
 import json
+import logging
 import os
 import shutil
 import signal
@@ -28,6 +29,7 @@ import time
 import urllib.parse
 
 HALT_EXIT_CODE = 3  # `hlat ingest --follow --on-halt exit` and a halted `hlat train`
+_log = logging.getLogger("hlat")
 DYING_FLUSH_S = 2.0    # how long a dying process waits for its queue before it reports the run's end
 DYING_REQUEST_S = 2.0  # and for the server's answer to that report (both well inside the 5 s the issue asks)
 
@@ -133,6 +135,7 @@ class Run:
         self._closed = False
         self._finishing = False    # finish() is under way (a signal may arrive in the middle of it)
         self._abandoned = False    # a dying process gave up on what is still queued
+        self._unwatched_said = False
         self._pid = os.getpid()    # a forked child (a DataLoader worker) must not end its parent's run
         self._error = None
         self.stats = {"batches": 0, "values": 0, "retries": 0, "alerts": 0}
@@ -364,6 +367,10 @@ class Run:
             self.alerts.append(alert)
             self.stats["alerts"] += 1
             print(f"hlat: ALERT {alert['kind']} at step {alert['step']}: {alert['message']}", file=sys.stderr)
+        unwatched = reply.get("unwatched")
+        if unwatched and not self._unwatched_said:  # e.g. keys no detector reads: said once per run
+            self._unwatched_said = True
+            _log.warning("hlat: %s", unwatched)
         if reply.get("state") == "halt" and self._halt_reason is None:
             halt = reply.get("halt", {})
             self._halt_reason = halt.get("reason", "halt requested")

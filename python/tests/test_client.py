@@ -3,12 +3,16 @@ injected lr spike is halted by the detector within 2 steps; a halt pressed throu
 stops a clean loop the same way; the causality probe flags a leaking mask before step 1.
 A client process that dies of an uncaught exception or SIGTERM leaves its run "crashed"
 within 5 s of its exit, with every step it logged; Ctrl-C leaves it "stopped", a normal exit
-without finish() "finished"."""
+without finish() "finished". A server reply's "unwatched" sentence is logged once."""
+import http.server
+import json
+import logging
 import math
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -263,6 +267,64 @@ class RunEnds(unittest.TestCase):
         runs = {r["name"]: r for r in self.server.get("/api/v1/runs")["runs"]}
         self.assertEqual(runs["twice"]["status"], "finished")
         self.assertEqual(len(self.server.get("/api/v1/runs/twice/events")["events"]), 2, "start and one stop")
+
+
+class _FakeServer(http.server.ThreadingHTTPServer):
+    """Answers start, ingest and finish like hlat serve, with `extra` in every ingest reply."""
+
+    def __init__(self, extra):
+        self.extra, self.ingests = extra, 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                reply = {"state": "running"}
+                if self.path.endswith("/ingest"):
+                    self.server.ingests += 1
+                    reply.update(alerts=[], **self.server.extra)
+                body = json.dumps(reply).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def url(self):
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class UnwatchedKeys(unittest.TestCase):
+    SENTENCE = "run \"u\": no detector reads its keys (train/loss, train/lr)"
+
+    def send_three_batches(self, extra):
+        server = _FakeServer(extra)
+        try:
+            run = hlat.init("u", url=server.url(), token=TOKEN)
+            for step in range(3):
+                run.log({"train/loss": 1.0, "train/lr": 0.1}, step=step)
+                run.flush()
+            run.finish()
+            self.assertEqual(server.ingests, 3)
+        finally:
+            server.shutdown()
+            server.server_close()
+
+    def test_the_unwatched_sentence_is_logged_once(self):
+        with self.assertLogs("hlat", logging.WARNING) as logs:
+            self.send_three_batches({"unwatched": self.SENTENCE})
+        self.assertEqual(logs.output, [f"WARNING:hlat:hlat: {self.SENTENCE}"])
+
+    def test_a_reply_without_it_logs_nothing(self):
+        with self.assertNoLogs("hlat", logging.WARNING):
+            self.send_three_batches({})
 
 
 if __name__ == "__main__":
