@@ -32,6 +32,8 @@ HALT_EXIT_CODE = 3  # `hlat ingest --follow --on-halt exit` and a halted `hlat t
 _log = logging.getLogger("hlat")
 DYING_FLUSH_S = 2.0    # how long a dying process waits for its queue before it reports the run's end
 DYING_REQUEST_S = 2.0  # and for the server's answer to that report (both well inside the 5 s the issue asks)
+EXIT_FLUSH_S = 10.0    # a normal exit without finish(): how long it waits for the queue (a dead server
+                       # must not hold the interpreter's exit for finish()'s 30 s)
 
 
 class HaltRequested(Exception):
@@ -242,18 +244,19 @@ class Run:
         self._closed = True
         _forget(self)
 
-    def _end_dying(self, status, detail):
-        """Ends the run from a dying process (uncaught exception, SIGTERM): every wait bounded
-        (DYING_FLUSH_S for the queue, DYING_REQUEST_S for the answer), nothing raised."""
+    def _end_dying(self, status, detail, flush_s=DYING_FLUSH_S):
+        """Ends the run from a process on its way out (uncaught exception, SIGTERM, exit): every
+        wait bounded (flush_s for the queue, DYING_REQUEST_S for the answer), nothing raised;
+        the run ends even when records are left unsent, and the detail says how many."""
         if self._closed or self._finishing or self._pid != os.getpid():
             return
         self._finishing = True
         try:
             if self.rank == 0:
                 try:
-                    self.flush(DYING_FLUSH_S)
+                    self.flush(flush_s)
                 except TimeoutError:
-                    detail += f" ({len(self._queue)} records unsent after {DYING_FLUSH_S:g} s)"
+                    detail = f"{detail} ({len(self._queue)} records unsent after {flush_s:g} s)".strip()
                 self._abandoned = True  # the sender stops: a late batch would make the run running again
                 self._report_end(status, detail, join_s=0.5, request_s=DYING_REQUEST_S)
         except Exception as e:  # the process is dying of something else: say this, do not mask that
@@ -457,7 +460,8 @@ def _install_hooks(run):
     - SIGTERM: "crashed", then the process dies of SIGTERM as it would have (exit status -15).
       Installed only when SIGTERM has its default action and init runs on the main thread:
       a handler of the program's own is left alone, and decides;
-    - a normal interpreter exit without finish() (atexit): "finished", after sending everything.
+    - a normal interpreter exit without finish() (atexit): "finished", after sending what is
+      queued (at most EXIT_FLUSH_S).
     """
     global _previous_excepthook
     if run.rank != 0:
@@ -512,12 +516,7 @@ def _on_sigterm(signum, frame):
 
 def _on_exit():
     for run in list(_live):
-        if run._pid != os.getpid():
-            continue
-        try:
-            run.finish()
-        except Exception as e:
-            print(f"hlat: could not finish run {run.name!r} at exit: {e}", file=sys.stderr)
+        run._end_dying("halted" if run._halted else "finished", run._halted or "", flush_s=EXIT_FLUSH_S)
 
 
 def init(name, url=None, token=None, store=None, config=None, precision=None, meta=None, detectors=None,
