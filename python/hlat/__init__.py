@@ -11,6 +11,9 @@
 sends them in batches to `hlat serve`, whose detectors answer with the run's
 state. A halt (a detector with the halt policy, or a person on the page)
 raises HaltRequested at the next `log` or `should_stop` on every rank.
+A run the script does not finish() is ended for it: "crashed" by an uncaught
+exception or SIGTERM, "stopped" by Ctrl-C, "finished" at a normal exit
+(docs/external-trainers.md, "How a run ends").
 PyTorch probes (gradient norms, replica hashes, TP drift, causality) are in
 `hlat.torch`.
 """

@@ -6,12 +6,20 @@ POST /api/v1/runs/{run}/ingest. Each reply carries the run's state; a halt
 sets a flag that the next log() or should_stop() turns into HaltRequested,
 agreed across ranks when torch.distributed is initialised. Without a server,
 store= writes a local store through `hlat ingest --follow`.
+
+A run not finished by the program is ended for it (see _install_hooks): an
+uncaught exception ends it "crashed" (Ctrl-C's KeyboardInterrupt "stopped", an
+uncaught HaltRequested "halted"), SIGTERM "crashed", a normal interpreter exit
+"finished"; each first sends what is queued (at most 2 s when dying).
 """
+import atexit
 import collections
 import http.client
 import json
+import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +29,11 @@ import time
 import urllib.parse
 
 HALT_EXIT_CODE = 3  # `hlat ingest --follow --on-halt exit` and a halted `hlat train`
+_log = logging.getLogger("hlat")
+DYING_FLUSH_S = 2.0    # how long a dying process waits for its queue before it reports the run's end
+DYING_REQUEST_S = 2.0  # and for the server's answer to that report (both well inside the 5 s the issue asks)
+EXIT_FLUSH_S = 10.0    # a normal exit without finish(): how long it waits for the queue (a dead server
+                       # must not hold the interpreter's exit for finish()'s 30 s)
 
 
 class HaltRequested(Exception):
@@ -44,8 +57,12 @@ class _HttpTransport:
             raise ValueError(f"hlat url {url!r}: expected http://HOST:PORT")
         self.host, self.port = parsed.hostname, parsed.port or 80
         self.prefix = parsed.path.rstrip("/")
-        self.token, self.timeout = token, timeout
+        self.url, self.token, self.timeout = url, token, timeout
         self.conn = None
+
+    def another(self, timeout):
+        """A second connection to the same server, for a thread that must not share this one."""
+        return _HttpTransport(self.url, self.token, timeout)
 
     def request(self, method, path, body=b"", content_type="application/json"):
         headers = {"Content-Type": content_type, "X-HLAT-Token": self.token or ""}
@@ -118,6 +135,10 @@ class Run:
         self._halted = None        # the reason every rank agreed on
         self._last_step = 0
         self._closed = False
+        self._finishing = False    # finish() is under way (a signal may arrive in the middle of it)
+        self._abandoned = False    # a dying process gave up on what is still queued
+        self._unwatched_said = False
+        self._pid = os.getpid()    # a forked child (a DataLoader worker) must not end its parent's run
         self._error = None
         self.stats = {"batches": 0, "values": 0, "retries": 0, "alerts": 0}
         self.alerts = []           # alerts the server raised on this run's records
@@ -142,6 +163,7 @@ class Run:
                  "host": socket.gethostname()}).encode())
         self._sender = threading.Thread(target=self._send_loop, name="hlat-sender", daemon=True)
         self._sender.start()
+        _install_hooks(self)
 
     # -- the training thread ------------------------------------------------
 
@@ -198,23 +220,69 @@ class Run:
         if self._queue:
             raise TimeoutError(f"hlat: {len(self._queue)} records still unsent after {timeout} s")
 
-    def finish(self, status=None, detail=""):
-        """Sends what is queued and ends the run: finished, or halted after a HaltRequested."""
-        if self._closed:
+    def finish(self, status=None, detail="", timeout=30.0):
+        """Sends what is queued and ends the run: finished, or halted after a HaltRequested.
+
+        Calling it again does nothing. A run the program does not finish is ended for it:
+        "crashed" by an uncaught exception or SIGTERM, "stopped" by an uncaught
+        KeyboardInterrupt (Ctrl-C), "halted" by an uncaught HaltRequested, "finished" when the
+        interpreter exits normally (sys.exit(n) included: the exit code is not visible to Python).
+        Raises TimeoutError, leaving the run open, when the queue is not sent within `timeout` s.
+        """
+        if self._closed or self._finishing:
             return
         status = status or ("halted" if self._halted else "finished")
-        if self.rank == 0:
-            self.flush()
-            self._closed = True
-            self._wake.set()
-            self._sender.join(timeout=5)
-            body = json.dumps({"status": status, "step": self._last_step, "detail": detail or (self._halted or "")})
-            if self._transport:
-                self._transport.request("POST", f"/api/v1/runs/{_quote(self.name)}/finish", body.encode())
-                self._transport.close()
-            if self._local:
-                self._local.close(status)
+        self._finishing = True
+        try:
+            if self.rank == 0:
+                self.flush(timeout)
+                self._report_end(status, detail or (self._halted or ""))
+        finally:
+            self._finishing = False
+            if self._closed:  # ended, even if hlat's answer failed; a timed-out flush leaves it open
+                _forget(self)
         self._closed = True
+        _forget(self)
+
+    def _end_dying(self, status, detail, flush_s=DYING_FLUSH_S):
+        """Ends the run from a process on its way out (uncaught exception, SIGTERM, exit): every
+        wait bounded (flush_s for the queue, DYING_REQUEST_S for the answer), nothing raised;
+        the run ends even when records are left unsent, and the detail says how many."""
+        if self._closed or self._finishing or self._pid != os.getpid():
+            return
+        self._finishing = True
+        try:
+            if self.rank == 0:
+                try:
+                    self.flush(flush_s)
+                except TimeoutError:
+                    detail = f"{detail} ({len(self._queue)} records unsent after {flush_s:g} s)".strip()
+                self._abandoned = True  # the sender stops: a late batch would make the run running again
+                self._report_end(status, detail, join_s=0.5, request_s=DYING_REQUEST_S)
+        except Exception as e:  # the process is dying of something else: say this, do not mask that
+            print(f"hlat: could not record run {self.name!r} as {status}: {e}", file=sys.stderr)
+        finally:
+            self._finishing = False
+            self._closed = True
+            _forget(self)
+
+    def _report_end(self, status, detail, join_s=5.0, request_s=None):
+        """Stops the sender and tells hlat how the run ended (rank 0)."""
+        self._closed = True
+        self._wake.set()
+        self._sender.join(timeout=join_s)
+        body = json.dumps({"status": status, "step": self._last_step, "detail": detail[:2000]})  # the server takes 10,000 bytes
+        if self._transport:
+            transport = self._transport
+            if request_s is not None or self._sender.is_alive():  # the sender may still hold the connection
+                transport = self._transport.another(request_s or self._transport.timeout)
+            try:
+                transport.request("POST", f"/api/v1/runs/{_quote(self.name)}/finish", body.encode())
+            finally:
+                transport.close()
+                self._transport.close()
+        if self._local:
+            self._local.close(status)
 
     def __enter__(self):
         return self
@@ -222,8 +290,10 @@ class Run:
     def __exit__(self, kind, value, tb):
         if kind is None or issubclass(kind, HaltRequested):
             self.finish()
+        elif issubclass(kind, KeyboardInterrupt):
+            self.finish("stopped", detail="KeyboardInterrupt (Ctrl-C)")
         else:
-            self.finish("crashed", detail=f"{kind.__name__}: {value}")
+            self.finish("crashed", detail=_describe(kind, value))
         return False
 
     # -- halts -------------------------------------------------------------
@@ -265,7 +335,7 @@ class Run:
             self._wake.clear()
             if self.send_interval:
                 time.sleep(self.send_interval)  # let a step's log calls gather into one batch
-            while self._queue:
+            while self._queue and not self._abandoned:
                 self._busy = True
                 try:
                     self._send_batch()
@@ -300,6 +370,10 @@ class Run:
             self.alerts.append(alert)
             self.stats["alerts"] += 1
             print(f"hlat: ALERT {alert['kind']} at step {alert['step']}: {alert['message']}", file=sys.stderr)
+        unwatched = reply.get("unwatched")
+        if unwatched and not self._unwatched_said:  # e.g. keys no detector reads: said once per run
+            self._unwatched_said = True
+            _log.warning("hlat: %s", unwatched)
         if reply.get("state") == "halt" and self._halt_reason is None:
             halt = reply.get("halt", {})
             self._halt_reason = halt.get("reason", "halt requested")
@@ -367,6 +441,82 @@ class _LocalStore:
             self.proc.terminate()
         self.proc.wait(timeout=30)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# -- ends the program did not write ------------------------------------------
+
+_live = []              # this process's rank-0 runs not yet finished
+_previous_excepthook = None
+
+
+def _install_hooks(run):
+    """Makes sure `run` ends with a true status however the process ends, short of SIGKILL
+    (which leaves the run to the server's stale check):
+
+    - an uncaught exception (sys.excepthook; the previous hook still runs after, and prints the
+      traceback): "crashed" with the exception's type and message; KeyboardInterrupt (Ctrl-C)
+      "stopped", as hlat's own trainer records Ctrl-C and as W&B and MLflow keep a killed run
+      apart from a failed one; an uncaught HaltRequested "halted";
+    - SIGTERM: "crashed", then the process dies of SIGTERM as it would have (exit status -15).
+      Installed only when SIGTERM has its default action and init runs on the main thread:
+      a handler of the program's own is left alone, and decides;
+    - a normal interpreter exit without finish() (atexit): "finished", after sending what is
+      queued (at most EXIT_FLUSH_S).
+    """
+    global _previous_excepthook
+    if run.rank != 0:
+        return
+    _live.append(run)
+    if _previous_excepthook is None:
+        _previous_excepthook = sys.excepthook
+        sys.excepthook = _on_uncaught
+        atexit.register(_on_exit)
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _forget(run):
+    """A finished run: off the list; the default SIGTERM action back when no run is left."""
+    if run in _live:
+        _live.remove(run)
+    if not _live and threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _end_all(status, detail):
+    for run in list(_live):
+        run._end_dying(status or ("halted" if run._halted else "crashed"), detail or (run._halted or ""))
+
+
+def _describe(kind, value):
+    module = getattr(kind, "__module__", "builtins")
+    name = kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
+    return f"{name}: {value}" if str(value) else name
+
+
+def _on_uncaught(kind, value, tb):
+    try:
+        if issubclass(kind, HaltRequested):
+            _end_all(None, value.reason)
+        elif issubclass(kind, KeyboardInterrupt):
+            _end_all("stopped", "KeyboardInterrupt (Ctrl-C)")
+        else:
+            _end_all("crashed", "uncaught " + _describe(kind, value))
+    finally:
+        (_previous_excepthook or sys.__excepthook__)(kind, value, tb)
+
+
+def _on_sigterm(signum, frame):
+    _end_all("crashed", f"killed by signal {signum} (SIGTERM)")
+    signal.signal(signum, signal.SIG_DFL)  # then die of it, as without hlat: whoever waits sees -15
+    os.kill(os.getpid(), signum)
+
+
+def _on_exit():
+    for run in list(_live):
+        run._end_dying("halted" if run._halted else "finished", run._halted or "", flush_s=EXIT_FLUSH_S)
 
 
 def init(name, url=None, token=None, store=None, config=None, precision=None, meta=None, detectors=None,

@@ -1,7 +1,19 @@
 """The Python client against a real `hlat serve`: a PyTorch LM trained through it with an
 injected lr spike is halted by the detector within 2 steps; a halt pressed through the API
-stops a clean loop the same way; the causality probe flags a leaking mask before step 1."""
+stops a clean loop the same way; the causality probe flags a leaking mask before step 1.
+A client process that dies of an uncaught exception or SIGTERM leaves its run "crashed"
+within 5 s of its exit, with every step it logged; Ctrl-C leaves it "stopped", a normal exit
+without finish() "finished". A server reply's "unwatched" sentence is logged once."""
+import http.server
+import json
+import logging
 import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
 import unittest
 
 import torch
@@ -128,6 +140,191 @@ class ClientEndToEnd(unittest.TestCase):
         self.assertIsNone(stopped)
         sound.finish()
         self.assertEqual(self.server.get("/api/v1/runs/sound/alerts")["alerts"], [])
+
+
+# A training script as a user writes it, in a process of its own: `before`, init, `body`.
+CHILD = """
+import signal, sys, time
+sys.path.insert(0, {root!r})
+import hlat
+{before}
+run = hlat.init({name!r}, url={url!r}, token={token!r})
+{body}
+"""
+LOG_TEN_STEPS = "for step in range(10):\n    run.log({'loss': 1.0 / (step + 1)}, step=step)\n"
+LOG_FOREVER = ("step = 0\nwhile True:\n    run.log({'loss': 1.0 / (step + 1)}, step=step)\n"
+               "    print(step, flush=True)\n    step += 1\n    time.sleep(0.01)\n")
+END_BOUND_S = 5.0  # issue 32: "crashed" in the store within 5 s
+
+
+class RunEnds(unittest.TestCase):
+    """How a run ends when the program does not call finish(): the status the store shows and
+    how long after the process's exit it shows it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def child(self, name, body, signum=None, after_steps=5, before=""):
+        """Runs CHILD; with `signum`, sends it once the child has logged `after_steps` steps.
+        Returns (exit status, status in the store, steps the child said it logged, stderr)."""
+        root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+        script = CHILD.format(root=root, name=name, url=self.server.url, token=TOKEN, before=before, body=body)
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        logged, signalled = [], None
+        if signum is not None:
+            for line in proc.stdout:
+                logged.append(int(line))
+                if len(logged) >= after_steps:
+                    break
+            signalled = time.monotonic()
+            proc.send_signal(signum)
+        out, err = proc.communicate(timeout=60)
+        exited = time.monotonic()
+        logged += [int(x) for x in out.split()]
+        status, after_exit = self.status_after(name, exited)
+        took = f", {exited - signalled:.3f} s from the signal to the exit" if signalled else ""
+        print(f"\n    run {name!r}: exit status {proc.returncode}{took}; status {status!r} "
+              f"{after_exit:.3f} s after the exit", file=sys.stderr)
+        return proc.returncode, status, logged, err
+
+    def status_after(self, name, exited):
+        """The run's status once it is no longer "running", or "running" after END_BOUND_S;
+        and the seconds from `exited` to the first time it was seen."""
+        while True:
+            runs = {r["name"]: r for r in self.server.get("/api/v1/runs")["runs"]}
+            status = runs[name]["status"]
+            waited = time.monotonic() - exited
+            if status != "running" or waited > END_BOUND_S:
+                return status, waited
+            time.sleep(0.02)
+
+    def steps(self, name):
+        return [p[0] for p in self.server.get(f"/api/v1/runs/{name}/series?key=loss")["points"]]
+
+    def end_event(self, name, kind):
+        events = [e for e in self.server.get(f"/api/v1/runs/{name}/events")["events"] if e["kind"] == kind]
+        self.assertEqual(len(events), 1, events)
+        return events[0]
+
+    def test_an_uncaught_exception_ends_the_run_crashed(self):
+        code, status, _, err = self.child("raises", LOG_TEN_STEPS + "raise RuntimeError('loss went sideways')\n")
+        self.assertEqual(code, 1)
+        self.assertIn("RuntimeError: loss went sideways", err, "the user's traceback is still printed")
+        self.assertEqual(status, "crashed")
+        self.assertEqual(self.steps("raises"), list(range(10)), "every logged step is stored")
+        crash = self.end_event("raises", "crash")
+        self.assertEqual(crash["step"], 9)
+        self.assertEqual(crash["detail"], "uncaught RuntimeError: loss went sideways")
+
+    def test_sigterm_ends_the_run_crashed_and_the_process_still_dies_of_it(self):
+        code, status, logged, _ = self.child("terminated", LOG_FOREVER, signum=signal.SIGTERM)
+        self.assertEqual(code, -signal.SIGTERM, "the process dies of SIGTERM as it would without hlat")
+        self.assertEqual(status, "crashed")
+        stored = self.steps("terminated")
+        self.assertGreaterEqual(len(logged), 5)
+        self.assertEqual(stored, list(range(len(stored))), "no step lost in between")
+        self.assertGreaterEqual(stored[-1], logged[-1], "every step logged before the signal is stored")
+        crash = self.end_event("terminated", "crash")
+        self.assertEqual(crash["step"], stored[-1])
+        self.assertIn("SIGTERM", crash["detail"])
+
+    def test_ctrl_c_ends_the_run_stopped(self):
+        code, status, logged, _ = self.child("interrupted", LOG_FOREVER, signum=signal.SIGINT)
+        self.assertEqual(code, -signal.SIGINT, "Python dies of SIGINT after an uncaught KeyboardInterrupt")
+        self.assertEqual(status, "stopped")
+        stored = self.steps("interrupted")
+        self.assertEqual(stored, list(range(len(stored))))
+        self.assertGreaterEqual(stored[-1], logged[-1])
+        self.assertEqual(self.end_event("interrupted", "stop")["detail"], "KeyboardInterrupt (Ctrl-C)")
+
+    def test_a_normal_exit_without_finish_ends_the_run_finished(self):
+        code, status, _, _ = self.child("no-finish", LOG_TEN_STEPS)
+        self.assertEqual(code, 0)
+        self.assertEqual(status, "finished")
+        self.assertEqual(self.steps("no-finish"), list(range(10)))
+
+    def test_a_sigterm_handler_of_the_programs_own_is_kept(self):
+        before = ("def mine(signum, frame):\n    sys.exit(7)\n"
+                  "signal.signal(signal.SIGTERM, mine)\n")
+        body = "assert signal.getsignal(signal.SIGTERM) is mine, signal.getsignal(signal.SIGTERM)\n" + LOG_FOREVER
+        code, status, _, err = self.child("own-handler", body, signum=signal.SIGTERM, after_steps=3, before=before)
+        self.assertEqual(code, 7, f"the program's handler decides: {err}")
+        self.assertEqual(status, "finished", "its sys.exit is a normal exit: hlat cannot see the exit code")
+
+    def test_finish_is_idempotent_and_puts_back_the_default_sigterm_action(self):
+        run = hlat.init("twice", url=self.server.url, token=TOKEN)
+        self.assertIsNot(signal.getsignal(signal.SIGTERM), signal.SIG_DFL)
+        run.log({"loss": 1.0}, step=0)
+        run.finish()
+        run.finish("crashed")
+        self.assertIs(signal.getsignal(signal.SIGTERM), signal.SIG_DFL)
+        runs = {r["name"]: r for r in self.server.get("/api/v1/runs")["runs"]}
+        self.assertEqual(runs["twice"]["status"], "finished")
+        self.assertEqual(len(self.server.get("/api/v1/runs/twice/events")["events"]), 2, "start and one stop")
+
+
+class _FakeServer(http.server.ThreadingHTTPServer):
+    """Answers start, ingest and finish like hlat serve, with `extra` in every ingest reply."""
+
+    def __init__(self, extra):
+        self.extra, self.ingests = extra, 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                reply = {"state": "running"}
+                if self.path.endswith("/ingest"):
+                    self.server.ingests += 1
+                    reply.update(alerts=[], **self.server.extra)
+                body = json.dumps(reply).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def url(self):
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class UnwatchedKeys(unittest.TestCase):
+    SENTENCE = "run \"u\": no detector reads its keys (train/loss, train/lr)"
+
+    def send_three_batches(self, extra):
+        server = _FakeServer(extra)
+        try:
+            run = hlat.init("u", url=server.url(), token=TOKEN)
+            for step in range(3):
+                run.log({"train/loss": 1.0, "train/lr": 0.1}, step=step)
+                run.flush()
+            run.finish()
+            self.assertEqual(server.ingests, 3)
+        finally:
+            server.shutdown()
+            server.server_close()
+
+    def test_the_unwatched_sentence_is_logged_once(self):
+        with self.assertLogs("hlat", logging.WARNING) as logs:
+            self.send_three_batches({"unwatched": self.SENTENCE})
+        self.assertEqual(logs.output, [f"WARNING:hlat:hlat: {self.SENTENCE}"])
+
+    def test_a_reply_without_it_logs_nothing(self):
+        with self.assertNoLogs("hlat", logging.WARNING):
+            self.send_three_batches({})
 
 
 if __name__ == "__main__":
