@@ -175,5 +175,31 @@ TEST(TrainingRun, Bf16RunsStoreTheirLostUpdates) {
     }
 }
 
+// A statistic added in one line of step_metrics() reaches the store, the
+// metrics JSONL and the detectors' view (by its name) with nothing else
+// touched: the data wait's share of each step.
+TEST(TrainingRun, ANewStepMetricIsStoredAndWrittenFromItsOneLine) {
+    test::ScratchDir dir("new_metric");
+    test::write_tiny_training(dir, 12, {{"peak_gflops", 1.0}});
+    test::CommandResult r = test::run_command(fmt::format(
+        "{} train --config {} --data {} --store {} --out-dir {} --metrics-jsonl {}", HLAT_BINARY, dir.file("c.json"),
+        dir.file("t.u16"), dir.file("hlat.db"), dir.file("run"), dir.file("m.jsonl")));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    telemetry::Reader reader(dir.file("hlat.db"));
+    const int64_t run = reader.find_run("run")->id;
+    auto share = reader.series(run, "data_wait_share", 0, 100);
+    auto data = reader.series(run, "data_s", 0, 100), step = reader.series(run, "step_s", 0, 100);
+    ASSERT_EQ(share.size(), 12u);
+    for (size_t i = 0; i < share.size(); i++) {
+        EXPECT_GE(share[i].value, 0.0);
+        EXPECT_LE(share[i].value, 1.0);
+        EXPECT_DOUBLE_EQ(share[i].value, data[i].value / step[i].value) << "step " << i;
+    }
+    std::ifstream jsonl(dir.file("m.jsonl"));
+    int lines_with_it = 0;
+    for (std::string line; std::getline(jsonl, line);) lines_with_it += nlohmann::json::parse(line).contains("data_wait_share");
+    EXPECT_EQ(lines_with_it, 12);
+}
+
 }  // namespace
 }  // namespace hlat

@@ -23,6 +23,7 @@ std::vector<StepMetric> step_metrics(const StepStats& s) {
         {"comm_exposed_s", s.comm_exposed_seconds, K::Real, W::NonZero},
         {"tp_comm_s", s.tp_comm_seconds, K::Real, W::NonZero},
         {"compute_s", s.compute_seconds},
+        {"data_wait_share", s.step_seconds > 0 ? s.data_seconds / s.step_seconds : 0.0},  // of the step spent waiting for data
         {"lost_updates", s.lost_updates, K::Real, W::Measured},  // bf16 modes
         {"update_skipped", s.update_skipped ? 1.0 : 0.0, K::Flag, W::NonZero},  // the nonfinite detector says so
     };
