@@ -2,7 +2,7 @@
 // run session's door for every source (hlat ingest, the HTTP endpoint behind
 // the Python client), after a user's --map, so that a torchtitan, Megatron,
 // Hugging Face, nanoGPT or W&B-style log feeds the detectors and the page's
-// panels without a --map. docs/ingest.md lists the table.
+// panels without a --map. docs/external-trainers.md lists the table.
 #pragma once
 
 #include <optional>

@@ -137,7 +137,7 @@ void RunSession::note_keys(const std::vector<telemetry::MetricPoint>& points) {
     for (const std::string& k : seen_keys_) keys += (keys.empty() ? "" : ", ") + k;
     unwatched_notice_ = fmt::format(
         "run \"{}\" is not watched: none of its keys ({}) feeds a detector. The detectors read loss, grad_norm, lr, "
-        "heldout_loss, ... (or the names torchtitan, Megatron, Hugging Face and W&B use: docs/ingest.md); name yours "
+        "heldout_loss, ... (or the names torchtitan, Megatron, Hugging Face and W&B use: docs/external-trainers.md); name yours "
         "with --map LOG_NAME=HLAT_NAME",
         run_.name, keys);
     spdlog::warn("{}", unwatched_notice_);

@@ -309,18 +309,27 @@ TEST_F(IngestCli, ImportedRunsGoThroughTheDetectors) {
 }
 
 TEST_F(IngestCli, DetectSaysWhenNoDetectorCanWatchARun) {
-    write("m.csv", "step,train_loss\n0,2.0\n1,1.9\n");
+    write("m.csv", "step,objective\n0,2.0\n1,1.9\n");  // a name no tool's habit makes the loss
     std::string db = dir.file("s.db");
     auto r = hlat(fmt::format("ingest --store {} --run unmapped {}", db, dir.file("m.csv")));
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("none of the keys the detectors read"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("run \"unmapped\" is not watched: none of its keys (objective) feeds a detector"),
+              std::string::npos)
+        << r.output;
     r = hlat(fmt::format("detect --store {} --run unmapped", db));
     EXPECT_EQ(r.exit_code, 2) << r.output;
-    EXPECT_NE(r.output.find("its keys: train_loss"), std::string::npos) << r.output;
-    EXPECT_NE(r.output.find("--map train_loss=loss"), std::string::npos) << r.output;
-    r = hlat(fmt::format("ingest --store {} --run mapped --map train_loss=loss {}", db, dir.file("m.csv")));
+    EXPECT_NE(r.output.find("its keys: objective"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("--map"), std::string::npos) << r.output;
+    r = hlat(fmt::format("ingest --store {} --run mapped --map objective=loss {}", db, dir.file("m.csv")));
     ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output.find("not watched"), std::string::npos) << r.output;
     EXPECT_EQ(hlat(fmt::format("detect --store {} --run mapped", db)).exit_code, 0);
+    // Another trainer's name for the loss needs no --map.
+    write("hf.csv", "step,train_loss\n0,2.0\n1,1.9\n");
+    r = hlat(fmt::format("ingest --store {} --run hf {}", db, dir.file("hf.csv")));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("\"train_loss\" is read as hlat's \"loss\""), std::string::npos) << r.output;
+    EXPECT_EQ(hlat(fmt::format("detect --store {} --run hf", db)).exit_code, 0);
 
     r = hlat(fmt::format("runs --store {} --delete unmapped", db));
     ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -14,6 +15,18 @@ import torch  # noqa: E402
 
 HLAT = os.environ.get("HLAT_BINARY", "hlat")
 TOKEN = "client-test-token"
+
+
+class ServerTestCase(unittest.TestCase):
+    """Tests that share one `hlat serve` (self.server), started before the first."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
 
 
 class Server:

@@ -18,7 +18,7 @@ import unittest
 
 import torch
 
-from support import Server, TinyLM, TOKEN, batches
+from support import Server, ServerTestCase, TinyLM, TOKEN, batches
 import hlat
 import hlat.torch
 
@@ -157,17 +157,9 @@ LOG_FOREVER = ("step = 0\nwhile True:\n    run.log({'loss': 1.0 / (step + 1)}, s
 END_BOUND_S = 5.0  # issue 32: "crashed" in the store within 5 s
 
 
-class RunEnds(unittest.TestCase):
+class RunEnds(ServerTestCase):
     """How a run ends when the program does not call finish(): the status the store shows and
     how long after the process's exit it shows it."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.server = Server()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
 
     def child(self, name, body, signum=None, after_steps=5, before=""):
         """Runs CHILD; with `signum`, sends it once the child has logged `after_steps` steps.

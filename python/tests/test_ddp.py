@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from support import Server, TOKEN
+from support import ServerTestCase, TOKEN
 import hlat
 import hlat.torch
 
@@ -89,15 +89,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-class ReplicaCheck(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.server = Server()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
-
+class ReplicaCheck(ServerTestCase):
     def launch(self, name, fault):
         out = tempfile.mkdtemp(prefix="hlat-ddp-")
         mp.spawn(worker, args=(2, free_port(), self.server.url, name, fault, out), nprocs=2, join=True)
