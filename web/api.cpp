@@ -1,5 +1,6 @@
 #include "web/api.h"
 
+#include "web/catalogue_api.h"
 #include "web/ingest_api.h"
 #include "web/json_reply.h"
 #include "web/series_api.h"
@@ -92,6 +93,7 @@ Response Api::handle(const Request& r) {
             return reply(200, {{"runs", runs}});
         }
         if (r.path == "/api/v1/report") return report(r);
+        if (r.path == "/api/v1/catalogue") return catalogue_reply(r);
         if (r.path.rfind(prefix + "/", 0) == 0) {
             std::string rest = r.path.substr(prefix.size() + 1);
             size_t slash = rest.rfind('/');
@@ -175,7 +177,7 @@ Response Api::handle_run(const Request& r, const std::string& name, const std::s
         w.flush();
         return reply(202, {{"run", name}, {"halt", *route}});
     }
-    if (what == "keys") return reply(200, {{"keys", reader.keys(run->id)}});
+    if (what == "keys") return keys_reply(reader, run->id);
     if (what == "rank_keys") return reply(200, {{"keys", reader.rank_keys(run->id)}});
     if (what == "rank_series") return rank_series_reply(reader, run->id, r);
     if (what == "series") return series_reply(reader, run->id, r);

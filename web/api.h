@@ -1,7 +1,9 @@
 // The JSON API of `hlat serve`, as plain functions from a request to a
 // response so it can be tested without sockets. Version 1, under /api/v1:
 //   GET  /api/v1/runs                              runs with status, steps, last loss, tokens, uptime, alerts
-//   GET  /api/v1/runs/{run}/keys                   metric keys
+//   GET  /api/v1/runs/{run}/keys                   metric keys and rank keys, with each one's catalogue
+//                                                  entry and the charts they make (catalogue_api.h)
+//   GET  /api/v1/catalogue[?keys=K1,K2]            the metric catalogue (catalogue_api.h)
 //   GET  /api/v1/runs/{run}/series?key=K[&from=A&to=B][&points=N]
 //        full points, or at most N envelope buckets (min, max, mean, last, times) over [A, B]
 //   GET  /api/v1/runs/{run}/episodes?key=K[&from&to]  spike episodes at full resolution

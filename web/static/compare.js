@@ -41,7 +41,9 @@ function showDiff(runs) {
 }
 
 // Exposed for the end-to-end test.
-const state = (window.hlatCompare = { series: [], chart: null, key: null, svg: () => chartSvg(state.chart), csv: () => chartCsv() });
+// entries: each key's metric catalogue entry (title, unit, group), from the runs' keys.
+const state = (window.hlatCompare = { series: [], chart: null, key: null, entries: {}, svg: () => chartSvg(state.chart),
+                                      csv: () => chartCsv() });
 
 // x of a run's point: its step, its tokens seen, or seconds since its first point.
 function aligner(align, s, tokensPerStep) {
@@ -86,7 +88,7 @@ async function draw() {
   });
   if (state.chart) state.chart.destroy();
   state.chart = new uPlot({
-    width, height: 420, title: key, series: opts, bands,
+    width, height: 420, title: state.entries[key]?.title ?? key, series: opts, bands,
     scales: { x: { time: false } },
     axes: [{}, { size: 60, values: yTicks }],
   }, data, $("#chart"));
@@ -99,14 +101,23 @@ async function start() {
   const chosen = names.map((n) => runs.find((r) => r.name === n) ?? (() => { throw new Error(`no run "${n}"`); })());
   showDiff(chosen);
   $("#report").href = `/api/v1/report?runs=${names.map(encodeURIComponent).join(",")}`;
-  // Every key of any run: the common ones first, then the rest marked with the runs that have it.
-  const keys = (await Promise.all(names.map((n) => json(run(n, "/keys"))))).map((k) => new Set(k.keys));
-  const all = [...new Set(keys.flatMap((s) => [...s]))].sort();
+  // Every key of any run under its catalogue group, in the catalogue's order;
+  // keys only some runs have are marked with those runs.
+  const replies = await Promise.all(names.map((n) => json(run(n, "/keys"))));
+  const keys = replies.map((k) => new Set(k.keys));
+  const ordered = [...new Set(replies.flatMap((r) => r.panels.filter((p) => !p.per_rank).flatMap((p) => p.keys)))];
+  for (const r of replies) Object.assign(state.entries, r.metrics);
+  const all = [...ordered].sort();
   const common = all.filter((k) => keys.every((s) => s.has(k)));
-  const partial = all.filter((k) => !common.includes(k));
-  const option = (k, note = "") => Object.assign(document.createElement("option"), { value: k, textContent: k + note });
-  $("#key").replaceChildren(...common.map((k) => option(k)),
-                            ...partial.map((k) => option(k, ` (${names.filter((_, i) => keys[i].has(k)).join(", ")})`)));
+  const groups = new Map();
+  for (const k of ordered) {
+    const group = state.entries[k]?.group ?? "metrics";
+    if (!groups.has(group)) groups.set(group, Object.assign(document.createElement("optgroup"), { label: group }));
+    const note = common.includes(k) ? "" : ` (${names.filter((_, i) => keys[i].has(k)).join(", ")})`;
+    groups.get(group).append(Object.assign(document.createElement("option"), { value: k, textContent: k + note,
+                                                                                 title: state.entries[k]?.title ?? k }));
+  }
+  $("#key").replaceChildren(...groups.values());
   const wanted = params.get("key");
   $("#key").value = wanted && all.includes(wanted) ? wanted : common.includes("loss") ? "loss" : all[0];
   if (params.has("align")) $("#align").value = params.get("align");

@@ -18,33 +18,17 @@ const runBase = `/api/v1/runs/${encodeURIComponent(runName)}`;
 const api = (path) => `${runBase}${path}`;
 const $ = (sel) => document.querySelector(sel);
 
-// The default layout: a title and the metric keys drawn on it. Keys the run
-// lacks are left out; a panel with none is not drawn.
-const PANELS = [
-  { id: "loss", title: "loss", keys: ["loss", "heldout_loss"] },
-  { id: "grad_norm", title: "grad norm (before clipping)", keys: ["grad_norm"], episodes: "grad_norm" },
-  { id: "param_norm", title: "param norm", keys: ["param_norm"] },
-  { id: "lr", title: "learning rate", keys: ["lr"] },
-  { id: "tokens_per_s", title: "tokens/s", keys: ["tokens_per_s"] },
-  { id: "mfu", title: "MFU", keys: ["mfu"] },
-  { id: "step_time", title: "step time split (s)", keys: ["data_s", "forward_s", "backward_s", "optimizer_s"] },
-  { id: "cpu", title: "system: process CPU % (100 = one core), GPU utilisation %", keys: ["cpu_pct", "gpu_util_pct"] },
-  { id: "memory", title: "system: resident memory, GPU memory (MB)", keys: ["rss_mb", "gpu_mem_mb"] },
-  // bf16 precision modes only: the mechanism behind pure bf16's failure.
-  { id: "lost_updates", title: "bf16 lost updates: share of weights whose non-zero update rounded away",
-    keys: ["lost_updates"] },
-  // Distributed runs only. Checks come every parallel.check_every steps.
-  { id: "comm", title: "communication (s): DP gradients (total, exposed), TP all-reduces",
-    keys: ["comm_s", "comm_exposed_s", "tp_comm_s"] },
-  { id: "tp_drift", title: "TP drift of replicated norm weights: max |w − w(tp rank 0)|", keys: ["tp_drift", "tp_drift_rel"] },
-  { id: "replicas", title: "replica consistency: DP ranks whose hash differs (0 = all agree)",
-    keys: ["replica_mismatch", "replica_grad_mismatch"] },
-];
-const DEFAULT_KEYS = new Set(PANELS.flatMap((p) => p.keys));
+// The charts come from the server's metric catalogue (GET .../keys: each key's
+// title, unit, group and panel, and the panels the run's keys make, in
+// order), so every key the run has is drawable and a new one needs no list
+// here. The default view: the keys whose entry is `shown`.
+const entryOf = (key) => state.catalogue.metrics[key];
+const isDefault = (key) => Boolean(entryOf(key)?.shown);
 
 // Exposed for the end-to-end test and for poking at from the console.
 const state = (window.hlatDashboard = {
   keys: [],          // every key the run has
+  catalogue: { metrics: {}, rank_metrics: {}, panels: [] },  // the run's keys as the catalogue sees them
   shown: null,       // keys drawn (Set); null until the keys are known
   series: {},        // key -> loadSeries() result
   alerts: [],
@@ -70,7 +54,7 @@ const state = (window.hlatDashboard = {
 function saveView() {
   const p = new URLSearchParams({ run: runName });
   if (state.shown) {
-    const present = state.keys.filter((k) => DEFAULT_KEYS.has(k));
+    const present = state.keys.filter(isDefault);
     const custom = [...state.shown].sort();
     if (custom.join() !== present.sort().join()) p.set("keys", custom.join(","));
   }
@@ -83,15 +67,15 @@ function saveView() {
   $("#permalink").value = location.href;
 }
 
-// Panels to draw: the default layout's (with the keys shown), then one per
-// shown key outside it.
+// Panels to draw: the catalogue's run panels, in its order, each with the
+// keys shown (a panel with none is left out).
 function panels() {
   const out = [];
-  for (const p of PANELS) {
+  for (const p of state.catalogue.panels) {
+    if (p.per_rank) continue;
     const keys = p.keys.filter((k) => state.shown.has(k));
-    if (keys.length) out.push({ ...p, keys });
+    if (keys.length) out.push({ id: p.id, title: p.title, keys, episodes: p.shade || null });
   }
-  for (const k of state.keys) if (state.shown.has(k) && !DEFAULT_KEYS.has(k)) out.push({ id: `key:${k}`, title: k, keys: [k] });
   return out;
 }
 
@@ -289,12 +273,13 @@ async function loadEvals() {
   return changed;
 }
 
-// The metric picker: every key of the run, grouped by prefix ("train/",
-// "eval/", ...; keys without one under "metrics"), the drawn ones ticked.
+// The metric picker: every key of the run under its catalogue group, in the
+// catalogue's order, the drawn ones ticked; hovering a key shows its title.
 function showPicker() {
   const groups = new Map();
-  for (const k of state.keys) {
-    const group = k.includes("/") ? `${k.slice(0, k.indexOf("/"))}/` : DEFAULT_KEYS.has(k) ? "hlat" : "metrics";
+  const ordered = state.catalogue.panels.filter((p) => !p.per_rank).flatMap((p) => p.keys);
+  for (const k of ordered) {
+    const group = entryOf(k)?.group ?? "metrics";
     if (!groups.has(group)) groups.set(group, []);
     groups.get(group).push(k);
   }
@@ -303,7 +288,8 @@ function showPicker() {
     const fieldset = document.createElement("fieldset");
     fieldset.append(Object.assign(document.createElement("legend"), { textContent: group }));
     for (const k of keys) {
-      const label = document.createElement("label");
+      const { title, unit } = entryOf(k) ?? {};
+      const label = Object.assign(document.createElement("label"), { title: `${title ?? k}${unit ? ` (${unit})` : ""}` });
       const box = Object.assign(document.createElement("input"), { type: "checkbox", value: k, checked: state.shown.has(k) });
       box.addEventListener("change", () => {
         box.checked ? state.shown.add(k) : state.shown.delete(k);
@@ -384,11 +370,14 @@ async function load() {
     const run = runs.find((r) => r.name === runName);
     if (!run) throw new Error(`no run named "${runName}"`);
     showHeader(run);
-    state.keys = (await fetchJson(api("/keys"))).keys;
+    const catalogue = await fetchJson(api("/keys"));
+    if (overtaken()) return;
+    state.catalogue = catalogue;
+    state.keys = catalogue.keys;
     if (!state.shown) {
       const asked = params.get("keys");
       state.shown = new Set(asked ? asked.split(",").filter((k) => state.keys.includes(k))
-                                  : state.keys.filter((k) => DEFAULT_KEYS.has(k)));
+                                  : state.keys.filter(isDefault));
     }
     showPicker();
     const width = Math.max(320, Math.floor($("#charts").clientWidth / 2) - 24);
@@ -402,12 +391,13 @@ async function load() {
     const tok = state.series.tokens_seen;
     if (tok && tok.steps.length) state.tokensPerStep = tok.line.at(-1) / (tok.steps.at(-1) + 1);
     const q = state.zoom ? `&from=${state.zoom[0]}&to=${state.zoom[1]}` : "";
-    const episodes = state.shown.has("grad_norm") && state.keys.includes("grad_norm")
-      ? (await fetchJson(api(`/episodes?key=grad_norm${q}`))).episodes : [];
+    // Spike episodes of the key a drawn panel shades (grad norm's, in the catalogue).
+    const shade = panels().find((p) => p.episodes && state.shown.has(p.episodes))?.episodes;
+    const episodes = shade ? (await fetchJson(api(`/episodes?key=${encodeURIComponent(shade)}${q}`))).episodes : [];
     if (overtaken()) return;
     state.episodes = episodes;
     await Promise.all([loadAlerts(), loadUptime(api, run.status), loadEvals(),
-                       run.preflight ? null : loadRankPanels(api).then((p) => { state.rankPanels = p; })]);
+                       run.preflight ? null : loadRankPanels(api, state.catalogue.panels).then((p) => { state.rankPanels = p; })]);
     draw();
     if (state.loadFailed) $("#message").textContent = "";  // other messages (a halt's answer) stay
     state.loadFailed = false;
@@ -446,8 +436,8 @@ let streamed = new Set();
 state.streamedKeys = () => [...streamed];  // for the end-to-end test
 state.load = () => load();                 // likewise
 function listen() {
-  // The default layout's keys and whatever the picker shows (custom keys included).
-  const keys = [...new Set([...DEFAULT_KEYS, ...(state.shown ?? []), "tokens_seen"])];
+  // The default view's keys and whatever the picker shows (custom keys included).
+  const keys = [...new Set([...state.keys.filter(isDefault), ...(state.shown ?? []), "tokens_seen"])];
   if (source && keys.every((k) => streamed.has(k))) return;
   source?.close();
   streamed = new Set(keys);

@@ -1,23 +1,15 @@
 // Per-rank series of a distributed run (the store's rank metrics): each rank's
 // compute time, communication wait and data wait per step, the health check's
-// all-reduce time, TP drift by rank. One panel per key, one line per rank, so
-// a straggler is the line above the others.
+// all-reduce time, TP drift by rank, and any other per-rank key. One panel per
+// key, one line per rank, so a straggler is the line above the others.
 import { COLORS, fetchJson, yTicks } from "./series.js";
 
-const TITLES = {
-  "rank/compute_s": "per rank: compute s (forward, backward, optimizer less communication)",
-  "rank/comm_wait_s": "per rank: waiting for the gradient reduction, s",
-  "rank/data_wait_s": "per rank: waiting for data, s",
-  "health/allreduce_us": "per rank: health-check 1 MB all-reduce, µs",
-  "health/wrong_gemm_elements": "per rank: wrong elements in the health check's exact GEMMs",
-  "tp_drift": "per rank: TP drift of the replicated weights",
-};
-
-// Keys drawn as panels: those of the table above that the run has.
-export async function loadRankPanels(api) {
-  const { keys } = await fetchJson(api("/rank_keys"));
-  const wanted = keys.filter((k) => k in TITLES);
-  return Promise.all(wanted.map(async (key) => {
+// The run's per-rank panels come from the metric catalogue (the `panels` of
+// GET .../keys marked per_rank: one key each, titled), so every per-rank key
+// the run has is drawn, including one nobody has catalogued.
+export async function loadRankPanels(api, panels) {
+  const wanted = panels.filter((p) => p.per_rank);
+  return Promise.all(wanted.map(async ({ title, keys: [key] }) => {
     const { ranks } = await fetchJson(api(`/rank_series?key=${encodeURIComponent(key)}`));
     const steps = [...new Set(Object.values(ranks).flatMap((rows) => rows.map((r) => r[0])))].sort((a, b) => a - b);
     const data = [steps];
@@ -28,7 +20,7 @@ export async function loadRankPanels(api) {
       series.push({ label: `rank ${rank}`, stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: true,
                     points: { show: steps.length < 60 } });
     });
-    return { key, title: TITLES[key], data, series };
+    return { key, title, data, series };
   }));
 }
 
