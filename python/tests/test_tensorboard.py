@@ -77,8 +77,9 @@ class TensorBoardIngest(unittest.TestCase):
         self.assertEqual(len(loss), 10)
         self.assertAlmostEqual(loss[3][1], 2.7, places=6)  # float32, as TensorBoard stores it
         self.assertEqual(loss[3][2], 1.7e9 + 3)
+        # Hugging Face's eval/loss is read as hlat's held-out loss
         ev = db.execute("SELECT value FROM metrics m JOIN metric_keys k ON k.id = m.key_id "
-                        "WHERE k.name = 'eval/loss'").fetchall()
+                        "WHERE k.name = 'heldout_loss'").fetchall()
         self.assertEqual(ev, [(2.5,)])
         meta = db.execute("SELECT meta FROM runs WHERE name = 'tb/train'").fetchone()[0]
         self.assertIn('"format":"tensorboard"', meta)
@@ -137,8 +138,9 @@ class TensorBoardIngest(unittest.TestCase):
         store = os.path.join(self.tmp, "unwatched.db")
         r = self.ingest(store, "--run", "unwatched", path)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn('run "unwatched" is not watched', r.stderr)
-        self.assertIn("my_objective", r.stderr)
+        log = r.stdout + r.stderr
+        self.assertIn('run "unwatched" is not watched', log)
+        self.assertIn("my_objective", log)
         db = sqlite3.connect(store)
         notes = db.execute("SELECT detail FROM events e JOIN runs r ON r.id = e.run_id "
                            "WHERE r.name = 'unwatched' AND e.kind = 'unwatched'").fetchall()
