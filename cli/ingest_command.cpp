@@ -187,11 +187,29 @@ int import_lines(const Options& o, LineParser& parser, std::ifstream& in) {
 
 namespace {
 
+// A record {"step": N, "event": "end", "detail": "STATUS[: why]"} (what the
+// Python client writes when its run ends) ends following with that status:
+// finished, stopped, halted or crashed. Taken out of the batch; *status set.
+void take_end_record(std::vector<Event>& events, std::string* status, std::string* detail) {
+    for (auto it = events.begin(); it != events.end();) {
+        if (it->kind != "end") {
+            ++it;
+            continue;
+        }
+        const std::string word = it->detail.substr(0, it->detail.find(':'));
+        for (const char* known : {"finished", "stopped", "halted", "crashed"})
+            if (word == known) *status = word, *detail = it->detail;
+        it = events.erase(it);
+    }
+}
+
 // The complete lines read so far through the session. By default a followed
 // log does not die at a bad line: monitoring would end at the very step that
-// matters (--on-bad-line). Returns the bad line that stops following, or "".
+// matters (--on-bad-line). Returns the bad line that stops following, or "";
+// *end_status is set by an end record.
 std::string ingest_complete_lines(const Options& o, LineParser& parser, std::string& pending,
-                                  session::RunSession& s, long& values) {
+                                  session::RunSession& s, long& values, std::string* end_status,
+                                  std::string* end_detail) {
     size_t cut = pending.rfind('\n');
     if (cut == std::string::npos) return "";  // a partial last line waits
     std::vector<BadLine> bad_lines;
@@ -202,6 +220,7 @@ std::string ingest_complete_lines(const Options& o, LineParser& parser, std::str
     }
     pending.erase(0, cut + 1);
     values += (long)b.points.size();
+    take_end_record(b.events, end_status, end_detail);
     s.ingest(std::move(b.points), std::move(b.events));
     s.flush();
     return !o.skip_bad_lines && !bad_lines.empty() ? bad_lines.back().message : "";
@@ -228,7 +247,7 @@ int follow_lines(const Options& o, LineParser& parser, std::ifstream& in) {
     auto s = session::RunSession::open(&writer, run_record(o, o.run), {o.resume, "", 0, 0.0, "ingest --follow " + o.file});
     std::signal(SIGINT, stop_following);
     std::signal(SIGTERM, stop_following);
-    std::string pending, status = "finished", halt_reason, bad_line;
+    std::string pending, status = "finished", halt_reason, bad_line, end_status, end_detail;
     auto last_growth = std::chrono::steady_clock::now();
     long values = 0;
     for (;;) {
@@ -240,11 +259,12 @@ int follow_lines(const Options& o, LineParser& parser, std::ifstream& in) {
         }
         bool at_end = in.eof();
         in.clear();
-        bad_line = ingest_complete_lines(o, parser, pending, *s, values);
+        bad_line = ingest_complete_lines(o, parser, pending, *s, values, &end_status, &end_detail);
         if (!bad_line.empty()) {
             status = "stopped";
             break;
         }
+        if (!end_status.empty()) break;  // the writer said how its run ended
         if (act_on_halt(o, *s, std::max<int64_t>(0, parser.last_step()), halt_reason)) break;
         // After signalling, the trainer's last lines are read until it is gone.
         if (!halt_reason.empty() && o.on_halt.how == "signal" && ::kill(o.on_halt.pid, 0) != 0 && at_end) break;
@@ -257,7 +277,9 @@ int follow_lines(const Options& o, LineParser& parser, std::ifstream& in) {
         if (at_end) std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     bool halted = !halt_reason.empty() && o.on_halt.how != "none";
-    s->finish(halted ? "halted" : status, std::max<int64_t>(0, parser.last_step()), "ingest " + status);
+    if (!end_status.empty()) status = end_status, halted = status == "halted";
+    s->finish(halted ? "halted" : status, std::max<int64_t>(0, parser.last_step()),
+              end_detail.empty() ? "ingest " + status : end_detail);
     spdlog::info("ingested {} values up to step {} into run \"{}\" of {}", values, parser.last_step(), o.run, o.store);
     if (!bad_line.empty()) {
         spdlog::error("{}: following stopped here (--on-bad-line=stop); every line before it is stored", bad_line);
@@ -322,7 +344,9 @@ int ingest_command(int argc, char** argv) {
         ("config", po::value<std::string>()->default_value("{}"),
          "JSON to record as the run's config; its \"detectors\" section sets the detectors")
         ("resume", "add to an existing run of that name")
-        ("follow", "keep reading as the file grows, until SIGINT/SIGTERM, --idle-exit or a halt")
+        ("follow", "keep reading as the file grows, until SIGINT/SIGTERM, --idle-exit, a halt, or a record "
+         "{\"step\": N, \"event\": \"end\", \"detail\": \"crashed: why\"} that ends the run with its status "
+         "(finished, stopped, halted, crashed)")
         ("idle-exit", po::value<double>()->default_value(0.0),
          "with --follow: stop after this many seconds without new lines; 0 never")
         ("on-bad-line", po::value<std::string>()->default_value("default"),

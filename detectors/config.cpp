@@ -80,114 +80,65 @@ const char* rule_name(SpikeRule r) {
 
 const char* policy_name(Policy p) { return p == Policy::Off ? "off" : p == Policy::Warn ? "warn" : "halt"; }
 
+namespace {
+
+// The writing side of fields(): each field as JSON, under the names it is read by.
+class FieldWriter {
+  public:
+    void policy(const Policy& p) { out["policy"] = policy_name(p); }
+    void integer(const char* key, const int& v, int /*lo*/) { out[key] = v; }
+    void number(const char* key, const double& v, bool /*positive*/) { out[key] = v; }
+    void rule(const SpikeRule& r) { out["rule"] = rule_name(r); }
+    json out = json::object();
+};
+
+std::string known_sections() {
+    std::string names;
+    DetectorsConfig c;
+    c.sections([&](const char* name, auto&) { names += std::string(names.empty() ? "" : ", ") + name; });
+    return names + ", webhook";
+}
+
+std::string read_webhook(const json& j) {
+    if (!j.contains("webhook")) return "";
+    const json& w = j.at("webhook");
+    if (!w.is_string() || (!w.get<std::string>().empty() && w.get<std::string>().rfind("http://", 0) != 0))
+        throw DetectorConfigError(
+            fmt::format("config field \"detectors.webhook\" is {}; expected \"\" or an http:// URL", w.dump()));
+    return w.get<std::string>();
+}
+
+}  // namespace
+
 DetectorsConfig detectors_from_json(const json& j) {
     DetectorsConfig c;
     if (j.is_null()) return c;
     if (!j.is_object()) throw DetectorConfigError("config field \"detectors\" must be an object");
-    static const std::set<std::string> known = {"grad_spike", "nonfinite",  "leak_probe", "loss_floor",
-                                                "loss_jump",  "divergence", "tp_drift",   "replica_mismatch",
-                                                "straggler",  "health_check", "webhook"};
+    std::set<std::string> known = {"webhook"};
+    c.sections([&](const char* name, auto&) { known.insert(name); });
     for (auto it = j.begin(); it != j.end(); ++it)
         if (!known.count(it.key()))
-            throw DetectorConfigError(fmt::format(
-                "unknown detector \"detectors.{}\"; known: grad_spike, nonfinite, leak_probe, loss_floor, loss_jump, "
-                "divergence, tp_drift, replica_mismatch, straggler, health_check, webhook",
-                it.key()));
-
-    Fields g(j, "grad_spike");
-    g.policy(c.grad_spike.policy);
-    g.integer("window", c.grad_spike.window, 1);
-    g.rule(c.grad_spike.rule);
-    g.number("threshold", c.grad_spike.threshold, false);
-    g.number("alert_ratio", c.grad_spike.alert_ratio, true);
-    g.integer("sustained_steps", c.grad_spike.sustained_steps, 1);
-    g.done();
-    Fields n(j, "nonfinite");
-    n.policy(c.nonfinite.policy);
-    n.done();
-    Fields p(j, "leak_probe");
-    p.policy(c.leak_probe.policy);
-    p.integer("every", c.leak_probe.every, 1);
-    p.done();
-    Fields f(j, "loss_floor");
-    f.policy(c.loss_floor.policy);
-    f.number("floor", c.loss_floor.floor, false);
-    f.number("heldout_gap", c.loss_floor.heldout_gap, true);
-    f.integer("heldout_gap_steps", c.loss_floor.heldout_gap_steps, 1);
-    f.done();
-    Fields lj(j, "loss_jump");
-    lj.policy(c.loss_jump.policy);
-    lj.integer("window", c.loss_jump.window, 1);
-    lj.number("margin", c.loss_jump.margin, true);
-    lj.done();
-    Fields d(j, "divergence");
-    d.policy(c.divergence.policy);
-    d.integer("window", c.divergence.window, 1);
-    d.number("grad_growth", c.divergence.grad_growth, true);
-    d.number("min_loss_drop", c.divergence.min_loss_drop, false);
-    d.done();
-    Fields td(j, "tp_drift");
-    td.policy(c.tp_drift.policy);
-    td.number("threshold", c.tp_drift.threshold, true);
-    td.integer("growth_checks", c.tp_drift.growth_checks, 2);
-    td.done();
-    Fields rm(j, "replica_mismatch");
-    rm.policy(c.replica_mismatch.policy);
-    rm.done();
-    Fields st(j, "straggler");
-    st.policy(c.straggler.policy);
-    st.number("factor", c.straggler.factor, true);
-    st.integer("steps", c.straggler.steps, 1);
-    st.integer("warmup", c.straggler.warmup, 0);
-    st.done();
-    Fields hc(j, "health_check");
-    hc.policy(c.health_check.policy);
-    hc.done();
-    if (j.contains("webhook")) {
-        const json& w = j.at("webhook");
-        if (!w.is_string() || (!w.get<std::string>().empty() && w.get<std::string>().rfind("http://", 0) != 0))
-            throw DetectorConfigError(fmt::format("config field \"detectors.webhook\" is {}; expected \"\" or an "
-                                                  "http:// URL",
-                                                  w.dump()));
-        c.webhook = w.get<std::string>();
-    }
+            throw DetectorConfigError(
+                fmt::format("unknown detector \"detectors.{}\"; known: {}", it.key(), known_sections()));
+    c.sections([&](const char* name, auto& section) {
+        Fields f(j, name);
+        section.fields(f);
+        f.done();
+    });
+    c.webhook = read_webhook(j);
     return c;
 }
 
-json detectors_to_json(const DetectorsConfig& c) {
-    return {
-        {"grad_spike",
-         {{"policy", policy_name(c.grad_spike.policy)},
-          {"window", c.grad_spike.window},
-          {"rule", rule_name(c.grad_spike.rule)},
-          {"threshold", c.grad_spike.threshold},
-          {"alert_ratio", c.grad_spike.alert_ratio},
-          {"sustained_steps", c.grad_spike.sustained_steps}}},
-        {"nonfinite", {{"policy", policy_name(c.nonfinite.policy)}}},
-        {"leak_probe", {{"policy", policy_name(c.leak_probe.policy)}, {"every", c.leak_probe.every}}},
-        {"loss_floor",
-         {{"policy", policy_name(c.loss_floor.policy)},
-          {"floor", c.loss_floor.floor},
-          {"heldout_gap", c.loss_floor.heldout_gap},
-          {"heldout_gap_steps", c.loss_floor.heldout_gap_steps}}},
-        {"loss_jump",
-         {{"policy", policy_name(c.loss_jump.policy)}, {"window", c.loss_jump.window}, {"margin", c.loss_jump.margin}}},
-        {"divergence",
-         {{"policy", policy_name(c.divergence.policy)},
-          {"window", c.divergence.window},
-          {"grad_growth", c.divergence.grad_growth},
-          {"min_loss_drop", c.divergence.min_loss_drop}}},
-        {"tp_drift",
-         {{"policy", policy_name(c.tp_drift.policy)},
-          {"threshold", c.tp_drift.threshold},
-          {"growth_checks", c.tp_drift.growth_checks}}},
-        {"replica_mismatch", {{"policy", policy_name(c.replica_mismatch.policy)}}},
-        {"straggler",
-         {{"policy", policy_name(c.straggler.policy)}, {"factor", c.straggler.factor}, {"steps", c.straggler.steps},
-          {"warmup", c.straggler.warmup}}},
-        {"health_check", {{"policy", policy_name(c.health_check.policy)}}},
-        {"webhook", c.webhook},
-    };
+json detectors_to_json(const DetectorsConfig& config) {
+    DetectorsConfig c = config;
+    json out = json::object();
+    c.sections([&](const char* name, auto& section) {
+        FieldWriter w;
+        section.fields(w);
+        out[name] = std::move(w.out);
+    });
+    out["webhook"] = c.webhook;
+    return out;
 }
 
 }  // namespace hlat::detectors

@@ -22,6 +22,10 @@
 namespace hlat::detectors {
 
 enum class Policy { Off, Warn, Halt };
+
+// Each section's fields() lists its fields once, with their bounds: reading a
+// config and writing one (config.cpp) both go through it, so a new field is
+// one line there.
 enum class SpikeRule { Additive, Ratio, ZScore };
 
 struct GradSpikeConfig {
@@ -31,15 +35,33 @@ struct GradSpikeConfig {
     double threshold = 0.1;
     double alert_ratio = 5.0;             // alert when the norm exceeds this multiple of the mean
     int sustained_steps = 50;             // alert when an episode lasts this long
+    template <class Fields>
+    void fields(Fields& f) {
+        f.policy(policy);
+        f.integer("window", window, 1);
+        f.rule(rule);
+        f.number("threshold", threshold, false);
+        f.number("alert_ratio", alert_ratio, true);
+        f.integer("sustained_steps", sustained_steps, 1);
+    }
 };
 
 struct NonFiniteConfig {
     Policy policy = Policy::Halt;
+    template <class Fields>
+    void fields(Fields& f) {
+        f.policy(policy);
+    }
 };
 
 struct LeakProbeConfig {
     Policy policy = Policy::Halt;
     int every = 100;  // steps between probes (and one before the first step)
+    template <class Fields>
+    void fields(Fields& f) {
+        f.policy(policy);
+        f.integer("every", every, 1);
+    }
 };
 
 struct LossFloorConfig {
@@ -49,12 +71,25 @@ struct LossFloorConfig {
     // for this many steps in a row: a leaking mask keeps the loss down, while
     // an easy stretch of real text (a table, boilerplate) dips it for a few steps
     int heldout_gap_steps = 50;
+    template <class Fields>
+    void fields(Fields& f) {
+        f.policy(policy);
+        f.number("floor", floor, false);
+        f.number("heldout_gap", heldout_gap, true);
+        f.integer("heldout_gap_steps", heldout_gap_steps, 1);
+    }
 };
 
 struct LossJumpConfig {
     Policy policy = Policy::Warn;
     int window = 50;     // recent maximum over this many steps
     double margin = 1.0; // nats above it
+    template <class Fields>
+    void fields(Fields& f) {
+        f.policy(policy);
+        f.integer("window", window, 1);
+        f.number("margin", margin, true);
+    }
 };
 
 struct DivergenceConfig {
@@ -62,16 +97,33 @@ struct DivergenceConfig {
     int window = 200;            // compare smoothed values this many steps apart
     double grad_growth = 3.0;    // grad norm trend grew by this factor
     double min_loss_drop = 0.0;  // while the loss trend fell by no more than this
+    template <class Fields>
+    void fields(Fields& f) {
+        f.policy(policy);
+        f.integer("window", window, 1);
+        f.number("grad_growth", grad_growth, true);
+        f.number("min_loss_drop", min_loss_drop, false);
+    }
 };
 
 struct TpDriftConfig {
     Policy policy = Policy::Warn;
     double threshold = 1e-2;  // max |w - w_tp0| of a norm weight
     int growth_checks = 5;    // or growing at this many consecutive checks
+    template <class Fields>
+    void fields(Fields& f) {
+        f.policy(policy);
+        f.number("threshold", threshold, true);
+        f.integer("growth_checks", growth_checks, 2);
+    }
 };
 
 struct ReplicaMismatchConfig {
     Policy policy = Policy::Halt;  // replicas that disagree train a different model on each rank
+    template <class Fields>
+    void fields(Fields& f) {
+        f.policy(policy);
+    }
 };
 
 struct StragglerConfig {
@@ -79,10 +131,21 @@ struct StragglerConfig {
     double factor = 2.0;  // a rank's compute time over the median of the others'
     int steps = 5;        // for this many consecutive steps
     int warmup = 10;      // steps ignored at the start (allocation, first-touch page faults, caches)
+    template <class Fields>
+    void fields(Fields& f) {
+        f.policy(policy);
+        f.number("factor", factor, true);
+        f.integer("steps", steps, 1);
+        f.integer("warmup", warmup, 0);
+    }
 };
 
 struct HealthCheckConfig {
     Policy policy = Policy::Halt;  // a rank computing wrong numbers corrupts every replica it reduces with
+    template <class Fields>
+    void fields(Fields& f) {
+        f.policy(policy);
+    }
 };
 
 struct DetectorsConfig {
@@ -97,6 +160,22 @@ struct DetectorsConfig {
     StragglerConfig straggler;
     HealthCheckConfig health_check;
     std::string webhook;
+
+    // Every detector's section by its name in the config: the one list that
+    // reads, writes and names them.
+    template <class Visit>
+    void sections(Visit&& visit) {
+        visit("grad_spike", grad_spike);
+        visit("nonfinite", nonfinite);
+        visit("leak_probe", leak_probe);
+        visit("loss_floor", loss_floor);
+        visit("loss_jump", loss_jump);
+        visit("divergence", divergence);
+        visit("tp_drift", tp_drift);
+        visit("replica_mismatch", replica_mismatch);
+        visit("straggler", straggler);
+        visit("health_check", health_check);
+    }
 };
 
 struct DetectorConfigError : std::runtime_error {

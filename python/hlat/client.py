@@ -282,7 +282,7 @@ class Run:
                 transport.close()
                 self._transport.close()
         if self._local:
-            self._local.close(status)
+            self._local.close(status, self._last_step, detail)
 
     def __enter__(self):
         return self
@@ -434,12 +434,17 @@ class _LocalStore:
             return "halt requested (hlat ingest --follow exited with the halt code; see the run's alerts)"
         return None
 
-    def close(self, status):
+    def close(self, status, step, detail=""):
+        # The follower ends the run with this status when it reads the line
+        # (`hlat ingest --follow`'s "end" record), then exits by itself.
+        end = {"step": step, "event": "end", "detail": f"{status}: {detail}" if detail else status}
+        self.file.write((json.dumps(end) + "\n").encode())
         self.file.close()
-        time.sleep(0.5)  # the follower polls every 0.2 s: let it read the last lines
-        if self.proc.poll() is None:
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
             self.proc.terminate()
-        self.proc.wait(timeout=30)
+            self.proc.wait(timeout=30)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

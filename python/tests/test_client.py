@@ -10,8 +10,10 @@ import logging
 import math
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -124,6 +126,20 @@ class ClientEndToEnd(unittest.TestCase):
         self.assertEqual(len(points), 5)
         self.assertIsNone(points[3][1], "NaN is stored (and served as null)")
 
+    def test_wandb_style_keys_feed_the_detectors(self):
+        """A loop that logs the names W&B users write (train/loss, train/grad_norm, train/lr) gets
+        hlat's detectors with no mapping: a 27-nat loss jump is flagged, and the page's loss panel
+        has the series under hlat's key."""
+        run = self.init("wandb-keys")
+        for step in range(80):
+            loss = 30.0 if step == 70 else 3.0 - step / 100
+            run.log({"train/loss": loss, "train/grad_norm": 1.0 + (step % 3) / 10, "train/lr": 3e-4}, step=step)
+        run.finish()
+        alerts = self.server.get("/api/v1/runs/wandb-keys/alerts")["alerts"]
+        self.assertEqual([(a["kind"], a["step"]) for a in alerts], [("loss_jump", 70)])
+        keys = self.server.get("/api/v1/runs/wandb-keys/keys")["keys"]
+        self.assertTrue({"loss", "grad_norm", "lr"} <= set(keys), keys)
+
     def test_causality_probe_flags_a_leaking_mask_before_step_one(self):
         torch.manual_seed(0)
         leaky = self.init("leaky")
@@ -155,6 +171,34 @@ LOG_TEN_STEPS = "for step in range(10):\n    run.log({'loss': 1.0 / (step + 1)},
 LOG_FOREVER = ("step = 0\nwhile True:\n    run.log({'loss': 1.0 / (step + 1)}, step=step)\n"
                "    print(step, flush=True)\n    step += 1\n    time.sleep(0.01)\n")
 END_BOUND_S = 5.0  # issue 32: "crashed" in the store within 5 s
+
+
+class LocalStoreEnds(unittest.TestCase):
+    """store=: the run goes through `hlat ingest --follow`, which ends it with the client's status
+    (its "end" record) rather than "stopped" because it was told to quit."""
+
+    def run_child(self, store, name, body):
+        root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+        script = (f"import sys\nsys.path.insert(0, {root!r})\nimport hlat\n"
+                  f"run = hlat.init({name!r}, store={store!r})\n"
+                  "for s in range(10):\n    run.log({'loss': 3.0 - s / 10}, step=s)\n" + body)
+        return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+
+    def test_a_local_run_ends_finished_or_crashed_as_the_program_did(self):
+        store = os.path.join(tempfile.mkdtemp(prefix="hlat-local-"), "local.db")
+        done = self.run_child(store, "local-done", "run.finish()\n")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        crashed = self.run_child(store, "local-crash", "raise RuntimeError('boom')\n")
+        self.assertEqual(crashed.returncode, 1)
+        db = sqlite3.connect(store)
+        status = dict(db.execute("SELECT name, status FROM runs"))
+        self.assertEqual(status, {"local-done": "finished", "local-crash": "crashed"})
+        detail = db.execute("SELECT e.detail FROM events e JOIN runs r ON r.id = e.run_id "
+                            "WHERE r.name = 'local-crash' AND e.kind = 'crash'").fetchone()[0]
+        self.assertIn("RuntimeError: boom", detail)
+        points = db.execute("SELECT count(*) FROM metrics m JOIN runs r ON r.id = m.run_id "
+                            "WHERE r.name = 'local-crash'").fetchone()[0]
+        self.assertEqual(points, 10, "every logged step is stored")
 
 
 class RunEnds(ServerTestCase):
