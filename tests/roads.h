@@ -5,6 +5,7 @@
 // that cut steps apart. Used by the fault tests, one per injected fault.
 #pragma once
 
+#include "api_requests.h"
 #include "session/replay.h"
 #include "session/run_session.h"
 #include "telemetry/reader.h"
@@ -95,7 +96,7 @@ inline void expect_roads_agree(const std::string& store, const std::string& name
     // Over HTTP in batches of 7 lines: steps and their events cut apart.
     web::Api api(store, "road-token");
     auto post = [&](const std::string& path, const std::string& body) {
-        return api.handle({"POST", path, {}, "road-token", body, "127.0.0.1"});
+        return api.handle(test::post(path, "road-token", body));
     };
     nlohmann::json start = {{"config", nlohmann::json::parse(detectors)}};
     ASSERT_EQ(post("/api/v1/runs/" + name + "-http/start", start.dump()).status, 200);

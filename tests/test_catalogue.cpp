@@ -5,6 +5,7 @@
 // tokenless `?keys=` form.
 #include "telemetry/metric_catalogue.h"
 #include "telemetry/writer.h"
+#include "api_requests.h"
 #include "test_util.h"
 #include "web/api.h"
 #include "web/catalogue_api.h"
@@ -20,9 +21,7 @@ namespace {
 using json = nlohmann::json;
 using namespace telemetry;
 
-web::Request get(const std::string& path, std::map<std::string, std::string> query = {}) {
-    return {"GET", path, std::move(query), "", "", "127.0.0.1"};
-}
+using test::get;
 
 json get_json(web::Api& api, const std::string& path, std::map<std::string, std::string> query = {}) {
     web::Response r = api.handle(get(path, std::move(query)));
@@ -44,10 +43,7 @@ class Catalogue : public ::testing::Test {
     static void SetUpTestSuite() {
         dir_ = new test::ScratchDir("catalogue");
         Writer w(dir_->file("s.db"));
-        RunRecord r;
-        r.name = "run";
-        r.source = "hlat";
-        int64_t id = w.open_run(r, false);
+        int64_t id = w.open_run(RunRecord{.name = "run", .source = "hlat"}, false);
         std::vector<MetricPoint> pts;
         for (const char* key : {"loss", "heldout_loss", "grad_norm", "lr", "data_s", "forward_s", "step_s",
                                 "attn/entropy_min", "grad_norm/layers.0.qkv_proj"})

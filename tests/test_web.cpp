@@ -3,6 +3,7 @@
 #include "telemetry/reader.h"
 #include "telemetry/writer.h"
 #include "test_http.h"
+#include "api_requests.h"
 #include "test_util.h"
 #include "web/api.h"
 #include "web/series_api.h"
@@ -26,13 +27,8 @@ namespace {
 using json = nlohmann::json;
 using namespace telemetry;
 
-web::Request get(const std::string& path, std::map<std::string, std::string> query = {}) {
-    return {"GET", path, std::move(query), "", "", "127.0.0.1"};
-}
-
-web::Request post(const std::string& path, const std::string& token, const std::string& body = "") {
-    return {"POST", path, {}, token, body, "127.0.0.1"};
-}
+using test::get;
+using test::post;
 
 class WebApi : public ::testing::Test {
   protected:
