@@ -81,7 +81,7 @@ int detect_command(int argc, char** argv) {
     if (steps == 0) {
         std::string keys;
         for (const std::string& k : s.reader->keys(s.run.id)) keys += (keys.empty() ? "" : ", ") + k;
-        fmt::print(stderr, "run \"{}\" has none of the keys the detectors read (loss, grad_norm, lr, heldout_loss, "
+        fmt::print(stderr, "run \"{}\" has none of the keys the detectors read (loss, grad_norm, heldout_loss, "
                            "...); its keys: {}. Re-import it with --map, e.g. --map train_loss=loss\n",
                    s.run.name, keys.empty() ? "none" : keys);
         return kExitNoDetectorKeys;

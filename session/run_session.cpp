@@ -133,13 +133,14 @@ void RunSession::note_keys(const std::vector<telemetry::MetricPoint>& points) {
         if (seen_keys_.size() < kKeysNamed) seen_keys_.insert(p.key);
     }
     if (watched_ || steps_seen_ < 2 || !unwatched_notice_.empty()) return;
-    std::string keys;
+    std::string keys, read;
     for (const std::string& k : seen_keys_) keys += (keys.empty() ? "" : ", ") + k;
+    for (size_t i = 0; i < suite_.keys().size() && i < 5; i++) read += suite_.keys()[i] + ", ";
     unwatched_notice_ = fmt::format(
-        "run \"{}\" is not watched: none of its keys ({}) feeds a detector. The detectors read loss, grad_norm, lr, "
-        "heldout_loss, ... (or the names torchtitan, Megatron, Hugging Face and W&B use: docs/external-trainers.md); name yours "
-        "with --map LOG_NAME=HLAT_NAME",
-        run_.name, keys);
+        "run \"{}\" is not watched: none of its keys ({}) feeds a detector. The detectors read {}... (and the "
+        "names torchtitan, Megatron, Hugging Face and W&B use for them: docs/external-trainers.md); name yours with "
+        "--map LOG_NAME=HLAT_NAME",
+        run_.name, keys, read);
     spdlog::warn("{}", unwatched_notice_);
     store_event({"unwatched", last_step_, now_seconds(), unwatched_notice_});
 }

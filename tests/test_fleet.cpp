@@ -117,8 +117,10 @@ TEST_F(FleetRun, CleanRunsOnTwoAndFourRanksRaiseNothing) {
 // 2-2.5x, at the detector's factor; 4x measures ~3x.
 TEST_F(FleetRun, ASlowedRankIsFlaggedWithinKSteps) {
     for (int np : {2, 4}) {
+        // On 2 ranks the run is stored too, for the four roads; 4 ranks on 2
+        // cores are measured as before, without the store's writer thread.
         std::string name;
-        const std::string store = dir_->file(fmt::format("slow{}.db", np));
+        const std::string store = np == 2 ? dir_->file("slow.db") : "none";
         auto alerts = train(np, 1, np == 2 ? "--inject slow_rank@20:1:3" : "--inject slow_rank@20:1:4", store, &name);
         ASSERT_FALSE(alerts.empty()) << np << " ranks";
         EXPECT_EQ(alerts[0].substr(0, alerts[0].find('@')), "straggler");
