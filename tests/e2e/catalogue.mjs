@@ -27,6 +27,16 @@ for (const name of ["cat-a", "cat-b"]) {
   const ingest = spawnSync(hlat, ["ingest", "--store", store, "--run", name, file], { encoding: "utf8" });
   check(ingest.status === 0, `a log with a key nobody catalogued ingests as ${name} ${ingest.stderr}`);
 }
+// A run in another trainer's own names, none of which feeds a detector.
+{
+  const lines = [];
+  for (let s = 0; s < STEPS; s++) lines.push(JSON.stringify({ step: s, time: 1.7e9 + s, objective: 3 - s / 40, acc: s / 40 }));
+  writeFileSync(path.join(work, "own.jsonl"), lines.join("\n") + "\n");
+  const ingest = spawnSync(hlat, ["ingest", "--store", store, "--run", "own-names", path.join(work, "own.jsonl")],
+                           { encoding: "utf8" });
+  check(ingest.status === 0 && /is not watched/.test(ingest.stdout + ingest.stderr),
+        "a log whose keys feed no detector ingests, and says it is not watched");
+}
 // Per-rank points as the trainer's fleet hook stores them (nothing that
 // ingests a log writes them): two ranks, every step, for both keys.
 const sql = `
@@ -87,6 +97,17 @@ try {
   await again.waitForSelector(`.chart[data-panel="key:${NEW_KEY}"] canvas`, { timeout: 10000 });
   check(true, "and its permalink draws it again");
   await page.screenshot({ path: path.join(work, "catalogue.png"), fullPage: true });
+
+  await page.goto(`${url}static/run.html?run=own-names`);
+  await page.waitForFunction(() => window.hlatDashboard?.drawn > 0, null, { timeout: 15000 });
+  const notice = await page.locator("#unwatched").innerText();
+  check(await page.locator("#unwatched").isVisible() && notice.includes("acc, objective"),
+        `a run no detector watches says so on its page (${notice.slice(0, 80)}...)`);
+  const ownCharts = await page.$$eval("#charts .chart", (boxes) => boxes.map((b) => b.dataset.panel));
+  check(ownCharts.join() === "key:acc,key:objective", `and opens on charts of its own keys (${ownCharts})`);
+  await page.goto(`${url}static/run.html?run=cat-a`);
+  await page.waitForFunction(() => window.hlatDashboard?.drawn > 0, null, { timeout: 15000 });
+  check(await page.locator("#unwatched").isHidden(), "a watched run shows no such notice");
 
   await page.goto(`${url}static/compare.html?runs=cat-a,cat-b&key=grad_norm`);
   await page.waitForFunction(() => window.hlatCompare?.chart, null, { timeout: 15000 });

@@ -376,8 +376,11 @@ async function load() {
     state.keys = catalogue.keys;
     if (!state.shown) {
       const asked = params.get("keys");
+      // A run none of whose keys the catalogue draws by default (another
+      // trainer's own names) still opens on charts: its first few keys.
+      const defaults = state.keys.filter(isDefault);
       state.shown = new Set(asked ? asked.split(",").filter((k) => state.keys.includes(k))
-                                  : state.keys.filter(isDefault));
+                                  : defaults.length ? defaults : state.keys.slice(0, 8));
     }
     showPicker();
     const width = Math.max(320, Math.floor($("#charts").clientWidth / 2) - 24);
