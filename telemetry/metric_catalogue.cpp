@@ -56,18 +56,24 @@ std::vector<MetricEntry> run_rows() {
         run_metric("comm_s", "DP gradient all-reduce", "s", "distributed", "comm", on),
         run_metric("comm_exposed_s", "DP gradient all-reduce, exposed", "s", "distributed", "comm", on),
         run_metric("tp_comm_s", "TP all-reduces", "s", "distributed", "comm", on),
+        // Tensor-parallel runs: how far the replicated (norm) weights drifted from TP rank 0's.
         run_metric("tp_drift", "TP drift: max |w − w(tp rank 0)|", "", "distributed", "tp_drift", on),
         run_metric("tp_drift_rel", "TP drift, relative", "", "distributed", "tp_drift", on),
         run_metric("tp_drift/<tensor>", "TP drift: <tensor>", "", "distributed", "tp_drift/tensor", off),
+        // Data-parallel runs: the replica hash checks (an all-reduce bug shows here first).
         run_metric("replica_mismatch", "DP ranks whose parameter hash differs", "ranks", "distributed", "replicas", on),
         run_metric("replica_grad_mismatch", "DP ranks whose gradient hash differs", "ranks", "distributed", "replicas",
                    on),
         run_metric("straggler_ratio", "straggler: slowest rank's compute over the others' median", "", "distributed",
                    "", off),
         run_metric("straggler_rank", "straggler: the slowest rank", "", "distributed", "", off),
+        // The straggler detector's evidence: the slowest rank's compute time.
+        run_metric("straggler_compute_s", "straggler: the slowest rank's compute", "s", "distributed", "", off),
         run_metric("health_check_failures", "health check: ranks that computed wrong numbers", "ranks", "health", "",
                    off),
         run_metric("clipped", "gradient clipped (1 = yes)", "", "training", "", off),
+        // Stored only when 1: the trainer left the weights as they were (nonfinite says so).
+        run_metric("update_skipped", "update skipped: loss or gradient not finite (1 = yes)", "", "training", "", off),
         run_metric("tokens_seen", "tokens seen", "tokens", "training", "", off),
         run_metric("causality_leak", "causality probe: largest logit change", "", "probes", "", off),
         run_metric("causality_leak_position", "causality probe: first position that changed", "", "probes", "", off),

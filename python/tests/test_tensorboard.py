@@ -103,8 +103,8 @@ class TensorBoardIngest(unittest.TestCase):
         store = os.path.join(self.tmp, "aliases.db")
         path = os.path.join(self.tmp, "hf", "events.out.tfevents.1700000000.host.1.0")
         self.write(path, [(s, tag, v, 1.7e9 + s) for s, loss, grad, lr in steps
-                          for tag, v in (("train/loss", loss), ("train/grad_norm", grad), ("train/learning_rate", lr))])
-        r = self.ingest(store, "--run", "hf-tensorboard", path)
+                          for tag, v in (("train/loss", loss), ("train/grad_norm", grad), ("train/lr", lr))])
+        r = self.ingest(store, "--run", "hf-tensorboard", os.path.dirname(path))  # the event directory
         self.assertEqual(r.returncode, 0, r.stderr)
 
         def jsonl(name, keys):
