@@ -1,17 +1,10 @@
 // Detector settings: per detector a policy (off, warn, halt) and its rule's
 // parameters; validated in one place. JSON section "detectors" of a training
-// config, every field optional:
-//   "grad_spike": {"policy", "window", "rule", "threshold", "alert_ratio", "sustained_steps"}
-//   "nonfinite":  {"policy"}
-//   "leak_probe": {"policy", "every"}
-//   "loss_floor": {"policy", "floor", "heldout_gap"}
-//   "loss_jump":  {"policy", "window", "margin"}
-//   "divergence": {"policy", "window", "grad_growth", "min_loss_drop"}
-//   "tp_drift":   {"policy", "threshold", "growth_checks"}
-//   "replica_mismatch": {"policy"}
-//   "straggler":  {"policy", "factor", "steps", "warmup"}
-//   "health_check": {"policy"}
-//   "webhook":    "http://host:port/path" or ""
+// config, every field optional: a section per detector (DetectorsConfig::
+// sections() names them), its fields as its fields() lists them, and
+// "webhook": "http://host:port/path" or "". Each section's fields() lists its
+// fields once, with their bounds: reading a config and writing one
+// (config.cpp) both go through it, so a new field is one line there.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -22,10 +15,6 @@
 namespace hlat::detectors {
 
 enum class Policy { Off, Warn, Halt };
-
-// Each section's fields() lists its fields once, with their bounds: reading a
-// config and writing one (config.cpp) both go through it, so a new field is
-// one line there.
 enum class SpikeRule { Additive, Ratio, ZScore };
 
 struct GradSpikeConfig {

@@ -18,7 +18,7 @@ std::vector<detectors::StepView> steps_from(const std::vector<telemetry::MetricP
                                             const detectors::DetectorSuite& suite);
 
 // The stored run's views handed to `visit` in step order, read a range of
-// steps at a time: memory stays bounded however long the run.
+// steps at a time (the run's events are read at once: they are few).
 void for_each_stored_step(telemetry::Reader& reader, int64_t run, const detectors::DetectorSuite& suite,
                           const std::function<void(const detectors::StepView&)>& visit);
 

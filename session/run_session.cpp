@@ -28,10 +28,10 @@ const char* end_event_kind(const std::string& status) {
     return "stop";
 }
 
-RunSession::RunSession(telemetry::Writer* writer, telemetry::RunRecord run, SessionOptions options)
-    : writer_(writer), run_(std::move(run)), options_(std::move(options)), suite_(detectors_of(run_)) {
-    const std::string url = detectors_of(run_).webhook;
-    if (!url.empty()) webhook_ = std::make_unique<Webhook>(url, run_.name);
+RunSession::RunSession(telemetry::Writer* writer, telemetry::RunRecord run, SessionOptions options,
+                       const detectors::DetectorsConfig& config)
+    : writer_(writer), run_(std::move(run)), options_(std::move(options)), suite_(config) {
+    if (!config.webhook.empty()) webhook_ = std::make_unique<Webhook>(config.webhook, run_.name);
 }
 
 RunSession::~RunSession() = default;
@@ -39,7 +39,7 @@ RunSession::~RunSession() = default;
 std::unique_ptr<RunSession> RunSession::open(telemetry::Writer* writer, const telemetry::RunRecord& run,
                                              const Opening& opening, SessionOptions options) {
     const bool catch_up = options.catch_up && opening.resume;
-    std::unique_ptr<RunSession> s(new RunSession(writer, run, std::move(options)));
+    std::unique_ptr<RunSession> s(new RunSession(writer, run, std::move(options), detectors_of(run)));
     if (!writer) return s;
     bool existed = false;
     if (opening.kind.empty()) existed = telemetry::Reader(writer->path()).find_run(run.name).has_value();
@@ -57,7 +57,7 @@ std::unique_ptr<RunSession> RunSession::open(telemetry::Writer* writer, const te
 std::unique_ptr<RunSession> RunSession::attach(telemetry::Writer& writer, telemetry::Reader& reader,
                                                const telemetry::RunRecord& stored, SessionOptions options) {
     const bool catch_up = options.catch_up;
-    std::unique_ptr<RunSession> s(new RunSession(&writer, stored, std::move(options)));
+    std::unique_ptr<RunSession> s(new RunSession(&writer, stored, std::move(options), detectors_of(stored)));
     if (catch_up) s->catch_up(reader);
     return s;
 }
@@ -138,8 +138,8 @@ void RunSession::note_keys(const std::vector<telemetry::MetricPoint>& points) {
     for (size_t i = 0; i < suite_.keys().size() && i < 5; i++) read += suite_.keys()[i] + ", ";
     unwatched_notice_ = fmt::format(
         "run \"{}\" is not watched: none of its keys ({}) feeds a detector. The detectors read {}... (and the "
-        "names torchtitan, Megatron, Hugging Face and W&B use for them: docs/external-trainers.md); name yours with "
-        "--map LOG_NAME=HLAT_NAME",
+        "names torchtitan, Megatron, Hugging Face and W&B use for them: docs/external-trainers.md); log yours under "
+        "those names, or map them (hlat ingest --map LOG_NAME=HLAT_NAME)",
         run_.name, keys, read);
     spdlog::warn("{}", unwatched_notice_);
     store_event({"unwatched", last_step_, now_seconds(), unwatched_notice_});
@@ -174,8 +174,9 @@ std::vector<Fired> RunSession::detect(std::vector<detectors::StepView> steps) {
 }
 
 // One alert to every place it goes, once. The first halting one files a halt
-// request in the store: what the HTTP reply, the page and a follower read.
-void RunSession::route(Fired& f) {
+// request in the store (what the HTTP reply, the page and a follower read),
+// unless it answers one (`halt_reason` given).
+void RunSession::route(Fired& f, const std::string& halt_reason) {
     telemetry::Alert& a = f.alert;
     a.wall_time = now_seconds();
     const bool halt = f.policy == detectors::Policy::Halt;
@@ -185,13 +186,17 @@ void RunSession::route(Fired& f) {
     if (webhook_) webhook_->post(a);
     if (options_.on_alert) options_.on_alert(a);
     if (!halt || !halt_reason_.empty()) return;
+    if (!halt_reason.empty()) {
+        halt_reason_ = halt_reason;
+        return;
+    }
     halt_reason_ = fmt::format("detector {} at step {}: {}", a.kind, a.step, a.message);
     if (writer_) writer_->request_halt(run_.id, halt_reason_);
 }
 
-void RunSession::raise(telemetry::Alert alert, detectors::Policy policy) {
+void RunSession::raise(telemetry::Alert alert, detectors::Policy policy, const std::string& reason) {
     Fired f{std::move(alert), policy};
-    route(f);
+    route(f, reason);
 }
 
 std::optional<std::string> RunSession::poll_halt_request() {
@@ -240,11 +245,20 @@ void RunSession::eval(telemetry::EvalRecord record) {
 
 void RunSession::finish(const std::string& status, int64_t step, const std::string& detail, double wall_time) {
     if (!writer_) return;
-    const double t = wall_time > 0 ? wall_time : now_seconds();
-    if (!(status == "halted" && halt_event_written_)) writer_->event(run_.id, {end_event_kind(status), step, t, detail});
-    writer_->set_status(run_.id, status, now_seconds());
-    writer_->mark_halt_handled(run_.id);
-    writer_->flush();
+    if (status == "halted" && halt_event_written_) {  // halt() wrote the event when it happened
+        writer_->set_status(run_.id, status, now_seconds());
+        writer_->flush();
+        return;
+    }
+    write_end(*writer_, run_.id, status, step, detail, wall_time);
+}
+
+void write_end(telemetry::Writer& writer, int64_t run, const std::string& status, int64_t step,
+               const std::string& detail, double wall_time) {
+    writer.event(run, {end_event_kind(status), step, wall_time > 0 ? wall_time : now_seconds(), detail});
+    writer.set_status(run, status, now_seconds());
+    writer.mark_halt_handled(run);
+    writer.flush();
 }
 
 void RunSession::flush() {

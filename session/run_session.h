@@ -90,8 +90,10 @@ class RunSession {
     std::vector<Fired> step(int64_t step, const StepPoints& points);
     // One value per rank of a key (stored; no detector reads them).
     void rank_values(int64_t step, const std::string& key, const std::vector<double>& per_rank);
-    // An alert raised outside the detectors (a halt asked for from the page).
-    void raise(telemetry::Alert alert, detectors::Policy policy);
+    // An alert raised outside the detectors (a halt asked for from the page):
+    // routed like the detectors' alerts; a halting one halts with `reason`
+    // and files no request (it answers one).
+    void raise(telemetry::Alert alert, detectors::Policy policy, const std::string& reason);
 
     // Who asked (from the page or the API) for this run to halt since the
     // last call; the request is then marked handled. nullopt while halting.
@@ -115,19 +117,18 @@ class RunSession {
     // The detectors' windows, for checkpoints; restore() takes what it gave.
     nlohmann::json detector_state() const { return suite_.state(); }
     void restore_detectors(const nlohmann::json& state) { suite_.restore(state); }
-    // Whether any point so far fed a detector, and if none did once the run
-    // had two steps, the sentence that said so (logged and stored once).
-    bool watched() const { return watched_; }
+    // When no point has fed a detector once the run had two steps, the
+    // sentence that said so (logged and stored once); "" otherwise.
     const std::string& unwatched_notice() const { return unwatched_notice_; }
     int64_t run_id() const { return run_.id; }
-    const telemetry::RunRecord& run() const { return run_; }
 
   private:
-    RunSession(telemetry::Writer* writer, telemetry::RunRecord run, SessionOptions options);
+    RunSession(telemetry::Writer* writer, telemetry::RunRecord run, SessionOptions options,
+               const detectors::DetectorsConfig& config);
     void catch_up(telemetry::Reader& reader);
     void rename_aliases(std::vector<telemetry::MetricPoint>& points);
     std::vector<Fired> detect(std::vector<detectors::StepView> steps);
-    void route(Fired& fired);
+    void route(Fired& fired, const std::string& halt_reason = "");
     void note_keys(const std::vector<telemetry::MetricPoint>& points);
     void store_event(telemetry::Event e);
 
@@ -162,5 +163,10 @@ detectors::DetectorsConfig detectors_of(const telemetry::RunRecord& run);
 
 // "finished" -> "stop", "crashed" -> "crash", "halted" -> "halt", "stale" -> "stale", ...
 const char* end_event_kind(const std::string& status);
+
+// A run's end written without a session (one that is not being fed): its end
+// event (dated `wall_time`, 0 = now), status, and any halt request handled.
+void write_end(telemetry::Writer& writer, int64_t run, const std::string& status, int64_t step,
+               const std::string& detail, double wall_time = 0.0);
 
 }  // namespace hlat::session

@@ -143,8 +143,9 @@ class Writer::Connection {
                                              r.name, db.path()));
             // What a resuming writer does not say (an empty config, precision or meta) stays as it was.
             db.prepare("UPDATE runs SET status = 'running', ended_at = 0, "
-                       "config = CASE WHEN ?2 = '{}' THEN config ELSE ?2 END, "
-                       "precision = CASE WHEN ?3 = '' THEN precision ELSE ?3 END, host = ?4, "
+                       "config = CASE WHEN ?2 IN ('', '{}') THEN config ELSE ?2 END, "
+                       "precision = CASE WHEN ?3 = '' THEN precision ELSE ?3 END, "
+                       "host = CASE WHEN ?4 = '' THEN host ELSE ?4 END, "
                        "git_revision = CASE WHEN ?5 = '' THEN git_revision ELSE ?5 END, "
                        "meta = CASE WHEN ?6 = '{}' THEN meta ELSE ?6 END WHERE id = ?1")
                 .bind(1, id).bind(2, r.config).bind(3, r.precision).bind(4, r.host).bind(5, r.git_revision)

@@ -227,6 +227,16 @@ TEST_F(WebApi, ExternalRunsAreWatchedAndToldToHalt) {
     EXPECT_EQ(run->precision, "bf16");
     EXPECT_EQ(reader.alerts(run->id).size(), 2u);
     EXPECT_FALSE(reader.pending_halt(run->id).has_value()) << "finish handles the halt";
+    // Fed again after it ended (a client resumed without start, a run gone
+    // stale): running again, judged by its own detectors, its config kept.
+    ASSERT_EQ(api.handle(post("/api/v1/runs/comeback/start", "secret-token", start.dump())).status, 200);
+    ASSERT_EQ(api.handle(post("/api/v1/runs/comeback/ingest", "secret-token", lines)).status, 200);
+    ASSERT_EQ(api.handle(post("/api/v1/runs/comeback/finish", "secret-token", R"({"step": 29})")).status, 200);
+    r = api.handle(post("/api/v1/runs/comeback/ingest", "secret-token", "{\"step\": 30, \"loss\": 2.0, \"grad_norm\": 90.0}\n"));
+    EXPECT_EQ(json::parse(r.body)["state"], "halt") << "grad_spike's halt policy still holds: " << r.body;
+    Reader reopened(dir_->file("s.db"));
+    const std::string config = reopened.find_run("comeback")->config;
+    EXPECT_NE(config.find("\"lr\":0.0003"), std::string::npos) << config;
 
     ASSERT_EQ(api.handle(post("/api/v1/runs/clean/start", "secret-token", "{}")).status, 200);
     ASSERT_EQ(api.handle(post("/api/v1/runs/clean/ingest", "secret-token", "{\"step\": 0, \"loss\": 2.0}\n")).status, 200);

@@ -65,12 +65,7 @@ session::RunSession& IngestEndpoints::session_of(Reader& reader, const RunRecord
 void IngestEndpoints::end_run(const RunRecord& run, const std::string& status, int64_t step, const std::string& detail,
                               double wall_time) {
     auto it = sessions_.find(run.id);
-    if (it == sessions_.end()) {
-        Reader reader(store_);
-        session::SessionOptions no_catch_up;
-        no_catch_up.catch_up = false;
-        it = sessions_.emplace(run.id, session::RunSession::attach(*writer_, reader, run, no_catch_up)).first;
-    }
+    if (it == sessions_.end()) return session::write_end(*writer_, run.id, status, step, detail, wall_time);
     it->second->finish(status, step, detail, wall_time);
     sessions_.erase(it);
 }
@@ -124,10 +119,11 @@ Response IngestEndpoints::ingest(const std::string& name, const std::string& bod
     auto run = reader.find_run(name);
     session::RunSession* s = nullptr;
     if (!run || (run->status != "running" && run->status != "halted")) {
-        // A new run, or one that comes back (stale, finished): running again.
-        RunRecord r;
+        // A new run, or one that comes back (stale, finished): running again,
+        // judged by its own detectors settings.
+        RunRecord r = run ? *run : RunRecord{};
         r.name = name;
-        r.source = run ? run->source : "ingest";
+        if (!run) r.source = "ingest";
         r.started_at = now_seconds();
         auto opened = session::RunSession::open(writer_.get(), r,
                                                 {true, "", std::max<int64_t>(0, parser.last_step()), 0.0, "ingest"});

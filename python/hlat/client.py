@@ -134,6 +134,7 @@ class Run:
         self._halt_reason = None   # set by the sender thread on rank 0
         self._halted = None        # the reason every rank agreed on
         self._last_step = 0
+        self._top_step = 0  # the largest step of anything queued: a follower skips records below it
         self._closed = False
         self._finishing = False    # finish() is under way (a signal may arrive in the middle of it)
         self._abandoned = False    # a dying process gave up on what is still queued
@@ -185,6 +186,7 @@ class Run:
         """Queues values like log() without the halt check (and its collective): for probes
         that only rank 0 reports from. Every rank may call it; the others' values are dropped."""
         if self.rank == 0:
+            self._top_step = max(self._top_step, int(step))
             self._queue.append((int(step), dict(values)))
             if not self._wake.is_set():
                 self._wake.set()
@@ -199,6 +201,7 @@ class Run:
     def event(self, kind, detail, step):
         """Records an event (e.g. a replica_mismatch with the ranks and tensor)."""
         if self.rank == 0:
+            self._top_step = max(self._top_step, int(step))
             self._queue.append((int(step), {"event": kind, "detail": detail}))
             self._wake.set()
 
@@ -282,7 +285,7 @@ class Run:
                 transport.close()
                 self._transport.close()
         if self._local:
-            self._local.close(status, self._last_step, detail)
+            self._local.close(status, self._top_step, detail)
 
     def __enter__(self):
         return self
@@ -423,7 +426,9 @@ class _LocalStore:
             cmd += ["--meta", meta_arg]
         if resume:
             cmd.append("--resume")
-        self.proc = subprocess.Popen(cmd)
+        # Its own process group: a SIGTERM for the training job's group must not
+        # stop the follower before it reads the run's last lines and its end.
+        self.proc = subprocess.Popen(cmd, start_new_session=True)
 
     def write(self, body):
         self.file.write(body)

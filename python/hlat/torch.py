@@ -116,9 +116,11 @@ def check_replicas(run, model, step, grads=False, group_key=0):
             first = named[differ[0]][0] if differ else "(a different set of tensors)"
             bad.append(f"rank {rank} differs from rank {ref_rank} in {len(differ)} {what} tensor(s), first "
                        f"\"{first}\"")
-    run.record({"replica_mismatch": float(len(bad))}, step=step)
+    # The event first: a batch cut between the two still gives the detector the
+    # ranks and tensor with (or before) the value.
     if bad:
         run.event("replica_mismatch", "; ".join(bad), step)
+    run.record({"replica_mismatch": float(len(bad))}, step=step)
     return len(bad)
 
 

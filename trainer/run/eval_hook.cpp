@@ -18,17 +18,15 @@ void EvalHook::after_step(StepResult& result) {
     evaluated_after_ = done;
 }
 
-// A run stopped by a signal before its last step gets a final evaluation, a
-// step of its own in the session.
+// A run stopped by a signal between evaluations gets a final one, kept as an
+// eval record only: its step was already detected, and an uninterrupted run
+// never had this evaluation, so the detectors do not see it.
 void EvalHook::on_end(RunEnd how) {
     const int done = run_.trainer.next_step();
     if (how != RunEnd::Stopped || done == run_.first_step || run_.config.run.eval_every <= 0 ||
         evaluated_after_ == done)
         return;
-    const double loss = evaluate();
-    session::StepPoints points;
-    if (!std::isnan(loss)) points.add("heldout_loss", loss);
-    if (session::RunSession* s = run_.recorder.session(); s && !points.values.empty()) s->step(done - 1, points);
+    evaluate();
 }
 
 double EvalHook::evaluate() {

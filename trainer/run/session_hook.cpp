@@ -19,20 +19,22 @@ void SessionHook::on_start() {
     session::StepPoints points;
     points.add("causality_leak", *leak);
     session->step(0, points);
+    probed_step_0_ = true;
     run_.halt_reason = session->halt_reason();
 }
 
 void SessionHook::after_step(StepResult& result) {
     const int64_t step = result.stats.step;
-    if (every(run_.config.detectors.leak_probe.every, step + 1))
+    if (every(run_.config.detectors.leak_probe.every, step + 1) && !(step == 0 && probed_step_0_))
         if (std::optional<double> leak = probe()) result.points.add("causality_leak", *leak);
     session::RunSession* session = run_.recorder.session();
     if (!session) return;
     session->step(step, result.points);
-    if (std::optional<std::string> who = session->poll_halt_request())
-        session->raise({"halt_request", "critical", step, fmt::format("halt requested by {}", *who),
-                        nlohmann::json{{"requested_by", *who}}.dump(), 0.0},
-                       detectors::Policy::Halt);
+    if (std::optional<std::string> who = session->poll_halt_request()) {
+        const std::string message = fmt::format("halt requested by {}", *who);
+        session->raise({"halt_request", "critical", step, message, nlohmann::json{{"requested_by", *who}}.dump(), 0.0},
+                       detectors::Policy::Halt, fmt::format("halt_request at step {}: {}", step, message));
+    }
     run_.halt_reason = session->halt_reason();
 }
 

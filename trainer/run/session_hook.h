@@ -26,6 +26,7 @@ class SessionHook : public StepHook {
     std::optional<double> probe();  // every rank runs it (a tensor-parallel forward is collective)
 
     RunContext& run_;
+    bool probed_step_0_ = false;  // before the first step: step 0's measurement, sent once
 };
 
 }  // namespace hlat
