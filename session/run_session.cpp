@@ -74,7 +74,7 @@ void RunSession::catch_up(telemetry::Reader& reader) {
         last = v;
     });
     if (!last) return;
-    last_step_ = last->step;
+    last_step_ = caught_up_to_ = last->step;
     if (options_.whole_steps) {
         suite_.observe(*last);
         return;
@@ -149,6 +149,7 @@ void RunSession::note_keys(const std::vector<telemetry::MetricPoint>& points) {
 // view is more of it.
 std::vector<Fired> RunSession::detect(std::vector<detectors::StepView> steps) {
     std::vector<Fired> fired;
+    std::erase_if(steps, [&](const detectors::StepView& v) { return v.step < caught_up_to_; });
     if (steps.empty()) return fired;
     if (options_.whole_steps) {
         for (const detectors::StepView& v : steps)

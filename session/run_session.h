@@ -15,6 +15,11 @@
 // batch brings more of it the detectors go back and see the merged step once
 // (an alert its first part raised is not raised again).
 //
+// A session that caught up from the store does not detect again the steps
+// before the last stored one (a follower that reads its log from the start
+// after a kill -9, a client that re-sends): they are stored again, not
+// detected again, so no alert is stored twice and no halt fires twice.
+//
 // Not thread-safe: one caller at a time (the HTTP endpoint holds a lock).
 #pragma once
 
@@ -153,6 +158,7 @@ class RunSession {
     std::set<std::string> seen_keys_;  // for the unwatched notice, bounded
     std::set<std::string> aliases_used_;
     int64_t steps_seen_ = 0, last_step_ = -1;
+    int64_t caught_up_to_ = -1;  // the last stored step when the session caught up
     std::string unwatched_notice_;
     double last_heartbeat_ = 0.0;
 };

@@ -75,6 +75,16 @@ TEST(HostileServer, RequestsThatCrashedTheServerAre400s) {
                           what);
     expect_json_error(http_post(port, "/api/v1/runs/r/finish", kToken, R"({"status": "nope\u0000x"})"), 400,
                       "is not one of", "finish status");
+    // 5. With the token: a step beyond int64 (it stored a stop event at step -2^63), negative, or fractional.
+    for (const char* step : {"1e300", "-1", "2.5", "\"7\"", "1e16"}) {
+        expect_json_error(http_post(port, "/api/v1/runs/r/finish", kToken, fmt::format(R"({{"step": {}}})", step)), 400,
+                          "is not an integer from 0 to 9e15", std::string("finish step ") + step);
+        expect_json_error(http_post(port, "/api/v1/runs/new/start", kToken, fmt::format(R"({{"step": {}}})", step)), 400,
+                          "is not an integer from 0 to 9e15", std::string("start step ") + step);
+    }
+    EXPECT_EQ(http_post(port, "/api/v1/runs/r/finish", kToken, R"({"step": 12})").first, 200);
+    Reader reader(dir.file("s.db"));
+    EXPECT_EQ(reader.events(reader.find_run("r")->id).back().step, 12) << "a good step is kept as it is";
     // The server is still there for everyone.
     auto runs = http_get(port, "/api/v1/runs");
     EXPECT_EQ(runs.first, 200) << runs.second;

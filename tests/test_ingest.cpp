@@ -363,6 +363,17 @@ TEST_F(IngestCli, FollowSurvivesBadLinesAndHaltsOnAlert) {
     bool recorded = false;
     for (const Event& e : reader.events(run->id)) recorded = recorded || e.kind == "ingest_error";
     EXPECT_TRUE(recorded);
+
+    // Resumed (after a kill -9, say) it reads the log again from the start:
+    // the rows are kept once, and the steps its detectors already saw raise
+    // nothing again: no alert stored twice, no halt fired twice.
+    write("live.jsonl", text + "{\"step\": 33, \"loss\": 2.0, \"grad_norm\": 1.0}\n");
+    r = hlat(fmt::format("ingest --store {} --run live --resume --follow --idle-exit 1 --on-halt exit {}", db, log));
+    EXPECT_EQ(r.exit_code, 0) << "the handled halt is not fired again\n" << r.output;
+    Reader again(db);
+    EXPECT_EQ(again.alerts(run->id).size(), 1u) << "the nonfinite alert of step 31 is stored once";
+    EXPECT_EQ(again.last_step(run->id, "loss"), 33) << "and the new line is read";
+    EXPECT_EQ(again.find_run("live")->status, "finished");
 }
 
 TEST_F(IngestCli, BadStoresAndFiles) {

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 
 namespace hlat::web {
 
@@ -29,6 +30,17 @@ json parse_body(const std::string& body) {
 }
 
 const std::vector<std::string> kEndStatuses = {"finished", "halted", "crashed", "stopped"};
+
+// A request's "step": an integer from 0 to 9e15, the range hlat ingest's
+// lines take (a double beyond int64's range would wrap); 0 when absent.
+int64_t step_of(const json& j) {
+    if (!j.contains("step")) return 0;
+    const json& s = j.at("step");
+    const double v = s.is_number() ? s.get<double>() : NAN;
+    if (!(v >= 0 && v <= 9e15 && v == std::floor(v)))
+        throw BadRequest(fmt::format("step {} is not an integer from 0 to 9e15", excerpt(s.dump(), 40)));
+    return s.is_number_unsigned() ? (int64_t)s.get<uint64_t>() : s.is_number_integer() ? s.get<int64_t>() : (int64_t)v;
+}
 
 }  // namespace
 
@@ -86,6 +98,7 @@ Response IngestEndpoints::start(const std::string& name, const std::string& body
     r.started_at = now_seconds();
     r.config = j.value("config", json::object()).dump();
     r.precision = j.value("precision", "");
+    const int64_t step = step_of(j);
     json meta = j.value("meta", json::object());
     if (!meta.is_object()) throw BadRequest("meta must be a JSON object");
     meta["halt"] = "client";
@@ -104,7 +117,7 @@ Response IngestEndpoints::start(const std::string& name, const std::string& body
         return error(409, fmt::format("run \"{}\" already exists; resume it (resume=True) or choose another name", name));
     // The config (and its detectors) may have changed: a new session.
     std::unique_ptr<session::RunSession> s =
-        session::RunSession::open(writer_.get(), r, {resume, "", j.value("step", (int64_t)0), 0.0, "hlat python client"});
+        session::RunSession::open(writer_.get(), r, {resume, "", step, 0.0, "hlat python client"});
     sessions_[s->run_id()] = std::move(s);
     return reply(200, {{"run", name}, {"state", "running"}, {"resumed", existing.has_value()}});
 }
@@ -151,6 +164,7 @@ Response IngestEndpoints::ingest(const std::string& name, const std::string& bod
 Response IngestEndpoints::finish(const std::string& name, const std::string& body) {
     json j = parse_body(body);
     std::string status = j.value("status", "finished");
+    const int64_t step = step_of(j);
     if (std::find(kEndStatuses.begin(), kEndStatuses.end(), status) == kEndStatuses.end())
         throw BadRequest(fmt::format("status {} is not one of finished, halted, crashed, stopped", excerpt(status, 40)));
     std::lock_guard<std::mutex> lock(mutex_);
@@ -160,7 +174,7 @@ Response IngestEndpoints::finish(const std::string& name, const std::string& bod
     if (!run) return error(404, fmt::format("no run named \"{}\"", name));
     std::string detail = j.value("detail", "");
     if (detail.size() > 10000) throw BadRequest("detail must be at most 10,000 bytes");
-    end_run(*run, status, j.value("step", (int64_t)0), detail);
+    end_run(*run, status, step, detail);
     return reply(200, {{"run", name}, {"state", status}});
 }
 
