@@ -10,7 +10,7 @@ PACKAGES=(
   libfmt-dev libspdlog-dev nlohmann-json3-dev libboost-dev libboost-program-options-dev
   libsqlite3-dev sqlite3 libcivetweb-dev
   openmpi-bin libopenmpi-dev
-  libsentencepiece-dev sentencepiece
+  libsentencepiece-dev sentencepiece libre2-dev
   libzstd-dev zstd zlib1g-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch python3-numpy libopenblas0-pthread

@@ -3,6 +3,7 @@
 #include "telemetry/untrusted_text.h"
 
 #include <fmt/format.h>
+#include <re2/re2.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -117,7 +118,7 @@ std::string strip_ansi(std::string_view s) {
 const char* kNumberRegex = R"(([-+]?(?:[0-9][0-9,]*\.?[0-9]*(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?|nan|NaN|-?inf|-?Infinity)))";
 
 // "step: {step} loss: {loss}" -> a regex with a number group per {name}.
-std::regex compile_pattern(const std::string& pattern, std::vector<std::string>* names) {
+std::shared_ptr<const re2::RE2> compile_pattern(const std::string& pattern, std::vector<std::string>* names) {
     std::string re;
     for (size_t i = 0; i < pattern.size();) {
         char c = pattern[i];
@@ -140,7 +141,9 @@ std::regex compile_pattern(const std::string& pattern, std::vector<std::string>*
     }
     if (std::find(names->begin(), names->end(), "step") == names->end())
         throw IngestError(fmt::format("pattern \"{}\" has no {{step}}", pattern));
-    return std::regex(re);
+    auto compiled = std::make_shared<const re2::RE2>(re, re2::RE2::Quiet);
+    if (!compiled->ok()) throw IngestError(fmt::format("pattern \"{}\": {}", pattern, compiled->error()));
+    return compiled;
 }
 
 }  // namespace
@@ -409,16 +412,22 @@ void LineParser::parse_llmc(std::string_view line, long number, Record& r) {
 void LineParser::parse_pattern(std::string_view line, long number, Record& r) {
     auto bad = [&](const std::string& why) { return IngestError(fmt::format("{}:{}: {}", file_, number, why)); };
     std::string plain = strip_ansi(line);
-    std::smatch m;
-    if (!std::regex_search(plain, m, pattern_)) {
+    const size_t n = pattern_names_.size();
+    std::vector<std::string> captured(n);
+    std::vector<re2::RE2::Arg> args;
+    args.reserve(n);
+    for (std::string& c : captured) args.emplace_back(&c);
+    std::vector<const re2::RE2::Arg*> arg_ptrs;
+    for (const re2::RE2::Arg& a : args) arg_ptrs.push_back(&a);
+    if (!re2::RE2::PartialMatchN(plain, *pattern_, arg_ptrs.data(), (int)n)) {
         r.matched = false;
         return;
     }
-    for (size_t i = 0; i < pattern_names_.size(); i++) {
+    for (size_t i = 0; i < n; i++) {
         if (pattern_names_[i] == "_") continue;  // {_}: a number to match and leave
         double v;
-        if (!parse_number(m[i + 1].str(), &v, true))
-            throw bad(fmt::format("{{{}}} matched {}, not a number", pattern_names_[i], excerpt(m[i + 1].str(), 64)));
+        if (!parse_number(captured[i], &v, true))
+            throw bad(fmt::format("{{{}}} matched {}, not a number", pattern_names_[i], excerpt(captured[i], 64)));
         r.take(rename(pattern_names_[i]), v);
     }
     return;

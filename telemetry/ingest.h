@@ -14,7 +14,8 @@
 //   pattern  console lines matched by a pattern such as
 //            "step: {step} loss: {loss} grad_norm: {grad_norm}": {name}
 //            captures a number (thousands separators allowed; {_} matches
-//            one and keeps nothing), white space
+//            one and keeps nothing; matched by RE2, in time linear in the
+//            line, so no line can make it recurse), white space
 //            matches any run of white space, ANSI colour codes are ignored and
 //            the pattern may match anywhere in a line. Lines it does not match
 //            are skipped and counted.
@@ -30,12 +31,15 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <regex>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
+
+namespace re2 {
+class RE2;
+}
 
 namespace hlat::telemetry {
 
@@ -109,7 +113,7 @@ class LineParser {
     LogFormat format_;
     KeyMap rename_;
     std::vector<std::string> csv_header_;
-    std::regex pattern_;
+    std::shared_ptr<const re2::RE2> pattern_;  // RE2: linear time in the line, whatever it holds
     std::vector<std::string> pattern_names_;
     long next_line_ = 1;
     int64_t last_step_ = -1;

@@ -63,6 +63,22 @@ TEST_F(HostileIngest, ABadLineKeepsEveryGoodLineBeforeIt) {
     EXPECT_EQ(status("followed"), "finished");
 }
 
+// A console line of 50,000 digits or spaces segfaulted `--pattern` (the
+// regex engine recursed once per character): RE2 matches in linear time.
+TEST_F(HostileIngest, PatternLinesOfAnyLengthAreMatchedWithoutRecursion) {
+    std::string text;
+    for (int s = 0; s < 10; s++) text += fmt::format("step: {} loss: {}\n", s, 3.0 - 0.1 * s);
+    text += "step: " + std::string(50000, '7') + " loss: 1.0\n";  // a step too large to be one: a bad line
+    text += "step: 10 loss:" + std::string(50000, ' ') + "2.0\n";  // white space runs are one \\s*
+    text += std::string(50000, ' ') + "\n";
+    text += "step: 11 loss: " + std::string(50000, '9') + "\n";  // a loss too large to hold: a bad line
+    for (int s = 12; s < 15; s++) text += fmt::format("step: {} loss: 1.5\n", s);
+    auto r = ingest(text, "console", "--pattern 'step: {step} loss: {loss}' --on-bad-line=skip");
+    EXPECT_EQ(r.exit_code, 0) << r.output.substr(0, 2000);
+    EXPECT_NE(r.output.find("console.jsonl:11:"), std::string::npos) << "the oversized step is named by its line";
+    EXPECT_EQ(stored("console"), 14u) << "steps 0-14 but the bad line's";
+}
+
 TEST_F(HostileIngest, ATruncatedLastLineIsReportedWithoutLosingTheRest) {
     std::string text = jsonl(0, 100);
     text.resize(text.size() - 8);  // the last line cut mid-write, no newline
