@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 namespace hlat::cli {
@@ -42,6 +43,9 @@ int serve_command(int argc, char** argv) {
         ("help,h", "print this help")
         ("store", po::value<std::string>()->default_value("runs/hlat.db"), "telemetry store")
         ("bind", po::value<std::string>()->default_value("127.0.0.1"), "address to listen on")
+        ("allow-host", po::value<std::string>()->default_value(""),
+         "host names a request's Host header may carry besides 127.0.0.1, localhost, [::1] and --bind "
+         "(comma-separated: a reverse proxy's name); any other is refused (403)")
         ("port", po::value<int>()->default_value(8080), "port; 0 picks a free one")
         ("static", po::value<std::string>()->default_value(HLAT_WEB_DIR "/static"), "folder of the page")
         ("vendor", po::value<std::string>()->default_value(HLAT_WEB_DIR "/node_modules/uplot/dist"),
@@ -71,6 +75,9 @@ int serve_command(int argc, char** argv) {
     o.static_dir = vm["static"].as<std::string>();
     o.vendor_dir = vm["vendor"].as<std::string>();
     o.token = token_from(vm);
+    std::istringstream hosts(vm["allow-host"].as<std::string>());
+    for (std::string h; std::getline(hosts, h, ',');)
+        if (!h.empty()) o.allowed_hosts.push_back(web::host_of(h));
     if (!o.token.empty() && o.token.size() < 16)
         throw std::runtime_error("the access token must be at least 16 characters (leave it out for a random one)");
     double stale_after = vm["stale-after"].as<double>();

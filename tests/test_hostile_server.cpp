@@ -41,7 +41,7 @@ std::string store_with_a_run(const test::ScratchDir& dir) {
 }
 
 web::ServerOptions options(const std::string& store) {
-    return {store, "127.0.0.1", 0, std::string(HLAT_SOURCE_DIR) + "/web/static", "", kToken};
+    return {store, "127.0.0.1", 0, std::string(HLAT_SOURCE_DIR) + "/web/static", "", kToken, {}};
 }
 
 // Every reply is JSON a browser can read: valid UTF-8, parseable, with an error message.
@@ -89,6 +89,37 @@ TEST(HostileServer, RequestsThatCrashedTheServerAre400s) {
     auto runs = http_get(port, "/api/v1/runs");
     EXPECT_EQ(runs.first, 200) << runs.second;
     EXPECT_EQ(json::parse(runs.second)["runs"][0]["name"], "r");
+}
+
+// A page elsewhere that rebinds its own name to 127.0.0.1 sends its name as
+// Host: it read the runs list, configs and notes. Only this server's names
+// are answered, and no reply lets another origin read it (no CORS header).
+TEST(HostileServer, OnlyThisServersHostNamesAreAnswered) {
+    test::ScratchDir dir("hostile_host");
+    web::ServerOptions o = options(store_with_a_run(dir));
+    o.allowed_hosts = {"hlat.example.org"};
+    web::Server server(o);
+    const int port = server.port();
+    auto with_host = [&](const std::string& host, const std::string& method = "GET", const std::string& extra = "") {
+        return http(port, fmt::format("{} /api/v1/runs HTTP/1.1\r\nHost: {}\r\n{}Connection: close\r\n\r\n", method,
+                                      host, extra));
+    };
+    auto refused = with_host("attacker.example");
+    expect_json_error(refused, 403, "--allow-host", "Host: attacker.example");
+    EXPECT_EQ(refused.second.find("\"r\""), std::string::npos) << "nothing of the runs in the refusal";
+    expect_json_error(with_host("attacker.example:" + std::to_string(port)), 403, "--allow-host", "with a port");
+    for (std::string ok : {"127.0.0.1", "localhost", "LOCALHOST", "[::1]", "hlat.example.org"}) {
+        auto reply = with_host(ok + ":" + std::to_string(port));
+        EXPECT_EQ(reply.first, 200) << ok << ": " << reply.second;
+    }
+    // The CORS preflight of a page elsewhere gets no Access-Control-Allow-Origin.
+    std::string preflight = test::http_raw(port, fmt::format(
+        "OPTIONS /api/v1/runs HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nOrigin: http://attacker.example\r\n"
+        "Access-Control-Request-Method: GET\r\nConnection: close\r\n\r\n", port));
+    EXPECT_EQ(preflight.find("Access-Control-Allow-Origin"), std::string::npos) << preflight;
+    std::string get = test::http_raw(port, fmt::format("GET /api/v1/runs HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nOrigin: "
+                                                       "http://attacker.example\r\nConnection: close\r\n\r\n", port));
+    EXPECT_EQ(get.find("Access-Control-Allow-Origin"), std::string::npos) << get.substr(0, 400);
 }
 
 TEST(HostileServer, InvalidUtf8IsNeverStoredAndOldStoresStillList) {
@@ -141,7 +172,7 @@ TEST(HostileServer, IdleEventStreamsLeaveRoomForEveryoneElse) {
     for (int i = 0; i < 50; i++) {
         int fd = test::connect_local(server.port(), 5);
         ASSERT_GE(fd, 0);
-        std::string req = "GET /api/v1/runs/r/stream?keys=loss HTTP/1.1\r\nHost: a\r\n\r\n";
+        std::string req = "GET /api/v1/runs/r/stream?keys=loss HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
         ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
         sockets.push_back(fd);
     }
@@ -188,7 +219,7 @@ TEST(HostileServer, BodiesWithoutTheTokenAreNeverRead) {
         senders.emplace_back([&] {
             int fd = test::connect_local(port, 20);
             if (fd < 0) return;
-            std::string head = fmt::format("POST /api/v1/runs/r/ingest HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n", size);
+            std::string head = fmt::format("POST /api/v1/runs/r/ingest HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n", size);
             ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
             std::string chunk(1 << 20, '{');
             for (long sent = 0; sent < size; sent += (long)chunk.size())
@@ -199,7 +230,7 @@ TEST(HostileServer, BodiesWithoutTheTokenAreNeverRead) {
         });
     for (auto& t : senders) t.join();
     EXPECT_EQ(refused, 16);
-    auto too_large = http(port, fmt::format("POST /api/v1/runs/r/ingest HTTP/1.1\r\nHost: a\r\nX-HLAT-Token: {}\r\n"
+    auto too_large = http(port, fmt::format("POST /api/v1/runs/r/ingest HTTP/1.1\r\nHost: 127.0.0.1\r\nX-HLAT-Token: {}\r\n"
                                             "Content-Length: {}\r\nConnection: close\r\n\r\n",
                                             kToken, size));
     EXPECT_EQ(too_large.first, 413) << too_large.second;

@@ -32,16 +32,22 @@ inline int connect_local(int port, int timeout_s = 20) {
     return fd;
 }
 
-// One request; the status (0 when there is no answer) and the body.
-inline std::pair<int, std::string> http(int port, const std::string& request) {
+// One request; the whole reply as received, headers included ("" when none).
+inline std::string http_raw(int port, const std::string& request) {
     int fd = connect_local(port);
-    if (fd < 0) return {0, ""};
+    if (fd < 0) return "";
     ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
     std::string reply;
     char buf[4096];
     ssize_t n;
     while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) reply.append(buf, n);
     ::close(fd);
+    return reply;
+}
+
+// One request; the status (0 when there is no answer) and the body.
+inline std::pair<int, std::string> http(int port, const std::string& request) {
+    const std::string reply = http_raw(port, request);
     int status = reply.size() > 12 ? std::atoi(reply.c_str() + 9) : 0;
     size_t body = reply.find("\r\n\r\n");
     return {status, body == std::string::npos ? "" : reply.substr(body + 4)};

@@ -275,7 +275,7 @@ using test::http_get;
 TEST(WebServer, ServesThePageAndNothingOutsideIt) {
     test::ScratchDir dir("web_server");
     { Writer w(dir.file("s.db")); }
-    web::Server server({dir.file("s.db"), "127.0.0.1", 0, std::string(HLAT_SOURCE_DIR) + "/web/static", "", ""});
+    web::Server server({dir.file("s.db"), "127.0.0.1", 0, std::string(HLAT_SOURCE_DIR) + "/web/static", "", "", {}});
     ASSERT_GT(server.port(), 0);
     EXPECT_EQ(server.token().size(), 32u);
     auto [status, body] = http_get(server.port(), "/");
@@ -288,7 +288,7 @@ TEST(WebServer, ServesThePageAndNothingOutsideIt) {
                              "/static/.%2e/api.cpp", "/static//etc/passwd", "/static/%2fetc%2fpasswd",
                              "/../../../etc/passwd", "/static/..\\api.cpp", "/static/nonexistent.js"})
         EXPECT_EQ(http_get(server.port(), evil).first, 404) << evil;
-    auto [code, reply] = http(server.port(), "POST /api/v1/runs/x/halt HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n"
+    auto [code, reply] = http(server.port(), "POST /api/v1/runs/x/halt HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n"
                                              "Connection: close\r\n\r\n");
     EXPECT_EQ(code, 401) << reply;
 }
@@ -301,14 +301,14 @@ TEST(WebServer, NewPointsArePushedLiveWithinASecond) {
     int64_t id = w.open_run(rec, false);
     w.metric(id, "loss", 0, 3.0, 0.0);
     w.flush();
-    web::Server server({dir.file("s.db"), "127.0.0.1", 0, std::string(HLAT_SOURCE_DIR) + "/web/static", "", ""});
+    web::Server server({dir.file("s.db"), "127.0.0.1", 0, std::string(HLAT_SOURCE_DIR) + "/web/static", "", "", {}});
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(server.port());
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     ASSERT_EQ(::connect(fd, (sockaddr*)&addr, sizeof addr), 0);
-    std::string req = "GET /api/v1/runs/live/stream?keys=loss,grad_norm HTTP/1.1\r\nHost: a\r\n\r\n";
+    std::string req = "GET /api/v1/runs/live/stream?keys=loss,grad_norm HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
     ::send(fd, req.data(), req.size(), 0);
     timeval timeout{0, 100000};
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
@@ -346,7 +346,7 @@ TEST(WebServer, HaltFromTheWebStopsARunningTrainer) {
     test::write_tiny_training(dir, 1000000, {{"tensor_norms_every", 0}});
     std::string db = dir.file("s.db");
     { Writer w(db); }
-    web::Server server({db, "127.0.0.1", 0, std::string(HLAT_SOURCE_DIR) + "/web/static", "", ""});
+    web::Server server({db, "127.0.0.1", 0, std::string(HLAT_SOURCE_DIR) + "/web/static", "", "", {}});
     std::string cmd = fmt::format("{} train --config {} --data {} --out-dir {} --store {} --name live > {} 2>&1; echo $? > {}",
                                   HLAT_BINARY, dir.file("c.json"), dir.file("t.u16"), dir.file("run"), db,
                                   dir.file("log"), dir.file("rc"));
@@ -358,10 +358,10 @@ TEST(WebServer, HaltFromTheWebStopsARunningTrainer) {
         running = r && r->status == "running";
     }
     ASSERT_TRUE(running);
-    auto denied = http(server.port(), "POST /api/v1/runs/live/halt HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n"
+    auto denied = http(server.port(), "POST /api/v1/runs/live/halt HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n"
                                       "Connection: close\r\n\r\n");
     EXPECT_EQ(denied.first, 401);
-    auto asked = http(server.port(), fmt::format("POST /api/v1/runs/live/halt HTTP/1.1\r\nHost: a\r\nX-HLAT-Token: {}\r\n"
+    auto asked = http(server.port(), fmt::format("POST /api/v1/runs/live/halt HTTP/1.1\r\nHost: 127.0.0.1\r\nX-HLAT-Token: {}\r\n"
                                                  "Content-Length: 0\r\nConnection: close\r\n\r\n",
                                                  server.token()));
     EXPECT_EQ(asked.first, 202) << asked.second;

@@ -13,8 +13,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <filesystem>
+#include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <filesystem>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -118,7 +120,9 @@ Server::Server(ServerOptions options) : options_(std::move(options)) {
     std::string ports = fmt::format("{}:{}", options_.bind, options_.port);
     // Each open event stream holds a civetweb thread (at most kMaxStreams of them).
     const std::string threads = std::to_string(kWorkerThreads);
-    const char* mg_options[] = {"listening_ports", ports.c_str(), "num_threads", threads.c_str(), nullptr};
+    // No CORS header: the page is served from here, and no other origin may read it.
+    const char* mg_options[] = {"listening_ports", ports.c_str(), "num_threads", threads.c_str(),
+                                "access_control_allow_origin", "", nullptr};
     mg_callbacks callbacks{};
     ctx_ = mg_start(&callbacks, nullptr, mg_options);
     if (!ctx_) throw std::runtime_error(fmt::format("cannot listen on {} (in use, or not an address of this machine)", ports));
@@ -194,8 +198,31 @@ bool is_stream(const Request& r, const std::string& raw) {
 
 }  // namespace
 
+std::string host_of(const std::string& header) {
+    std::string host = header;
+    if (!host.empty() && host.front() == '[') host = host.substr(1, host.find(']') - 1);
+    else if (size_t colon = host.rfind(':'); colon != std::string::npos && host.find(':') == colon) host.resize(colon);
+    for (char& c : host) c = (char)std::tolower((unsigned char)c);
+    return host;
+}
+
+// Whether the request names this server in its Host header (a request without
+// one, HTTP/1.0, is from no browser).
+bool Server::host_allowed(mg_connection* conn) const {
+    const char* header = mg_get_header(conn, "Host");
+    if (!header) return true;
+    const std::string host = host_of(header);
+    if (host == "127.0.0.1" || host == "localhost" || host == "::1" || host == host_of(options_.bind)) return true;
+    return std::find(options_.allowed_hosts.begin(), options_.allowed_hosts.end(), host) != options_.allowed_hosts.end();
+}
+
 int Server::handle(mg_connection* conn, void* self) {
     auto* server = static_cast<Server*>(self);
+    if (!server->host_allowed(conn))
+        return send(conn, error(403, fmt::format("this server answers for 127.0.0.1, localhost and {} only (a page "
+                                                 "elsewhere reading it by DNS rebinding?); behind a proxy, start "
+                                                 "hlat serve with --allow-host NAME",
+                                                 server->options_.bind)));
     std::string raw;
     Request r = read_head(conn, &raw);
     // The token before the body: a request without it costs no memory.

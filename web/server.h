@@ -30,7 +30,15 @@ struct ServerOptions {
     std::string static_dir;   // the page; nothing outside it is ever served
     std::string vendor_dir;   // npm's browser files (uPlot), served under /vendor/
     std::string token;        // empty: a new random one
+    // Names a request's Host header may carry besides 127.0.0.1, localhost,
+    // [::1] and the bound address (a reverse proxy's): any other is refused,
+    // so a web page the user visits cannot read the runs by DNS rebinding.
+    std::vector<std::string> allowed_hosts;
 };
+
+// The host part of a Host header ("127.0.0.1:8080" -> "127.0.0.1",
+// "[::1]:80" -> "::1"), lower-cased.
+std::string host_of(const std::string& header);
 
 class Server {
   public:
@@ -44,6 +52,7 @@ class Server {
     int mark_stale(double after_seconds) { return api_->mark_stale(after_seconds); }
 
   private:
+    bool host_allowed(mg_connection* conn) const;
     static int handle(mg_connection* conn, void* self);
     Response respond(const Request& r, const std::string& raw_path);
     // Server-Sent Events of one run until the client leaves or the server stops.
