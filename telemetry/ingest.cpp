@@ -148,6 +148,8 @@ std::shared_ptr<const re2::RE2> compile_pattern(const std::string& pattern, std:
 
 }  // namespace
 
+bool valid_step(double step) { return step >= 0 && step <= 9e15 && step == std::floor(step); }
+
 LogFormat format_from_name(const std::string& name) {
     if (name == "jsonl") return LogFormat::Jsonl;
     if (name == "csv") return LogFormat::Csv;
@@ -298,7 +300,7 @@ void LineParser::parse_record(std::string_view line, long number, double default
         return;
     }
     if (!r.has_step) throw bad("no \"step\" field");
-    if (!(r.step >= 0) || r.step != std::floor(r.step) || r.step > 9e15)
+    if (!valid_step(r.step))
         throw bad(fmt::format("step {} is not a non-negative integer", r.step));
     if (r.has_time && !std::isfinite(r.time)) throw bad("time is not a finite number");
     for (const auto& [name, v] : r.fields) {

@@ -51,6 +51,11 @@ enum class LogFormat { Jsonl, Csv, Llmc, Pattern, TensorBoard };
 
 using KeyMap = std::map<std::string, std::string>;
 
+// Whether `step` is a step hlat keeps: an integer from 0 to 9e15 (doubles hold
+// every integer there, and int64 every one of them). Every format and
+// endpoint checks steps with this.
+bool valid_step(double step);
+
 // "jsonl", "csv", "llmc", "pattern", "tensorboard"; throws IngestError otherwise.
 LogFormat format_from_name(const std::string& name);
 const char* format_name(LogFormat f);

@@ -31,13 +31,13 @@ json parse_body(const std::string& body) {
 
 const std::vector<std::string> kEndStatuses = {"finished", "halted", "crashed", "stopped"};
 
-// A request's "step": an integer from 0 to 9e15, the range hlat ingest's
-// lines take (a double beyond int64's range would wrap); 0 when absent.
+// A request's "step", checked as hlat ingest's lines are (a double beyond
+// int64's range would wrap); 0 when absent.
 int64_t step_of(const json& j) {
     if (!j.contains("step")) return 0;
     const json& s = j.at("step");
     const double v = s.is_number() ? s.get<double>() : NAN;
-    if (!(v >= 0 && v <= 9e15 && v == std::floor(v)))
+    if (!valid_step(v))
         throw BadRequest(fmt::format("step {} is not an integer from 0 to 9e15", excerpt(s.dump(), 40)));
     return s.is_number_unsigned() ? (int64_t)s.get<uint64_t>() : s.is_number_integer() ? s.get<int64_t>() : (int64_t)v;
 }
