@@ -3,6 +3,7 @@
 #include "cli/options.h"
 #include "telemetry/reader.h"
 #include "telemetry/writer.h"
+#include "web/limits.h"
 #include "web/server.h"
 
 #include <fmt/format.h>
@@ -35,6 +36,22 @@ std::string token_from(const po::variables_map& vm) {
     return vm["token"].as<std::string>();
 }
 
+// The usage line and every limit the server holds (from web/limits.h).
+std::string serve_usage() {
+    namespace lim = web::limits;
+    return fmt::format(
+        "usage: hlat serve [--store FILE] [--port N]\n\nServes the JSON API (/api/v1, see docs/api.md) and the page "
+        "over a store.\nThe token comes from --token-file, else the environment's HLAT_TOKEN, else --token, else a new "
+        "random one.\nLimits (docs/api.md, Security and limits): a header within {} s and {} KB; a body\nup to {} MB "
+        "(413), all bodies being read at once {} MB (503), none read without the token\n(401); a body or reply may "
+        "pause {} s; {} connections per client address and {} in all\n(the oldest idle one gives way); {} event "
+        "streams (503); {} reads and {} token-carrying requests\nrun at once, {} of each may wait (503); JSON nested at "
+        "most 64 deep; names and keys 1 to 200\nbytes of UTF-8.",
+        lim::kHeaderTimeout.count(), lim::kMaxHeaderBytes >> 10, lim::kMaxBody >> 20, lim::kBodyBudget >> 20,
+        lim::kIdleTimeout.count(), lim::kMaxConnectionsPerClient, lim::kMaxConnections, lim::kMaxStreams,
+        lim::kReadThreads, lim::kWriteThreads, lim::kMaxQueuedReads);
+}
+
 }  // namespace
 
 int serve_command(int argc, char** argv) {
@@ -57,13 +74,7 @@ int serve_command(int argc, char** argv) {
         ("stale-after", po::value<double>()->default_value(300.0),
          "mark a run fed from outside (client, HTTP ingest, ingest --follow) stale after this many seconds "
          "without records; 0 never");
-    auto parsed = parse_options(argc, argv, opts,
-                                "usage: hlat serve [--store FILE] [--port N]\n\nServes the JSON API (/api/v1, see "
-                                "docs/api.md) and the page over a store.\nThe token comes from --token-file, else the "
-                                "environment's HLAT_TOKEN, else --token, else a new random one.\nLimits: request "
-                                "bodies up to 64 MB (413 beyond; a request without the token is refused\nbefore its "
-                                "body is read), 32 worker threads of which event streams take at most 16 (503\nbeyond), "
-                                "JSON nested at most 64 deep, names and keys 1 to 200 bytes of UTF-8.");
+    auto parsed = parse_options(argc, argv, opts, serve_usage());
     if (!parsed) return 0;
     const po::variables_map& vm = *parsed;
     int port = vm["port"].as<int>();

@@ -1,7 +1,8 @@
 // `hlat serve` against hostile input: each request that once killed the
 // server (for everyone) is a 400 now, nothing that is not UTF-8 is stored and
-// a store that already holds such bytes still lists, idle event streams
-// cannot take every worker, and a request without the token costs no memory.
+// a store that already holds such bytes still lists, idle connections and
+// event streams cannot take the server from anyone, a request without the
+// token costs no memory, and bodies share one budget.
 #include "telemetry/reader.h"
 #include "telemetry/sqlite.h"
 #include "telemetry/untrusted_text.h"
@@ -13,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <csignal>
 #include <fstream>
 #include <thread>
@@ -191,6 +193,108 @@ TEST(HostileServer, IdleEventStreamsLeaveRoomForEveryoneElse) {
     for (int fd : sockets) ::close(fd);
 }
 
+// Whether the server has closed this socket (without waiting for it).
+bool closed_by_server(int fd) {
+    char c;
+    return ::recv(fd, &c, 1, MSG_DONTWAIT) == 0;
+}
+
+std::string ingest_request(const std::string& body) {
+    return fmt::format("POST /api/v1/runs/r/ingest HTTP/1.1\r\nHost: 127.0.0.1\r\nX-HLAT-Token: {}\r\n"
+                       "Content-Length: {}\r\nConnection: close\r\n\r\n{}",
+                       kToken, body.size(), body);
+}
+
+// 100 connections that send nothing (no token needed): one client keeps at
+// most 64 open, the oldest idle ones giving way, and reads, ingests and halts
+// are answered at once. The server before answered nothing for 29.7 s with
+// 32 of them open.
+TEST(HostileServer, IdleConnectionsCannotFreezeTheServer) {
+    test::ScratchDir dir("hostile_idle");
+    web::Server server(options(store_with_a_run(dir)));
+    std::vector<int> idle;
+    for (int i = 0; i < 100; i++) {
+        idle.push_back(test::connect_local(server.port(), 5));
+        ASSERT_GE(idle.back(), 0);
+    }
+    // Each within 5 s, or the reply counts as none (status 0).
+    EXPECT_EQ(http(server.port(), "GET /api/v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 5).first, 200);
+    auto ingest = http(server.port(), ingest_request(R"({"step": 100, "loss": 2.0})" "\n"), 5);
+    EXPECT_EQ(ingest.first, 200) << ingest.second;
+    int closed = 0;
+    for (int fd : idle) closed += closed_by_server(fd);
+    EXPECT_GE(closed, 100 - 64) << "the oldest idle connections were closed to make room";
+    EXPECT_FALSE(closed_by_server(idle.back())) << "the newest idle one still waits for its header";
+    for (int fd : idle) ::close(fd);
+}
+
+// A header sent a line at a time, forever (slowloris), is cut off after 10 s.
+TEST(HostileServer, AHeaderThatNeverEndsIsCutOff) {
+    test::ScratchDir dir("hostile_slow");
+    web::Server server(options(store_with_a_run(dir)));
+    int fd = test::connect_local(server.port(), 5);
+    ASSERT_GE(fd, 0);
+    const std::string start = "GET /api/v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n", line = "X-Slow: 1\r\n";
+    ::send(fd, start.data(), start.size(), MSG_NOSIGNAL);
+    bool cut = false;
+    for (int i = 0; i < 40 && !cut; i++) {  // 20 s at most
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        cut = ::send(fd, line.data(), line.size(), MSG_NOSIGNAL) < 0 || closed_by_server(fd);
+    }
+    EXPECT_TRUE(cut) << "a header still arriving after 20 s was not cut off";
+    ::close(fd);
+}
+
+// Bodies whose length is ambiguous are refused, not guessed: two different
+// Content-Lengths (the server before took one), a chunk size that is not hex
+// (acknowledged before as an empty body). Nothing of them is stored.
+TEST(HostileServer, AmbiguousBodiesAreRefused) {
+    test::ScratchDir dir("hostile_framing");
+    const std::string store = store_with_a_run(dir);
+    web::Server server(options(store));
+    const std::string line = R"({"step": 500, "loss": 1.0})" "\n";
+    const std::string head = fmt::format("POST /api/v1/runs/r/ingest HTTP/1.1\r\nHost: 127.0.0.1\r\nX-HLAT-Token: {}\r\n", kToken);
+    auto two_lengths = http(server.port(), head + fmt::format("Content-Length: {}\r\nContent-Length: 5\r\n\r\n{}", line.size(), line));
+    expect_json_error(two_lengths, 400, "malformed HTTP request", "two Content-Lengths");
+    auto bad_chunk = http(server.port(), head + "Transfer-Encoding: chunked\r\n\r\nzz\r\n" + line + "\r\n0\r\n\r\n");
+    expect_json_error(bad_chunk, 400, "malformed HTTP request", "a chunk size that is not hex");
+    auto good_chunks = http(server.port(), head + fmt::format("Transfer-Encoding: chunked\r\n\r\n{:x}\r\n{}\r\n0\r\n\r\n",
+                                                              line.size(), line));
+    EXPECT_EQ(good_chunks.first, 200) << "a well-formed chunked body is read: " << good_chunks.second;
+    Reader reader(store);
+    auto points = reader.series(reader.find_run("r")->id, "loss", 500, 500);
+    EXPECT_EQ(points.size(), 1u) << "only the well-formed request stored step 500";
+}
+
+// Bodies being read share 256 MB: a chunked body (its length unknown) counts
+// as the 64 MB it may grow to, so four are read at once and a fifth is told
+// 503 before a byte of it is read; once one ends, the next gets through.
+TEST(HostileServer, BodiesInFlightShareOneBudget) {
+    test::ScratchDir dir("hostile_budget");
+    web::Server server(options(store_with_a_run(dir)));
+    const std::string head = fmt::format("POST /api/v1/runs/r/ingest HTTP/1.1\r\nHost: 127.0.0.1\r\nX-HLAT-Token: {}\r\n"
+                                         "Transfer-Encoding: chunked\r\n\r\n", kToken);
+    const std::string line = R"({"step": 600, "loss": 1.0})" "\n";
+    const std::string first_chunk = fmt::format("{:x}\r\n{}\r\n", line.size(), line);
+    std::vector<int> uploads;
+    for (int i = 0; i < 4; i++) {
+        uploads.push_back(test::connect_local(server.port(), 10));
+        const std::string part = head + first_chunk;
+        ::send(uploads.back(), part.data(), part.size(), MSG_NOSIGNAL);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the four are being read
+    auto fifth = http(server.port(), head + first_chunk + "0\r\n\r\n", 10);
+    expect_json_error(fifth, 503, "try again", "a fifth chunked body");
+    const std::string end = "0\r\n\r\n";
+    ::send(uploads[0], end.data(), end.size(), MSG_NOSIGNAL);
+    char buf[64] = {};
+    EXPECT_GT(::recv(uploads[0], buf, sizeof buf - 1, 0), 12);
+    EXPECT_NE(std::string(buf).find(" 200 "), std::string::npos) << buf;
+    auto next = http(server.port(), head + first_chunk + "0\r\n\r\n", 10);
+    EXPECT_EQ(next.first, 200) << "room again once one body was read: " << next.second;
+    for (int fd : uploads) ::close(fd);
+}
+
 long peak_rss_mb(pid_t pid) {
     std::ifstream status(fmt::format("/proc/{}/status", pid));
     for (std::string line; std::getline(status, line);)
@@ -198,37 +302,55 @@ long peak_rss_mb(pid_t pid) {
     return -1;
 }
 
-// 16 parallel 200 MB POSTs without the token: refused before their bodies are
-// read, so the server's peak memory stays small; with the token, a declared
-// length over the limit is refused before reading too.
-TEST(HostileServer, BodiesWithoutTheTokenAreNeverRead) {
-    test::ScratchDir dir("hostile_bodies");
+// `hlat serve` in its own process (for its resident memory): pid and port,
+// port 0 when it did not come up.
+std::pair<pid_t, int> start_serve(const test::ScratchDir& dir) {
     const std::string store = store_with_a_run(dir);
     const int port = web::free_loopback_port();
     const std::string cmd = fmt::format("{} serve --store {} --port {} --token {} > {} 2>&1 & echo $!", HLAT_BINARY,
                                         store, port, kToken, dir.file("serve.log"));
     const pid_t pid = std::stoi(test::run_command(cmd).output);
-    bool up = false;
-    for (int i = 0; i < 100 && !up; i++, std::this_thread::sleep_for(std::chrono::milliseconds(100)))
-        up = http_get(port, "/api/v1/runs").first == 200;
-    ASSERT_TRUE(up);
+    for (int i = 0; i < 100; i++, std::this_thread::sleep_for(std::chrono::milliseconds(100)))
+        if (http_get(port, "/api/v1/runs").first == 200) return {pid, port};
+    return {pid, 0};
+}
+
+// 16 parallel uploads of 200 MB, each of `head` and then body bytes
+// (chunked or not); the replies' status lines.
+std::vector<std::string> upload_in_parallel(int port, const std::string& head, bool chunked) {
     const long size = 200L << 20;
+    std::vector<std::string> statuses(16);
     std::vector<std::thread> senders;
-    std::atomic<int> refused{0};
     for (int i = 0; i < 16; i++)
-        senders.emplace_back([&] {
-            int fd = test::connect_local(port, 20);
+        senders.emplace_back([&, i] {
+            int fd = test::connect_local(port, 30);
             if (fd < 0) return;
-            std::string head = fmt::format("POST /api/v1/runs/r/ingest HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n", size);
             ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
-            std::string chunk(1 << 20, '{');
-            for (long sent = 0; sent < size; sent += (long)chunk.size())
-                if (::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL) <= 0) break;
-            char buf[64];
-            if (::recv(fd, buf, sizeof buf, 0) > 12 && std::string(buf, 12).find("401") != std::string::npos) refused++;
+            std::string piece(1 << 20, '{');
+            if (chunked) piece = fmt::format("{:x}\r\n{}\r\n", piece.size(), piece);
+            for (long sent = 0; sent < size; sent += 1 << 20)
+                if (::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL) <= 0) break;
+            char buf[64] = {};
+            if (::recv(fd, buf, sizeof buf - 1, 0) > 12) statuses[i] = std::string(buf, 12);
             ::close(fd);
         });
     for (auto& t : senders) t.join();
+    return statuses;
+}
+
+// 16 parallel 200 MB POSTs without the token: refused before their bodies are
+// read, so the server's peak memory stays small; with the token, a declared
+// length over the limit is refused before reading too.
+TEST(HostileServer, BodiesWithoutTheTokenAreNeverRead) {
+    test::ScratchDir dir("hostile_bodies");
+    const auto [pid, port] = start_serve(dir);
+    ASSERT_GT(port, 0);
+    const long size = 200L << 20;
+    const auto statuses = upload_in_parallel(
+        port, fmt::format("POST /api/v1/runs/r/ingest HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n", size),
+        false);
+    const long refused = std::count_if(statuses.begin(), statuses.end(),
+                                       [](const std::string& s) { return s.find("401") != std::string::npos; });
     EXPECT_EQ(refused, 16);
     auto too_large = http(port, fmt::format("POST /api/v1/runs/r/ingest HTTP/1.1\r\nHost: 127.0.0.1\r\nX-HLAT-Token: {}\r\n"
                                             "Content-Length: {}\r\nConnection: close\r\n\r\n",
@@ -238,6 +360,25 @@ TEST(HostileServer, BodiesWithoutTheTokenAreNeverRead) {
     ::kill(pid, SIGTERM);
     EXPECT_GT(peak, 0);
     EXPECT_LT(peak, 300) << "peak resident memory of the server, MB";
+}
+
+// 16 parallel chunked uploads of 200 MB with the token: each is refused at
+// 64 MB (413) or, past the 256 MB all bodies share, at once (503), so the
+// server's peak memory stays near the budget (the server before: 1.67 GB).
+TEST(HostileServer, UploadsWithTheTokenStayWithinTheBodyBudget) {
+    test::ScratchDir dir("hostile_budget_rss");
+    const auto [pid, port] = start_serve(dir);
+    ASSERT_GT(port, 0);
+    const auto statuses = upload_in_parallel(
+        port, fmt::format("POST /api/v1/runs/r/ingest HTTP/1.1\r\nHost: 127.0.0.1\r\nX-HLAT-Token: {}\r\n"
+                          "Transfer-Encoding: chunked\r\n\r\n", kToken),
+        true);
+    for (const std::string& status : statuses)
+        EXPECT_TRUE(status.find("413") != std::string::npos || status.find("503") != std::string::npos) << status;
+    const long peak = peak_rss_mb(pid);
+    ::kill(pid, SIGTERM);
+    EXPECT_GT(peak, 0);
+    EXPECT_LT(peak, 600) << "peak resident memory of the server, MB";
 }
 
 }  // namespace

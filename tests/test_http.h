@@ -33,8 +33,8 @@ inline int connect_local(int port, int timeout_s = 20) {
 }
 
 // One request; the whole reply as received, headers included ("" when none).
-inline std::string http_raw(int port, const std::string& request) {
-    int fd = connect_local(port);
+inline std::string http_raw(int port, const std::string& request, int timeout_s = 20) {
+    int fd = connect_local(port, timeout_s);
     if (fd < 0) return "";
     ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
     std::string reply;
@@ -46,8 +46,8 @@ inline std::string http_raw(int port, const std::string& request) {
 }
 
 // One request; the status (0 when there is no answer) and the body.
-inline std::pair<int, std::string> http(int port, const std::string& request) {
-    const std::string reply = http_raw(port, request);
+inline std::pair<int, std::string> http(int port, const std::string& request, int timeout_s = 20) {
+    const std::string reply = http_raw(port, request, timeout_s);
     int status = reply.size() > 12 ? std::atoi(reply.c_str() + 9) : 0;
     size_t body = reply.find("\r\n\r\n");
     return {status, body == std::string::npos ? "" : reply.substr(body + 4)};

@@ -1,56 +1,33 @@
 #include "web/server.h"
 
-#include "telemetry/reader.h"
-#include "telemetry/untrusted_text.h"
+#include "web/http_connection.h"
 #include "web/json_reply.h"
 #include "web/query.h"
+#include "web/server_core.h"
 
 #include <arpa/inet.h>
-#include <civetweb.h>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <netinet/in.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
-#include <chrono>
 #include <filesystem>
-#include <cmath>
-#include <limits>
-#include <map>
-#include <optional>
-#include <thread>
-#include <future>
 #include <fstream>
-#include <sstream>
-#include <vector>
+#include <future>
 
 namespace hlat::web {
 
 namespace fs = std::filesystem;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
 
 namespace {
-
-constexpr size_t kMaxBody = 64 << 20;  // stated in `hlat serve --help`
-constexpr int kWorkerThreads = 32;
-constexpr int kMaxStreams = kWorkerThreads / 2;  // the other half always serves reads and writes
-
-const char* reason(int status) {
-    switch (status) {
-        case 200: return "OK";
-        case 202: return "Accepted";
-        case 400: return "Bad Request";
-        case 401: return "Unauthorized";
-        case 404: return "Not Found";
-        case 405: return "Method Not Allowed";
-        case 409: return "Conflict";
-        case 413: return "Content Too Large";
-        case 503: return "Service Unavailable";
-        default: return status >= 500 ? "Internal Server Error" : "OK";
-    }
-}
 
 const char* content_type(const fs::path& p) {
     std::string ext = p.extension().string();
@@ -62,19 +39,6 @@ const char* content_type(const fs::path& p) {
     if (ext == ".png") return "image/png";
     return "application/octet-stream";
 }
-
-// Every response goes out through mg_write: mg_printf formats into a large
-// stack buffer, and civetweb's worker threads have small stacks.
-int send(mg_connection* conn, const Response& r) {
-    std::string head = fmt::format(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n"
-        "X-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n",
-        r.status, reason(r.status), r.content_type, r.body.size());
-    mg_write(conn, head.data(), head.size());
-    mg_write(conn, r.body.data(), r.body.size());
-    return r.status;
-}
-
 
 }  // namespace
 
@@ -110,94 +74,6 @@ std::string resolve_static(const std::string& root, const std::string& url_path)
     return file.string();
 }
 
-Server::Server(ServerOptions options) : options_(std::move(options)) {
-    if (options_.token.empty()) options_.token = new_token();
-    if (!fs::is_directory(options_.static_dir))
-        throw std::runtime_error(fmt::format("static folder {} does not exist", options_.static_dir));
-    api_ = std::make_unique<Api>(options_.store, options_.token);
-    mg_init_library(0);
-    if (options_.port == 0) options_.port = free_loopback_port();
-    std::string ports = fmt::format("{}:{}", options_.bind, options_.port);
-    // Each open event stream holds a civetweb thread (at most kMaxStreams of them).
-    const std::string threads = std::to_string(kWorkerThreads);
-    // No CORS header: the page is served from here, and no other origin may read it.
-    const char* mg_options[] = {"listening_ports", ports.c_str(), "num_threads", threads.c_str(),
-                                "access_control_allow_origin", "", nullptr};
-    mg_callbacks callbacks{};
-    ctx_ = mg_start(&callbacks, nullptr, mg_options);
-    if (!ctx_) throw std::runtime_error(fmt::format("cannot listen on {} (in use, or not an address of this machine)", ports));
-    mg_set_request_handler(ctx_, "/", &Server::handle, this);
-    port_ = options_.port;
-}
-
-Server::~Server() {
-    stopping_ = true;  // ends the event streams, which mg_stop waits for
-    if (!ctx_) return;
-    // civetweb's listener polls in 2 s slices and notices the stop only after
-    // one: a connection to ourselves wakes it, so the port is free at once
-    // and a restart right after SIGTERM can listen again.
-    std::atomic<bool> stopped{false};
-    std::thread waker([&] {
-        while (!stopped) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-            int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-            sockaddr_in addr{};
-            addr.sin_family = AF_INET;
-            addr.sin_port = htons((uint16_t)port_);
-            if (::inet_pton(AF_INET, options_.bind == "0.0.0.0" ? "127.0.0.1" : options_.bind.c_str(), &addr.sin_addr) == 1)
-                ::connect(fd, (sockaddr*)&addr, sizeof addr);
-            ::close(fd);
-        }
-    });
-    mg_stop(ctx_);
-    stopped = true;
-    waker.join();
-}
-
-std::string Server::url() const { return fmt::format("http://{}:{}/", options_.bind, port_); }
-
-namespace {
-
-Request read_head(mg_connection* conn, std::string* raw) {
-    const mg_request_info* info = mg_get_request_info(conn);
-    Request r;
-    r.method = info->request_method ? info->request_method : "";
-    *raw = info->local_uri_raw ? info->local_uri_raw : "/";
-    r.path = url_decode(*raw, false);
-    r.query = parse_query(info->query_string);
-    r.remote = info->remote_addr;
-    if (const char* t = mg_get_header(conn, "X-HLAT-Token")) r.token = t;
-    if (const char* a = mg_get_header(conn, "Authorization")) {
-        std::string auth = a;
-        if (auth.rfind("Bearer ", 0) == 0) r.token = auth.substr(7);
-    }
-    return r;
-}
-
-// Reads the body of a request that carries the token; false (and the reply
-// sent) when it is longer than kMaxBody, by its Content-Length or as read.
-bool read_body(mg_connection* conn, Request& r) {
-    const long long declared = mg_get_request_info(conn)->content_length;
-    const Response too_large{413, "application/json",
-                             fmt::format(R"({{"error": "the body is over {} MB"}})", kMaxBody >> 20)};
-    if (declared > (long long)kMaxBody) return send(conn, too_large), false;
-    // civetweb's worker threads have small stacks: buffers live on the heap.
-    std::vector<char> buf(1 << 16);
-    for (int n; (n = mg_read(conn, buf.data(), buf.size())) > 0;) {
-        r.body.append(buf.data(), n);
-        if (r.body.size() > kMaxBody) return send(conn, too_large), false;
-    }
-    return true;
-}
-
-bool is_stream(const Request& r, const std::string& raw) {
-    const std::string prefix = "/api/v1/runs/", suffix = "/stream";
-    return r.method == "GET" && raw.rfind(prefix, 0) == 0 && raw.size() > prefix.size() + suffix.size() &&
-           raw.compare(raw.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-}  // namespace
-
 std::string host_of(const std::string& header) {
     std::string host = header;
     if (!host.empty() && host.front() == '[') host = host.substr(1, host.find(']') - 1);
@@ -206,150 +82,186 @@ std::string host_of(const std::string& header) {
     return host;
 }
 
-// Whether the request names this server in its Host header (a request without
-// one, HTTP/1.0, is from no browser).
-bool Server::host_allowed(mg_connection* conn) const {
-    const char* header = mg_get_header(conn, "Host");
-    if (!header) return true;
+ServerCore::ServerCore(ServerOptions o) : options(std::move(o)) {
+    if (options.token.empty()) options.token = new_token();
+    api = std::make_unique<Api>(options.store, options.token);
+}
+
+bool ServerCore::host_allowed(const std::string& header) const {
+    if (header.empty()) return true;  // HTTP/1.0: no browser sends it
     const std::string host = host_of(header);
-    if (host == "127.0.0.1" || host == "localhost" || host == "::1" || host == host_of(options_.bind)) return true;
-    return std::find(options_.allowed_hosts.begin(), options_.allowed_hosts.end(), host) != options_.allowed_hosts.end();
+    if (host == "127.0.0.1" || host == "localhost" || host == "::1" || host == host_of(options.bind)) return true;
+    return std::find(options.allowed_hosts.begin(), options.allowed_hosts.end(), host) != options.allowed_hosts.end();
 }
 
-int Server::handle(mg_connection* conn, void* self) {
-    auto* server = static_cast<Server*>(self);
-    if (!server->host_allowed(conn))
-        return send(conn, error(403, fmt::format("this server answers for 127.0.0.1, localhost and {} only (a page "
-                                                 "elsewhere reading it by DNS rebinding?); behind a proxy, start "
-                                                 "hlat serve with --allow-host NAME",
-                                                 server->options_.bind)));
-    std::string raw;
-    Request r = read_head(conn, &raw);
-    // The token before the body: a request without it costs no memory.
-    if (r.method == "POST") {
-        if (!server->api_->authorized(r.token))
-            return send(conn, error(401, "this changes state: send the token `hlat serve` printed, as X-HLAT-Token"));
-        if (!read_body(conn, r)) return 413;
-    }
-    if (is_stream(r, raw)) {
-        // Streams hold a worker thread each; past the cap, reads and writes would starve.
-        if (server->streams_.fetch_add(1) >= kMaxStreams) {
-            server->streams_--;
-            return send(conn, error(503, fmt::format("{} event streams are open, the most this server keeps; close a "
-                                                     "page or try again later", kMaxStreams)));
-        }
-        std::string run = r.path.substr(13, r.path.size() - 13 - 7);
-        std::async(std::launch::async, [&] { server->stream(conn, r, run); }).get();
-        server->streams_--;
-        return 200;
-    }
-    // civetweb's worker threads run on small stacks (this Debian build
-    // overflowed one inside SQLite): the work runs on a thread with a normal
-    // stack, and the civetweb thread only moves bytes.
-    Response response = std::async(std::launch::async, [&] { return server->respond(r, raw); }).get();
-    return send(conn, response);
-}
-
-// What a stream needs before it starts; on a bad request the error reply instead.
-struct Server::StreamStart {
-    std::unique_ptr<telemetry::Reader> reader;
-    telemetry::RunRecord run;
-    std::vector<std::string> keys;
-    std::map<std::string, int64_t> last;  // key -> last step sent
-};
-
-std::optional<Server::StreamStart> Server::start_stream(mg_connection* conn, const Request& r, const std::string& name) {
-    StreamStart s;
-    try {
-        check_request_text(r);
-        if (!telemetry::valid_utf8(name)) throw BadRequest("the run name is not valid UTF-8");
-        s.reader = std::make_unique<telemetry::Reader>(options_.store);
-        auto run = s.reader->find_run(name);
-        if (!run) return send(conn, error(404, fmt::format("no run named {}", telemetry::excerpt(name, 100)))), std::nullopt;
-        s.run = *run;
-        auto q = r.query.find("keys");
-        std::stringstream ks(q == r.query.end() ? "loss" : q->second);
-        for (std::string k; std::getline(ks, k, ',');)
-            if (!k.empty()) s.keys.push_back(k);
-        if (s.keys.empty() || s.keys.size() > 64) throw BadRequest("keys must name 1 to 64 metric keys");
-        const int64_t kNone = std::numeric_limits<int64_t>::min();
-        const int64_t after = int_param(r, "after", kNone, -1, std::numeric_limits<int64_t>::max() / 2);
-        for (const std::string& k : s.keys) s.last[k] = after != kNone ? after : s.reader->last_step(s.run.id, k).value_or(-1);
-    } catch (const BadRequest& e) {
-        return send(conn, error(400, e.what())), std::nullopt;
-    } catch (const std::exception& e) {
-        return send(conn, error(500, e.what())), std::nullopt;
-    }
-    return s;
-}
-
-void Server::stream(mg_connection* conn, const Request& r, const std::string& name) {
-    using namespace std::chrono;
-    std::optional<StreamStart> s = start_stream(conn, r, name);
-    if (!s) return;
-    size_t alerts_seen = s->reader->alerts(s->run.id).size();
-    std::string status = s->run.status;
-    static const char head[] =
-        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n"
-        "retry: 1000\n\n";
-    if (mg_write(conn, head, sizeof head - 1) <= 0) return;
-    auto event = [&](const char* kind, const nlohmann::json& data) {
-        std::string text = fmt::format("event: {}\ndata: {}\n\n", kind, telemetry::safe_dump(data));
-        return mg_write(conn, text.data(), text.size()) > 0;
-    };
-    auto last_write = steady_clock::now();
-    for (bool ok = true; ok && !stopping_;) {
-        try {
-            ok = send_new_points(*s, event) && send_new_alerts(*s, alerts_seen, event);
-            auto now = s->reader->find_run(name);
-            if (ok && now && now->status != status) ok = event("status", {{"status", status = now->status}});
-        } catch (const std::exception& e) {
-            ok = event("error", {{"error", e.what()}}) && false;
-        }
-        if (ok && steady_clock::now() - last_write > seconds(10)) {
-            static const char keepalive[] = ": keepalive\n\n";  // also how a closed client is noticed
-            ok = mg_write(conn, keepalive, sizeof keepalive - 1) > 0;
-            last_write = steady_clock::now();
-        }
-        if (ok) std::this_thread::sleep_for(milliseconds(100));  // poll: a commit reaches the page within ~0.2 s
-    }
-}
-
-bool Server::send_new_points(StreamStart& s, const EventSender& event) {
-    const int64_t end = std::numeric_limits<int64_t>::max() / 2;
-    for (const std::string& k : s.keys) {
-        auto points = s.reader->series(s.run.id, k, s.last[k] + 1, end);
-        if (points.empty()) continue;
-        if (points.size() > 5000) points.erase(points.begin(), points.end() - 5000);
-        nlohmann::json rows = nlohmann::json::array();
-        for (const auto& p : points)
-            rows.push_back({p.step, std::isnan(p.value) ? nlohmann::json(nullptr) : nlohmann::json(p.value), p.wall_time});
-        s.last[k] = points.back().step;
-        if (!event("points", {{"key", k}, {"points", rows}})) return false;
-    }
+bool ServerCore::reserve_body(size_t bytes) {
+    size_t now = body_bytes.load();
+    do {
+        if (now + bytes > limits::kBodyBudget) return false;
+    } while (!body_bytes.compare_exchange_weak(now, now + bytes));
     return true;
 }
 
-bool Server::send_new_alerts(StreamStart& s, size_t& seen, const EventSender& event) {
-    for (const auto& a : s.reader->alerts(s.run.id, (int64_t)seen)) {
-        if (!event("alert", {{"kind", a.kind}, {"severity", a.severity}, {"step", a.step}, {"message", a.message}}))
-            return false;
-        seen++;
-    }
-    return true;
-}
-
-Response Server::respond(const Request& r, const std::string& raw) {
-    if (raw.rfind("/api/", 0) == 0) return api_->handle(r);
+Response ServerCore::respond(const Request& r, const std::string& raw) {
+    if (raw.rfind("/api/", 0) == 0) return api->handle(r);
     if (r.method != "GET") return {405, "application/json", R"({"error": "use GET"})"};
     std::string path = raw == "/" ? "/static/index.html" : raw == "/favicon.ico" ? "/static/favicon.svg" : raw;
     std::string file = path.rfind("/vendor/", 0) == 0
-                           ? resolve_static(options_.vendor_dir, "/static/" + path.substr(8))
-                           : resolve_static(options_.static_dir, path);
+                           ? resolve_static(options.vendor_dir, "/static/" + path.substr(8))
+                           : resolve_static(options.static_dir, path);
     if (file.empty()) return {404, "application/json", R"({"error": "not found"})"};
     std::ifstream in(file, std::ios::binary);
     std::string body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     return {200, content_type(file), body};
 }
+
+// Connections found in the ledger are kept alive in `found` until its lock is
+// released: the last reference going would close them, which takes the lock.
+bool ConnectionLedger::admit(const std::string& client) {
+    std::vector<std::shared_ptr<Connection>> found;
+    std::lock_guard lock(mutex_);
+    auto mine = per_client_.find(client);
+    if (mine != per_client_.end() && mine->second >= limits::kMaxConnectionsPerClient &&
+        !evict_oldest_waiting(&client, found))
+        return false;
+    return total_ < limits::kMaxConnections || evict_oldest_waiting(nullptr, found);
+}
+
+// Closes the oldest connection (of `client`, or of anyone) still sending its
+// header. Its count goes when it is gone, a moment later.
+bool ConnectionLedger::evict_oldest_waiting(const std::string* client,
+                                            std::vector<std::shared_ptr<Connection>>& found) {
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+        auto c = it->ref.lock();
+        if (!c) {
+            it = waiting_.erase(it);
+            continue;
+        }
+        found.push_back(c);
+        if (!client || c->client() == *client) {
+            waiting_.erase(it);
+            c->drop();
+            return true;
+        }
+        ++it;
+    }
+    return false;
+}
+
+void ConnectionLedger::opened(const std::shared_ptr<Connection>& c, const std::string& client) {
+    std::lock_guard lock(mutex_);
+    per_client_[client]++;
+    total_++;
+    waiting_.push_back({c.get(), c});
+}
+
+void ConnectionLedger::header_done(const Connection* c) {
+    std::lock_guard lock(mutex_);
+    waiting_.remove_if([c](const Waiting& w) { return w.raw == c || w.ref.expired(); });
+}
+
+void ConnectionLedger::closed(const std::string& client) {
+    std::lock_guard lock(mutex_);
+    if (auto it = per_client_.find(client); it != per_client_.end() && --it->second <= 0) per_client_.erase(it);
+    total_--;
+}
+
+void ConnectionLedger::close_waiting() {
+    std::vector<std::shared_ptr<Connection>> found;
+    std::lock_guard lock(mutex_);
+    for (auto& w : waiting_)
+        if (auto c = w.ref.lock()) found.push_back(c), c->drop();
+    waiting_.clear();
+}
+
+// Accepts connections on the event loop, each past the ledger.
+class Acceptor {
+  public:
+    Acceptor(ServerCore& core, const tcp::endpoint& at) : core_(core), acceptor_(core.loop) {
+        acceptor_.open(at.protocol());
+        acceptor_.set_option(net::socket_base::reuse_address(true));
+        acceptor_.bind(at);
+        acceptor_.listen(net::socket_base::max_listen_connections);
+    }
+    int port() const { return acceptor_.local_endpoint().port(); }
+    void accept() {
+        acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
+            if (ec == net::error::operation_aborted || core_.stopping) return;
+            if (!ec) admit(std::move(socket));
+            accept();
+        });
+    }
+    void close() {
+        boost::system::error_code ignored;
+        acceptor_.close(ignored);
+    }
+
+  private:
+    void admit(tcp::socket socket) {
+        boost::system::error_code ec;
+        const auto remote = socket.remote_endpoint(ec);
+        if (ec) return;
+        const std::string client = remote.address().to_string();
+        if (!core_.ledger.admit(client)) return refuse(std::move(socket));
+        auto c = std::make_shared<Connection>(std::move(socket), core_, client);
+        core_.ledger.opened(c, client);
+        c->start();
+    }
+    // Every place is taken by a connection that is being served: say so, close.
+    void refuse(tcp::socket socket) {
+        static const std::string busy = fmt::format(
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            "Retry-After: 1\r\nContent-Length: {}\r\n\r\n{}",
+            std::size(kBusy) - 1, kBusy);
+        auto s = std::make_shared<tcp::socket>(std::move(socket));
+        net::async_write(*s, net::buffer(busy), [s](boost::system::error_code, size_t) {
+            boost::system::error_code ignored;
+            s->shutdown(tcp::socket::shutdown_both, ignored);
+            s->close(ignored);
+        });
+    }
+    static constexpr char kBusy[] = R"({"error": "every connection this server keeps is busy; try again"})";
+    ServerCore& core_;
+    tcp::acceptor acceptor_;
+};
+
+Server::Server(ServerOptions options) {
+    if (!fs::is_directory(options.static_dir))
+        throw std::runtime_error(fmt::format("static folder {} does not exist", options.static_dir));
+    core_ = std::make_unique<ServerCore>(std::move(options));
+    const ServerOptions& o = core_->options;
+    boost::system::error_code ec;
+    const auto address = net::ip::make_address(o.bind == "localhost" ? "127.0.0.1" : o.bind, ec);
+    if (ec) throw std::runtime_error(fmt::format("--bind {} is not an IP address", o.bind));
+    try {
+        acceptor_ = std::make_unique<Acceptor>(*core_, tcp::endpoint(address, (unsigned short)o.port));
+    } catch (const boost::system::system_error& e) {
+        throw std::runtime_error(fmt::format("cannot listen on {}:{} ({})", o.bind, o.port, e.code().message()));
+    }
+    port_ = acceptor_->port();
+    acceptor_->accept();
+    loop_thread_ = std::thread([this] { core_->loop.run(); });
+}
+
+// Stops accepting, ends streams and header waits, lets the handlers that run
+// finish, then stops the loop: the port is free when this returns.
+Server::~Server() {
+    core_->stopping = true;
+    net::post(core_->loop, [this] {
+        acceptor_->close();
+        core_->ledger.close_waiting();
+    });
+    core_->reads.join();
+    core_->writes.join();
+    core_->streams.join();
+    // Streams see `stopping` within a tick; replies in flight get a moment.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    core_->loop.stop();
+    loop_thread_.join();
+}
+
+const std::string& Server::token() const { return core_->options.token; }
+int Server::mark_stale(double after_seconds) { return core_->api->mark_stale(after_seconds); }
+std::string Server::url() const { return fmt::format("http://{}:{}/", core_->options.bind, port_); }
 
 }  // namespace hlat::web

@@ -1,25 +1,15 @@
-// `hlat serve`: civetweb serving the JSON API (api.h), live updates as
-// Server-Sent Events, and the static page from one folder.
-//   GET /api/v1/runs/{run}/stream?keys=loss,grad_norm[&after=STEP]
-//       event "points" {"key", "points": [[step, value, time], ...]} for every new point of each key,
-//       event "alert" for each new alert, event "status" when the run's status changes. Binds 127.0.0.1 unless told otherwise; every state change needs
-// the access token.
+// `hlat serve`: the JSON API (api.h), live updates as Server-Sent Events
+// (event_stream.h) and the static page from one folder, over HTTP/1.1 with
+// Boost.Beast. Binds 127.0.0.1 unless told otherwise; every state change
+// needs the access token. The connection model and its limits: limits.h.
 #pragma once
 
 #include "web/api.h"
 
-#include <nlohmann/json.hpp>
-
-#include <atomic>
-#include <functional>
-#include <map>
 #include <memory>
-#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
-
-struct mg_context;
-struct mg_connection;
 
 namespace hlat::web {
 
@@ -40,37 +30,28 @@ struct ServerOptions {
 // "[::1]:80" -> "::1"), lower-cased.
 std::string host_of(const std::string& header);
 
+struct ServerCore;
+class Acceptor;
+
 class Server {
   public:
     // Starts serving; throws naming the problem (port taken, bad folder).
     explicit Server(ServerOptions options);
     ~Server();
     int port() const { return port_; }
-    const std::string& token() const { return options_.token; }
+    const std::string& token() const;
     std::string url() const;
     // Marks external runs that sent nothing for `after_seconds` stale.
-    int mark_stale(double after_seconds) { return api_->mark_stale(after_seconds); }
+    int mark_stale(double after_seconds);
 
   private:
-    bool host_allowed(mg_connection* conn) const;
-    static int handle(mg_connection* conn, void* self);
-    Response respond(const Request& r, const std::string& raw_path);
-    // Server-Sent Events of one run until the client leaves or the server stops.
-    struct StreamStart;
-    using EventSender = std::function<bool(const char* kind, const nlohmann::json& data)>;
-    void stream(mg_connection* conn, const Request& r, const std::string& run);
-    std::optional<StreamStart> start_stream(mg_connection* conn, const Request& r, const std::string& run);
-    static bool send_new_points(StreamStart& s, const EventSender& event);
-    static bool send_new_alerts(StreamStart& s, size_t& seen, const EventSender& event);
-    ServerOptions options_;
-    std::unique_ptr<Api> api_;
-    mg_context* ctx_ = nullptr;
-    std::atomic<bool> stopping_{false};
-    std::atomic<int> streams_{0};  // open event streams
+    std::unique_ptr<ServerCore> core_;
+    std::unique_ptr<Acceptor> acceptor_;
+    std::thread loop_thread_;  // runs the event loop: every socket's reads and writes
     int port_ = 0;
 };
 
-// A loopback port the kernel says is free right now (civetweb takes no port 0).
+// A loopback port the kernel says is free right now.
 int free_loopback_port();
 
 // Maps a URL path under /static/ to a file inside root, or "" when it would

@@ -1,0 +1,236 @@
+#include "web/http_connection.h"
+
+#include "web/event_stream.h"
+#include "web/json_reply.h"
+#include "web/query.h"
+#include "web/server_core.h"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+#include <fmt/format.h>
+
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <utility>
+#include <variant>
+
+namespace hlat::web {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+
+namespace {
+
+// Whether the path is an event stream's: /api/v1/runs/{run}/stream.
+bool is_stream(const Request& r, const std::string& raw) {
+    const std::string prefix = "/api/v1/runs/", suffix = "/stream";
+    return r.method == "GET" && raw.rfind(prefix, 0) == 0 && raw.size() > prefix.size() + suffix.size() &&
+           raw.compare(raw.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string token_of(const http::request<http::string_body>& req) {
+    if (auto t = req.find("X-HLAT-Token"); t != req.end()) return std::string(t->value());
+    if (auto a = req.find(http::field::authorization); a != req.end()) {
+        std::string auth(a->value());
+        if (auth.rfind("Bearer ", 0) == 0) return auth.substr(7);
+    }
+    return "";
+}
+
+}  // namespace
+
+Connection::Connection(net::ip::tcp::socket socket, ServerCore& core, std::string client)
+    : stream_(std::move(socket)), core_(core), client_(std::move(client)) {
+    parser_.header_limit(limits::kMaxHeaderBytes);
+    // The body's limit is set once the token is checked: a tokenless upload
+    // is told 401, whatever length it declares.
+    parser_.body_limit(std::numeric_limits<std::uint64_t>::max());
+}
+
+Connection::~Connection() {
+    if (body_reserved_) core_.release_body(body_reserved_);
+    core_.ledger.closed(client_);
+}
+
+void Connection::start() {
+    stream_.expires_after(limits::kHeaderTimeout);
+    http::async_read_header(stream_, buffer_, parser_,
+                            [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+}
+
+void Connection::drop() {
+    if (header_done_) return;
+    beast::error_code ignored;
+    stream_.socket().shutdown(net::ip::tcp::socket::shutdown_both, ignored);
+    stream_.socket().close(ignored);
+}
+
+// A header that never came (timeout, closed, dropped) ends quietly; one that
+// is not HTTP, or too long, gets a reply saying so.
+bool Connection::reject_parse_error(beast::error_code ec) {
+    if (!ec) return false;
+    if (ec == beast::error::timeout || ec == http::error::end_of_stream || ec == net::error::operation_aborted ||
+        ec == net::error::eof || ec == net::error::connection_reset || ec == net::error::bad_descriptor) {
+        beast::error_code ignored;
+        stream_.socket().close(ignored);
+    } else if (ec == http::error::header_limit) {
+        reply(error(431, fmt::format("the request's header is over {} KB", limits::kMaxHeaderBytes >> 10)));
+    } else if (ec == http::error::body_limit) {
+        reply(error(413, fmt::format("the body is over {} MB", limits::kMaxBody >> 20)));
+    } else {
+        reply(error(400, fmt::format("malformed HTTP request: {}", ec.message())));
+    }
+    return true;
+}
+
+void Connection::on_header(beast::error_code ec) {
+    header_done_ = true;
+    core_.ledger.header_done(this);
+    if (reject_parse_error(ec)) return;
+    const auto& req = parser_.get();
+    const auto host = req.find(http::field::host);
+    if (!core_.host_allowed(host == req.end() ? "" : std::string(host->value())))
+        return reply(error(403, fmt::format("this server answers for 127.0.0.1, localhost and {} only (a page "
+                                            "elsewhere reading it by DNS rebinding?); behind a proxy, start hlat "
+                                            "serve with --allow-host NAME",
+                                            core_.options.bind)));
+    const std::string target(req.target());
+    if (target.empty() || target[0] != '/') return reply(error(400, "the request target must be a path"));
+    const size_t question = target.find('?');
+    raw_path_ = target.substr(0, question);
+    request_.method = std::string(req.method_string());
+    request_.path = url_decode(raw_path_, false);
+    request_.query = parse_query(question == std::string::npos ? nullptr : target.c_str() + question + 1);
+    request_.token = token_of(req);
+    request_.remote = client_;
+    on_request();
+}
+
+// The token before the body: a request without it costs no memory; then the
+// body's size against the limit and against what all bodies may take.
+void Connection::on_request() {
+    if (request_.method != "POST") {
+        if (is_stream(request_, raw_path_)) return start_stream();
+        return dispatch();
+    }
+    if (!core_.api->authorized(request_.token))
+        return reply(error(401, "this changes state: send the token `hlat serve` printed, as X-HLAT-Token"));
+    const auto declared = parser_.content_length();
+    if (declared && *declared > limits::kMaxBody)
+        return reply(error(413, fmt::format("the body is over {} MB", limits::kMaxBody >> 20)));
+    const size_t need = declared ? (size_t)*declared : limits::kMaxBody;
+    if (!core_.reserve_body(need))
+        return reply(error(503, fmt::format("bodies being read take the {} MB this server allows; try again",
+                                            limits::kBodyBudget >> 20)));
+    body_reserved_ = need;
+    parser_.body_limit(limits::kMaxBody);  // a chunked body is counted as it comes
+    const auto expect = parser_.get().find(http::field::expect);
+    if (expect != parser_.get().end() && beast::iequals(expect->value(), "100-continue")) {
+        static const std::string go_on = "HTTP/1.1 100 Continue\r\n\r\n";
+        stream_.expires_after(limits::kIdleTimeout);
+        return net::async_write(stream_, net::buffer(go_on), [self = shared_from_this()](beast::error_code ec, size_t) {
+            if (ec) return self->reject_parse_error(ec), void();
+            self->read_body();
+        });
+    }
+    read_body();
+}
+
+// A body may pause at most kIdleTimeout between pieces, however long it is.
+void Connection::read_body() {
+    if (parser_.is_done()) return on_body({});
+    stream_.expires_after(limits::kIdleTimeout);
+    http::async_read_some(stream_, buffer_, parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+        if (ec) return self->on_body(ec);
+        self->read_body();
+    });
+}
+
+void Connection::on_body(beast::error_code ec) {
+    if (reject_parse_error(ec)) return;
+    request_.body = std::move(parser_.get().body());
+    dispatch();
+}
+
+// Requests with the token run on their own pool, so reads, however many or
+// slow, never hold up an ingest or a halt.
+void Connection::dispatch() {
+    const bool write = core_.api->authorized(request_.token);
+    auto& pool = write ? core_.writes : core_.reads;
+    auto& queued = write ? core_.queued_writes : core_.queued_reads;
+    const int cap = write ? limits::kMaxQueuedWrites : limits::kMaxQueuedReads;
+    if (queued.fetch_add(1) >= cap) {
+        queued--;
+        return reply(error(503, fmt::format("{} requests are waiting already; try again", cap)));
+    }
+    net::post(pool, [self = shared_from_this(), &queued] {
+        Response response = self->core_.respond(self->request_, self->raw_path_);
+        queued--;
+        net::post(self->core_.loop, [self, r = std::move(response)]() mutable { self->reply(std::move(r)); });
+    });
+}
+
+void Connection::start_stream() {
+    if (core_.open_streams.fetch_add(1) >= limits::kMaxStreams) {
+        core_.open_streams--;
+        return reply(error(503, fmt::format("{} event streams are open, the most this server keeps; close a page or "
+                                            "try again later",
+                                            limits::kMaxStreams)));
+    }
+    const std::string run = request_.path.substr(13, request_.path.size() - 13 - 7);
+    net::post(core_.streams, [self = shared_from_this(), run] {
+        auto opened = open_stream(self->core_.options.store, self->request_, run);
+        net::post(self->core_.loop, [self, opened = std::move(opened)]() mutable {
+            if (auto* refusal = std::get_if<Response>(&opened)) {
+                self->core_.open_streams--;
+                return self->reply(std::move(*refusal));
+            }
+            run_event_stream(self->stream_.release_socket(), self->core_, std::move(std::get<1>(opened)));
+        });
+    });
+}
+
+void Connection::reply(Response r) {
+    if (body_reserved_) core_.release_body(std::exchange(body_reserved_, 0));
+    auto res = std::make_shared<http::response<http::string_body>>();
+    res->version(11);
+    res->result(r.status);
+    res->set(http::field::content_type, r.content_type);
+    res->set(http::field::cache_control, "no-store");
+    res->set("X-Content-Type-Options", "nosniff");
+    res->keep_alive(false);
+    res->body() = std::move(r.body);
+    res->prepare_payload();
+    // A slow reader gets kIdleTimeout plus a second per MB of the reply.
+    stream_.expires_after(limits::kIdleTimeout + std::chrono::seconds(res->body().size() >> 20));
+    http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
+        if (!ec) self->linger();
+    });
+}
+
+// After the reply, the client may still be sending a body nobody read (a
+// refused upload): it is read and dropped until the client stops (2 s
+// without a byte) or for 10 s in all, so that closing does not reset the
+// connection, which would discard the reply the client has not read yet.
+void Connection::linger() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(net::ip::tcp::socket::shutdown_send, ignored);
+    drain(std::make_shared<std::array<char, 1 << 16>>(), std::chrono::steady_clock::now() + std::chrono::seconds(10));
+}
+
+void Connection::drain(std::shared_ptr<std::array<char, 1 << 16>> sink, std::chrono::steady_clock::time_point until) {
+    stream_.expires_after(std::chrono::seconds(2));
+    stream_.async_read_some(net::buffer(*sink), [self = shared_from_this(), sink, until](beast::error_code ec, size_t) {
+        if (!ec && std::chrono::steady_clock::now() < until) return self->drain(sink, until);
+        beast::error_code ignored;
+        self->stream_.socket().close(ignored);
+    });
+}
+
+}  // namespace hlat::web
