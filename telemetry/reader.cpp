@@ -106,13 +106,14 @@ std::vector<std::string> Reader::key_names(int64_t run, const char* table) {
 
 std::vector<std::string> Reader::keys(int64_t run) { return key_names(run, "metric_blocks"); }
 
-std::vector<SeriesPoint> Reader::series(int64_t run, const std::string& key, int64_t first, int64_t last) {
+std::vector<SeriesPoint> Reader::series(int64_t run, const std::string& key, int64_t first, int64_t last,
+                                        int64_t limit) {
     std::vector<SeriesPoint> out;
     auto key_ = key_id(key);
     if (!key_) return out;
     Statement s = db_.prepare("SELECT step, value, wall_time FROM metrics WHERE run_id = ?1 AND key_id = ?2 "
-                              "AND step BETWEEN ?3 AND ?4 ORDER BY step");
-    s.bind(1, run).bind(2, *key_).bind(3, first).bind(4, last);
+                              "AND step BETWEEN ?3 AND ?4 ORDER BY step LIMIT ?5");
+    s.bind(1, run).bind(2, *key_).bind(3, first).bind(4, last).bind(5, limit > 0 ? limit : -1);
     while (s.step()) out.push_back({s.column_int(0), s.column_double_or_nan(1), s.column_double(2)});
     return out;
 }

@@ -60,8 +60,9 @@ class Reader {
     std::vector<RunSummary> runs();
     std::optional<RunRecord> find_run(const std::string& name);
     std::vector<std::string> keys(int64_t run);
-    // Points with step in [first, last].
-    std::vector<SeriesPoint> series(int64_t run, const std::string& key, int64_t first, int64_t last);
+    // Points with step in [first, last]; the first `limit` of them when limit > 0.
+    std::vector<SeriesPoint> series(int64_t run, const std::string& key, int64_t first, int64_t last,
+                                    int64_t limit = 0);
     // Per-rank series (rank_metrics): the keys, and one key's points by rank,
     // every stride-th step with the stride that keeps each rank to at most
     // max_points (all steps when they fit).

@@ -302,10 +302,9 @@ long peak_rss_mb(pid_t pid) {
     return -1;
 }
 
-// `hlat serve` in its own process (for its resident memory): pid and port,
-// port 0 when it did not come up.
-std::pair<pid_t, int> start_serve(const test::ScratchDir& dir) {
-    const std::string store = store_with_a_run(dir);
+// `hlat serve` in its own process (for its resident memory) on `store`: pid
+// and port, port 0 when it did not come up.
+std::pair<pid_t, int> start_serve(const test::ScratchDir& dir, const std::string& store) {
     const int port = web::free_loopback_port();
     const std::string cmd = fmt::format("{} serve --store {} --port {} --token {} > {} 2>&1 & echo $!", HLAT_BINARY,
                                         store, port, kToken, dir.file("serve.log"));
@@ -343,7 +342,7 @@ std::vector<std::string> upload_in_parallel(int port, const std::string& head, b
 // length over the limit is refused before reading too.
 TEST(HostileServer, BodiesWithoutTheTokenAreNeverRead) {
     test::ScratchDir dir("hostile_bodies");
-    const auto [pid, port] = start_serve(dir);
+    const auto [pid, port] = start_serve(dir, store_with_a_run(dir));
     ASSERT_GT(port, 0);
     const long size = 200L << 20;
     const auto statuses = upload_in_parallel(
@@ -367,7 +366,7 @@ TEST(HostileServer, BodiesWithoutTheTokenAreNeverRead) {
 // server's peak memory stays near the budget (the server before: 1.67 GB).
 TEST(HostileServer, UploadsWithTheTokenStayWithinTheBodyBudget) {
     test::ScratchDir dir("hostile_budget_rss");
-    const auto [pid, port] = start_serve(dir);
+    const auto [pid, port] = start_serve(dir, store_with_a_run(dir));
     ASSERT_GT(port, 0);
     const auto statuses = upload_in_parallel(
         port, fmt::format("POST /api/v1/runs/r/ingest HTTP/1.1\r\nHost: 127.0.0.1\r\nX-HLAT-Token: {}\r\n"
@@ -379,6 +378,49 @@ TEST(HostileServer, UploadsWithTheTokenStayWithinTheBodyBudget) {
     ::kill(pid, SIGTERM);
     EXPECT_GT(peak, 0);
     EXPECT_LT(peak, 600) << "peak resident memory of the server, MB";
+}
+
+// 8 parallel CSV reads of a million-point run, without the token: each comes
+// whole, in pieces, and the server's memory stays small (the server before
+// built each reply whole: 2.8 GB).
+TEST(HostileServer, CsvOfAMillionPointsIsStreamedInBoundedMemory) {
+    test::ScratchDir dir("hostile_csv");
+    {
+        Writer w(dir.file("big.db"));
+        RunRecord r;
+        r.name = "big";
+        r.source = "ingest";
+        const int64_t id = w.open_run(r, false);
+        for (int64_t chunk = 0; chunk < 100; chunk++) {
+            std::vector<MetricPoint> points;
+            for (int64_t s = chunk * 10000; s < (chunk + 1) * 10000; s++) {
+                points.push_back({"loss", s, 3.0 - 1e-6 * (double)s, 1000.0 + (double)s});
+                points.push_back({"grad_norm", s, 1.0 + 1e-7 * (double)s, 1000.0 + (double)s});
+            }
+            w.metrics(id, std::move(points));
+        }
+    }
+    const auto [pid, port] = start_serve(dir, dir.file("big.db"));
+    ASSERT_GT(port, 0);
+    std::vector<std::string> bodies(8);
+    std::vector<std::thread> readers;
+    for (int i = 0; i < 8; i++)
+        readers.emplace_back([&, i] {
+            const std::string reply = test::http_raw(port, "GET /api/v1/runs/big/csv?keys=loss,grad_norm HTTP/1.1\r\n"
+                                                           "Host: 127.0.0.1\r\n\r\n", 120);
+            const size_t body = reply.find("\r\n\r\n");
+            if (body != std::string::npos) bodies[i] = test::dechunk(reply.substr(body + 4));
+        });
+    for (auto& t : readers) t.join();
+    const long peak = peak_rss_mb(pid);
+    ::kill(pid, SIGTERM);
+    for (const std::string& csv : bodies) {
+        EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1000001) << csv.substr(0, 200);
+        EXPECT_EQ(csv.rfind("step,time,loss,grad_norm\n", 0), 0u);
+        EXPECT_NE(csv.find("\n999999,"), std::string::npos) << "the last step is there";
+    }
+    EXPECT_GT(peak, 0);
+    EXPECT_LT(peak, 300) << "peak resident memory of the server, MB";
 }
 
 }  // namespace

@@ -53,6 +53,20 @@ inline std::pair<int, std::string> http(int port, const std::string& request, in
     return {status, body == std::string::npos ? "" : reply.substr(body + 4)};
 }
 
+// A chunked body, its pieces joined ("" when it does not end as it should).
+inline std::string dechunk(const std::string& body) {
+    std::string out;
+    for (size_t at = 0;;) {
+        const size_t eol = body.find("\r\n", at);
+        if (eol == std::string::npos) return "";
+        const size_t size = std::strtoul(body.substr(at, eol - at).c_str(), nullptr, 16);
+        if (size == 0) return out;
+        if (eol + 2 + size + 2 > body.size()) return "";
+        out.append(body, eol + 2, size);
+        at = eol + 2 + size + 2;
+    }
+}
+
 inline std::pair<int, std::string> http_get(int port, const std::string& path) {
     return http(port, fmt::format("GET {} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", path));
 }

@@ -140,6 +140,51 @@ TEST_F(WebApi, IngestIsAllOrNothing) {
     EXPECT_EQ(reader.series(reader.find_run("pushed")->id, "loss", 0, 10).size(), 2u);
 }
 
+// Reads need no token, so none may take without bound: a full-resolution
+// series is at most 100,000 points with where the rest begins, a CSV of a
+// million points comes in pieces (whole, in step order), and a report names
+// at most 16 runs, each once. The API before answered 1,000,000 points.
+TEST_F(WebApi, ReadsWithoutTheTokenAreBounded) {
+    auto r = api.handle(get("/api/v1/runs/long/series", {{"key", "loss"}}));
+    ASSERT_EQ(r.status, 200) << r.body.substr(0, 300);
+    json page = json::parse(r.body);
+    ASSERT_EQ(page["points"].size(), 100000u);
+    EXPECT_EQ(page["next_from"], 100000);
+    r = api.handle(get("/api/v1/runs/long/series", {{"key", "loss"}, {"from", "999990"}}));
+    page = json::parse(r.body);
+    EXPECT_EQ(page["points"].size(), 10u);
+    EXPECT_TRUE(page["next_from"].is_null()) << "the last page says there is no more";
+
+    r = api.handle(get("/api/v1/runs/long/csv", {{"keys", "loss"}}));
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_TRUE(r.more) << "a CSV is streamed";
+    EXPECT_EQ(r.body, "step,time,loss\n") << "only the header is held before streaming";
+    std::stringstream csv(web::whole_body(r));
+    std::string line;
+    std::getline(csv, line);
+    int64_t rows = 0, last = -1;
+    bool ordered = true;
+    while (std::getline(csv, line)) {
+        const int64_t step = std::stoll(line.substr(0, line.find(',')));
+        ordered = ordered && step == last + 1;
+        last = step, rows++;
+    }
+    EXPECT_EQ(rows, 1000000);
+    EXPECT_TRUE(ordered) << "every step once, in order";
+    std::string many;
+    for (int i = 0; i < 65; i++) many += fmt::format("k{},", i);
+    EXPECT_EQ(api.handle(get("/api/v1/runs/long/csv", {{"keys", many}})).status, 400) << "at most 64 keys";
+
+    std::string same, distinct;
+    for (int i = 0; i < 200; i++) same += "long,";
+    r = api.handle(get("/api/v1/report", {{"runs", same}}));
+    EXPECT_EQ(r.status, 200) << "a run named 200 times is reported once";
+    for (int i = 0; i < 17; i++) distinct += fmt::format("run{},", i);
+    r = api.handle(get("/api/v1/report", {{"runs", distinct}}));
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_NE(r.body.find("at most 16"), std::string::npos) << r.body;
+}
+
 // What the page reads besides the series: spike episodes at full resolution,
 // CSV of the stored points, and a person's tags and note on a run.
 TEST_F(WebApi, EpisodesCsvAndAnnotations) {
@@ -152,8 +197,9 @@ TEST_F(WebApi, EpisodesCsvAndAnnotations) {
     r = api.handle(get("/api/v1/runs/long/csv", {{"keys", "loss"}, {"from", "654320"}, {"to", "654322"}}));
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(r.content_type, "text/csv; charset=utf-8");
-    ASSERT_EQ(r.body.rfind("step,time,loss\n", 0), 0u) << r.body;
-    std::stringstream csv(r.body.substr(r.body.find('\n') + 1));
+    const std::string text = web::whole_body(r);
+    ASSERT_EQ(text.rfind("step,time,loss\n", 0), 0u) << text;
+    std::stringstream csv(text.substr(text.find('\n') + 1));
     auto stored = Reader(dir_->file("s.db")).series(1, "loss", 654320, 654322);
     ASSERT_EQ(stored.size(), 3u);
     for (const SeriesPoint& p : stored) {  // every value reads back to the same double

@@ -19,8 +19,10 @@
 // {"error": "..."} with 400, 401, 404 or 500.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace hlat::telemetry {
@@ -45,7 +47,14 @@ struct Response {
     int status = 200;
     std::string content_type = "application/json";
     std::string body;
+    // A reply too long to hold (CSV of every point): the rest of the body after
+    // `body`, a piece per call until nullopt. The server sends it chunked, a
+    // piece read only once the one before has gone out, on its read pool.
+    std::function<std::optional<std::string>()> more = nullptr;
 };
+
+// The whole body of a reply, its pieces included (for callers in-process).
+std::string whole_body(Response& r);
 
 class Api {
   public:

@@ -12,6 +12,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <array>
 #include <cstdint>
@@ -198,6 +199,7 @@ void Connection::start_stream() {
 
 void Connection::reply(Response r) {
     if (body_reserved_) core_.release_body(std::exchange(body_reserved_, 0));
+    if (r.more) return reply_in_pieces(std::move(r));
     auto res = std::make_shared<http::response<http::string_body>>();
     res->version(11);
     res->result(r.status);
@@ -211,6 +213,52 @@ void Connection::reply(Response r) {
     stream_.expires_after(limits::kIdleTimeout + std::chrono::seconds(res->body().size() >> 20));
     http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
         if (!ec) self->linger();
+    });
+}
+
+namespace {
+
+// One piece of a chunked body ("" for an empty piece: "0" would end it).
+std::string chunk(const std::string& piece) {
+    return piece.empty() ? "" : fmt::format("{:x}\r\n{}\r\n", piece.size(), piece);
+}
+
+}  // namespace
+
+// A reply read a piece at a time: the next piece is read (on the read pool)
+// only once the one before has gone out, so a reply of any length holds one
+// piece of memory and no thread while the client reads.
+void Connection::reply_in_pieces(Response r) {
+    pieces_ = std::move(r.more);
+    const std::string head = fmt::format(
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
+        "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+        r.status, std::string(http::obsolete_reason(http::int_to_status(r.status))), r.content_type);
+    write_piece(head + chunk(r.body), false);
+}
+
+void Connection::write_piece(std::string bytes, bool last) {
+    auto data = std::make_shared<std::string>(std::move(bytes));
+    stream_.expires_after(limits::kIdleTimeout + std::chrono::seconds(data->size() >> 20));
+    net::async_write(stream_, net::buffer(*data), [self = shared_from_this(), data, last](beast::error_code ec, size_t) {
+        if (ec) return;  // the client left, or stopped reading (the timeout closed it)
+        if (last) return self->linger();
+        net::post(self->core_.reads, [self] {
+            std::optional<std::string> piece;
+            bool failed = false;
+            try {
+                piece = self->pieces_();
+            } catch (const std::exception& e) {
+                failed = true;  // the reply is cut short: the client sees no final chunk
+                spdlog::warn("a streamed reply failed: {}", e.what());
+            }
+            net::post(self->core_.loop, [self, piece = std::move(piece), failed] {
+                beast::error_code ignored;
+                if (failed) return self->stream_.socket().close(ignored), void();
+                if (!piece) return self->write_piece("0\r\n\r\n", true);
+                self->write_piece(chunk(*piece), false);
+            });
+        });
     });
 }
 

@@ -14,7 +14,9 @@
 
 #include <array>
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace hlat::web {
@@ -39,6 +41,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     void on_body(boost::beast::error_code ec);
     void dispatch();
     void start_stream();
+    void reply_in_pieces(Response r);
+    void write_piece(std::string bytes, bool last);
     void linger();
     void drain(std::shared_ptr<std::array<char, 1 << 16>> sink, std::chrono::steady_clock::time_point until);
     bool reject_parse_error(boost::beast::error_code ec);
@@ -49,6 +53,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     boost::beast::flat_buffer buffer_;
     boost::beast::http::request_parser<boost::beast::http::string_body> parser_;
     Request request_;
+    std::function<std::optional<std::string>()> pieces_;  // of a streamed reply
     std::string raw_path_;
     size_t body_reserved_ = 0;
     bool header_done_ = false;

@@ -8,6 +8,8 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <memory>
+#include <optional>
 #include <sstream>
 
 namespace hlat::web {
@@ -19,6 +21,9 @@ namespace {
 
 const int64_t kMaxStep = std::numeric_limits<int64_t>::max() / 2;
 const size_t kMaxEpisodes = 5000;  // a noisy series is shaded everywhere long before this
+const int64_t kMaxPoints = 100000;  // points of one full-resolution series reply
+const size_t kMaxCsvKeys = 64;
+const int64_t kCsvWindow = 20000;   // points per key read for one piece of a CSV
 
 std::string required(const Request& r, const std::string& name) {
     auto it = r.query.find(name);
@@ -79,9 +84,13 @@ Response series_reply(Reader& reader, int64_t run, const Request& r) {
                                         "last_time"}},
                            {"buckets", buckets}});
     }
+    // At most kMaxPoints: past them, next_from says where the rest begins.
+    std::vector<SeriesPoint> points = reader.series(run, key, from, to, kMaxPoints + 1);
+    json next_from = nullptr;
+    if ((int64_t)points.size() > kMaxPoints) next_from = points.back().step, points.pop_back();
     json rows = json::array();
-    for (const SeriesPoint& p : reader.series(run, key, from, to)) rows.push_back({p.step, json_number(p.value), p.wall_time});
-    return reply(200, {{"key", key}, {"columns", {"step", "value", "time"}}, {"points", rows}});
+    for (const SeriesPoint& p : points) rows.push_back({p.step, json_number(p.value), p.wall_time});
+    return reply(200, {{"key", key}, {"columns", {"step", "value", "time"}}, {"points", rows}, {"next_from", next_from}});
 }
 
 Response rank_series_reply(Reader& reader, int64_t run, const Request& r) {
@@ -114,28 +123,68 @@ Response episodes_reply(Reader& reader, int64_t run, const Request& r) {
                        {"truncated", episodes.size() == kMaxEpisodes}});
 }
 
-Response csv_reply(Reader& reader, int64_t run, const Request& r) {
+namespace {
+
+std::vector<std::string> csv_keys(const Request& r) {
     std::vector<std::string> keys;
     std::stringstream list(required(r, "keys"));
     for (std::string k; std::getline(list, k, ',');)
         if (!k.empty()) keys.push_back(k);
-    auto [from, to] = step_range(r);
-    // step -> (wall time of its first point, one value per key)
-    std::map<int64_t, std::pair<double, std::vector<std::string>>> rows;
-    for (size_t i = 0; i < keys.size(); i++)
-        for (const SeriesPoint& p : reader.series(run, keys[i], from, to)) {
-            auto [it, added] = rows.try_emplace(p.step, p.wall_time, std::vector<std::string>(keys.size()));
-            it->second.second[i] = csv_number(p.value);
-        }
-    std::string out = "step,time";
-    for (const std::string& k : keys) out += "," + k;  // keys never hold commas: the API lists them split on ','
-    out += "\n";
-    for (const auto& [step, row] : rows) {
-        out += fmt::format("{},{}", step, csv_number(row.first));
-        for (const std::string& v : row.second) out += "," + v;
-        out += "\n";
-    }
-    return {200, "text/csv; charset=utf-8", out};
+    if (keys.empty() || keys.size() > kMaxCsvKeys)
+        throw BadRequest(fmt::format("keys must name 1 to {} metric keys", kMaxCsvKeys));
+    return keys;
 }
 
+// Reads a CSV a window at a time: each key's next kCsvWindow points from
+// the cursor, rows up to the first step where some key's window ends.
+class CsvPieces {
+  public:
+    CsvPieces(const std::string& store, int64_t run, std::vector<std::string> keys, int64_t from, int64_t to)
+        : reader_(std::make_shared<Reader>(store)), run_(run), keys_(std::move(keys)), cursor_(from), to_(to) {}
+
+    std::optional<std::string> operator()() {
+        if (cursor_ > to_) return std::nullopt;
+        // step -> (wall time of its first point, one value per key)
+        std::map<int64_t, std::pair<double, std::vector<std::string>>> rows;
+        int64_t end = to_;
+        for (size_t i = 0; i < keys_.size(); i++) {
+            auto points = reader_->series(run_, keys_[i], cursor_, end, kCsvWindow);
+            if ((int64_t)points.size() == kCsvWindow) end = points.back().step;
+            for (const SeriesPoint& p : points) {
+                if (p.step > end) break;
+                auto [it, added] = rows.try_emplace(p.step, p.wall_time, std::vector<std::string>(keys_.size()));
+                it->second.second[i] = csv_number(p.value);
+            }
+        }
+        // A key read before `end` shrank may hold rows past it: they come with the next piece.
+        rows.erase(rows.upper_bound(end), rows.end());
+        cursor_ = end + 1;
+        if (rows.empty()) return std::nullopt;
+        std::string out;
+        for (const auto& [step, row] : rows) {
+            out += fmt::format("{},{}", step, csv_number(row.first));
+            for (const std::string& v : row.second) out += "," + v;
+            out += "\n";
+        }
+        return out;
+    }
+
+  private:
+    std::shared_ptr<Reader> reader_;  // shared: a std::function is copyable
+    int64_t run_;
+    std::vector<std::string> keys_;
+    int64_t cursor_, to_;
+};
+
+}  // namespace
+
+Response csv_reply(const std::string& store, int64_t run, const Request& r) {
+    std::vector<std::string> keys = csv_keys(r);
+    auto [from, to] = step_range(r);
+    std::string head = "step,time";
+    for (const std::string& k : keys) head += "," + k;  // keys never hold commas: the API lists them split on ','
+    Response out{200, "text/csv; charset=utf-8", head + "\n"};
+    out.more = CsvPieces(store, run, std::move(keys), from, to);
+    return out;
+}
 }  // namespace hlat::web

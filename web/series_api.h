@@ -1,8 +1,9 @@
 // The endpoints that read one run's series (api.h lists them all):
-//   series    every point, or at most N envelope buckets
+//   series    every point (at most 100,000; next_from says where the rest
+//             begins), or at most N envelope buckets
 //             [first, last, min, max, last value, has_nan, mean, first time, last time]
 //   episodes  spike episodes at full resolution (spike_episodes below)
-//   csv       every stored point of some keys, one row per step
+//   csv       every stored point of 1 to 64 keys, one row per step, streamed
 //   rank_series  one per-rank key's points by rank ({"0": [[step, value], ...], ...}),
 //             every stride-th step so that no rank has more than `points` (2000)
 #pragma once
@@ -17,7 +18,7 @@ namespace hlat::web {
 
 Response series_reply(telemetry::Reader& reader, int64_t run, const Request& r);
 Response episodes_reply(telemetry::Reader& reader, int64_t run, const Request& r);
-Response csv_reply(telemetry::Reader& reader, int64_t run, const Request& r);
+Response csv_reply(const std::string& store, int64_t run, const Request& r);
 Response rank_series_reply(telemetry::Reader& reader, int64_t run, const Request& r);
 
 // A run of consecutive points above the spike threshold.
