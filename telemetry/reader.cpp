@@ -85,6 +85,13 @@ std::vector<RunSummary> Reader::runs() {
     return out;
 }
 
+std::vector<RunRecord> Reader::running_runs() {
+    std::vector<RunRecord> out;
+    Statement s = db_.prepare(std::string("SELECT ") + kRunColumns + " FROM runs WHERE status = 'running' ORDER BY id");
+    while (s.step()) out.push_back(run_from_row(s));
+    return out;
+}
+
 std::optional<RunRecord> Reader::find_run(const std::string& name) {
     Statement s = db_.prepare(std::string("SELECT ") + kRunColumns + " FROM runs WHERE name = ?1");
     s.bind(1, name);

@@ -58,6 +58,9 @@ class Reader {
     explicit Reader(const std::string& path, int busy_timeout_ms = 5000);
 
     std::vector<RunSummary> runs();
+    // The runs whose status is running, without their summaries (cheap: one
+    // read of the runs table, for a sweep every second).
+    std::vector<RunRecord> running_runs();
     std::optional<RunRecord> find_run(const std::string& name);
     std::vector<std::string> keys(int64_t run);
     // Points with step in [first, last]; the first `limit` of them when limit > 0.

@@ -200,24 +200,38 @@ bool follower_gone(const RunRecord& run) {
 
 }  // namespace
 
+// A run last heard of at t cannot be stale before t + after: each run's store
+// is read once per that window (and when its follower is gone), so a sweep of
+// thousands of quiet running runs every second reads next to nothing.
 int IngestEndpoints::mark_stale(double after_seconds) {
     Reader reader(store_);
     int marked = 0;
-    double now = now_seconds();
-    for (const RunSummary& s : reader.runs()) {
-        if (s.run.status != "running" || s.run.source == "hlat") continue;
-        Reader::Activity a = reader.last_activity(s.run.id);
-        const bool gone = follower_gone(s.run);
-        if (now - a.wall_time < after_seconds && !gone) continue;
+    const double now = now_seconds();
+    std::map<int64_t, double> heard;  // rebuilt: runs that ended drop out
+    for (const RunRecord& run : reader.running_runs()) {
+        if (run.source == "hlat") continue;
+        const bool gone = follower_gone(run);
+        auto known = last_heard_.find(run.id);
+        if (!gone && known != last_heard_.end() && now - known->second < after_seconds) {
+            heard.insert(*known);
+            continue;
+        }
+        const Reader::Activity a = reader.last_activity(run.id);
+        activity_reads_++;
+        if (now - a.wall_time < after_seconds && !gone) {
+            heard[run.id] = a.wall_time;
+            continue;
+        }
         std::lock_guard<std::mutex> lock(mutex_);
         if (!writer_) writer_ = std::make_unique<Writer>(store_);
         // Dated at the last sign of life, so uptime ends the segment there.
-        end_run(s.run, "stale", std::max<int64_t>(0, a.step),
+        end_run(run, "stale", std::max<int64_t>(0, a.step),
                 gone ? fmt::format("the hlat ingest feeding it is gone; last record {:.0f} s ago", now - a.wall_time)
                      : fmt::format("no records for {:.0f} s", now - a.wall_time),
                 a.wall_time);
         marked++;
     }
+    last_heard_ = std::move(heard);
     return marked;
 }
 

@@ -40,8 +40,11 @@ class IngestEndpoints {
     Response state(const std::string& run);
     // Marks running runs fed from outside (not hlat's trainer, which has
     // heartbeats and a supervisor) that have shown no life for `after`
-    // seconds stale; returns how many.
+    // seconds stale; returns how many. Called every second by `hlat serve`,
+    // from one thread.
     int mark_stale(double after_seconds);
+    // How often mark_stale has read a run's last activity from the store.
+    int64_t activity_reads() const { return activity_reads_; }
     // The one writer of the server, opened at first use.
     telemetry::Writer& writer();
 
@@ -55,6 +58,8 @@ class IngestEndpoints {
     std::mutex mutex_;  // one batch at a time: detectors see steps in order
     std::unique_ptr<telemetry::Writer> writer_;
     std::map<int64_t, std::unique_ptr<session::RunSession>> sessions_;  // by run id
+    std::map<int64_t, double> last_heard_;  // run id -> its last activity the sweep read
+    int64_t activity_reads_ = 0;
 };
 
 // What a halt requested from the page does for this kind of run, as a
