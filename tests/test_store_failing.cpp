@@ -1,24 +1,36 @@
 // A store that cannot be written for a while (another process holds it
 // locked past busy_timeout_ms, the disk is full) loses nothing: the writer
 // keeps the batch, retries it, says it is failing meanwhile and writes again
-// by itself once it can. An error that cannot pass (a constraint) stops the
-// writer and says so at once.
+// by itself once it can; `hlat serve` answers 503 then, and 200 after. An
+// error that cannot pass (a constraint) stops the writer and says so at once.
 #include "telemetry/reader.h"
 #include "telemetry/sqlite.h"
 #include "telemetry/writer.h"
+#include "test_http.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <sqlite3.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
+#include <fstream>
 #include <functional>
+#include <map>
+#include <mutex>
+#include <regex>
+#include <set>
 #include <thread>
 
 namespace hlat {
 namespace {
 
+using json = nlohmann::json;
 using namespace telemetry;
 using namespace std::chrono_literals;
 
@@ -252,6 +264,130 @@ TEST(Writer, OpeningAnExistingRunWithoutResumeFailsThatCallerOnly) {
     w.flush();
     EXPECT_TRUE(w.health().ok);
     EXPECT_EQ(stored(db, id), 1u) << "the writer goes on";
+}
+
+// `hlat serve` in its own process, on a free port, ended (SIGTERM) with the test.
+class Serve {
+  public:
+    Serve(const test::ScratchDir& dir, const std::string& store, const std::string& token) : log_(dir.file("serve.log")) {
+        const std::string token_file = dir.file("token");
+        std::ofstream(token_file) << token << "\n";
+        const int out = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        pid_ = ::fork();
+        if (pid_ == 0) {
+            ::dup2(out, 1);
+            ::dup2(out, 2);
+            ::execl(HLAT_BINARY, HLAT_BINARY, "serve", "--store", store.c_str(), "--create", "--port", "0",
+                    "--token-file", token_file.c_str(), "--stale-after", "0", (char*)nullptr);
+            ::_exit(127);
+        }
+        ::close(out);
+        const std::regex url(R"(open http://127\.0\.0\.1:(\d+)/)");
+        eventually([&] {
+            std::smatch m;
+            const std::string text = log();
+            if (std::regex_search(text, m, url)) port_ = std::stoi(m[1]);
+            return port_ > 0;
+        });
+    }
+    ~Serve() { stop(); }
+    // SIGTERM, and the exit waited for (its log is then complete).
+    void stop() {
+        if (pid_ <= 0) return;
+        ::kill(pid_, SIGTERM);
+        int status;
+        ::waitpid(pid_, &status, 0);
+        pid_ = 0;
+    }
+    int port() const { return port_; }
+    std::string log() const {
+        std::ifstream in(log_);
+        return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    }
+
+  private:
+    std::string log_;
+    pid_t pid_ = 0;
+    int port_ = 0;
+};
+
+TEST(WebStoreFailing, IngestAnswers503WhileTheStoreIsLockedAndStoresEveryAcknowledgedRowAfter) {
+    test::ScratchDir dir("web_store_failing");
+    const std::string store = dir.file("s.db"), token = "store-failing-test-token-0123";
+    Serve serve(dir, store, token);
+    ASSERT_GT(serve.port(), 0) << serve.log();
+    const int port = serve.port();
+    auto ingest = [&](int first) {
+        std::string lines;
+        for (int s = first; s < first + 10; s++) lines += fmt::format("{{\"step\": {}, \"loss\": {}}}\n", s, 1.0 + s);
+        return test::http_post(port, "/api/v1/runs/fed/ingest", token, lines);
+    };
+    EXPECT_EQ(test::http_get(port, "/api/v1/health"), std::make_pair(200, std::string(R"({"store":"ok"})")));
+    std::set<int> acknowledged;  // first steps of the batches answered 200
+    ASSERT_EQ(ingest(0).first, 200);
+    acknowledged.insert(0);
+
+    // Another process holds the store past the server's busy timeout (5 s)
+    // while a client goes on sending, as the Python client does.
+    Lock lock(store);
+    ASSERT_TRUE(lock.ok());
+    std::atomic<bool> sending{true};
+    std::mutex m;
+    std::map<int, int> answers;  // status -> how many
+    std::thread client([&] {
+        for (int first = 10; sending; first += 10) {
+            const auto [status, body] = ingest(first);
+            std::lock_guard<std::mutex> g(m);
+            answers[status]++;
+            if (status == 200) acknowledged.insert(first);
+            if (status == 503) {
+                EXPECT_NE(body.find("store is not writable, retrying"), std::string::npos) << body;
+            }
+            std::this_thread::sleep_for(50ms);
+        }
+    });
+    json failing = json::object();
+    EXPECT_TRUE(eventually([&] {
+        auto [status, body] = test::http_get(port, "/api/v1/health");
+        if (status == 503) failing = json::parse(body, nullptr, false);
+        return status == 503;
+    })) << "health never said the store was failing";
+    // Held until the client has been refused twice: the request that waited on
+    // the failing commit, then one refused at once.
+    EXPECT_TRUE(eventually([&] {
+        std::lock_guard<std::mutex> g(m);
+        return answers[503] >= 2;
+    })) << "ingests were not refused while the store failed";
+    lock.release();
+    EXPECT_TRUE(eventually([&] { return test::http_get(port, "/api/v1/health").first == 200; }))
+        << "the store never recovered: " << test::http_get(port, "/api/v1/health").second;
+    sending = false;
+    client.join();
+
+    auto [status, body] = ingest(100000);
+    EXPECT_EQ(status, 200) << "ingest works again after the lock: " << body;
+    if (status == 200) acknowledged.insert(100000);
+    EXPECT_EQ(failing.value("store", ""), "failing") << failing.dump();
+    EXPECT_NE(failing.value("error", "").find("locked by another connection"), std::string::npos) << failing.dump();
+    EXPECT_TRUE(failing.value("retrying", false)) << failing.dump();
+    EXPECT_GE(failing.value("queued_rows", 0), 1) << failing.dump();
+    EXPECT_GT(failing.value("since", 0.0), 0.0) << failing.dump();
+    {
+        std::lock_guard<std::mutex> g(m);
+        EXPECT_EQ(answers[500], 0) << "a store that may come back is a 503, never a 500";
+    }
+
+    serve.stop();
+    Reader reader(store);
+    auto run = reader.find_run("fed");
+    ASSERT_TRUE(run.has_value());
+    std::set<int64_t> steps;
+    for (const auto& p : reader.series(run->id, "loss", 0, 1 << 30)) steps.insert(p.step);
+    for (int first : acknowledged)
+        for (int s = first; s < first + 10; s++) EXPECT_TRUE(steps.count(s)) << "acknowledged step " << s << " was lost";
+    const std::string log = serve.log();
+    EXPECT_NE(log.find("is not writable"), std::string::npos) << log;
+    EXPECT_NE(log.find("is writable again"), std::string::npos) << log;
 }
 
 }  // namespace
