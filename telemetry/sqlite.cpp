@@ -24,7 +24,7 @@ Database::Database(const std::string& path, Mode mode, int busy_timeout_ms)
         std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
         sqlite3_close(db_);
         db_ = nullptr;
-        throw StoreError(fmt::format("cannot open store {}: {}", path, msg));
+        throw StoreError(fmt::format("cannot open store {}: {}", path, msg), rc);
     }
     sqlite3_extended_result_codes(db_, 1);
     sqlite3_busy_timeout(db_, busy_timeout_ms);
@@ -40,19 +40,37 @@ Database::Database(const std::string& path, Mode mode, int busy_timeout_ms)
 
 Database::~Database() { sqlite3_close(db_); }
 
+bool transient_store_error(int code) {
+    switch (code & 0xff) {
+        case SQLITE_BUSY:
+        case SQLITE_LOCKED:
+        case SQLITE_PROTOCOL:
+        case SQLITE_FULL:
+        case SQLITE_IOERR:
+        case SQLITE_NOMEM:
+        case SQLITE_CANTOPEN:
+            return true;
+        default:
+            return false;
+    }
+}
+
+bool StoreError::transient() const { return transient_store_error(code); }
+
 void Database::fail(int rc, const std::string& doing) const {
     int primary = rc & 0xff;
     std::string what = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
     if (primary == SQLITE_NOTADB)
-        throw StoreError(fmt::format("{} is not an hlat store: not a SQLite database", path_));
+        throw StoreError(fmt::format("{} is not an hlat store: not a SQLite database", path_), rc);
     if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED)
         throw StoreError(fmt::format("store {} is locked by another connection (waited {} ms) while {}", path_,
-                                     busy_timeout_ms_, doing));
+                                     busy_timeout_ms_, doing),
+                         rc);
     if (primary == SQLITE_READONLY)
-        throw StoreError(fmt::format("store {} is read-only (file or folder permissions) while {}", path_, doing));
+        throw StoreError(fmt::format("store {} is read-only (file or folder permissions) while {}", path_, doing), rc);
     if (primary == SQLITE_CANTOPEN)
-        throw StoreError(fmt::format("cannot open store {} while {}: {}", path_, doing, what));
-    throw StoreError(fmt::format("store {}: {} while {}", path_, what, doing));
+        throw StoreError(fmt::format("cannot open store {} while {}: {}", path_, doing, what), rc);
+    throw StoreError(fmt::format("store {}: {} while {}", path_, what, doing), rc);
 }
 
 void Database::exec(const std::string& sql) {

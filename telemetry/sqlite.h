@@ -11,9 +11,24 @@
 
 namespace hlat::telemetry {
 
+// A store failure, with SQLite's extended result code when SQLite raised it
+// (0 when hlat did: a run that already exists, a schema too new, ...).
 struct StoreError : std::runtime_error {
-    using std::runtime_error::runtime_error;
+    explicit StoreError(const std::string& what, int code = 0) : std::runtime_error(what), code(code) {}
+    int code;
+    // Whether the same write may succeed later, untouched: see transient_store_error.
+    bool transient() const;
 };
+
+// Whether an SQLite result code says "not now" rather than "never": the
+// store is locked by another process (BUSY, LOCKED, PROTOCOL: a WAL lock race),
+// the disk or a quota is full (FULL), the OS failed a read or write (IOERR:
+// an NFS hiccup, a full disk reported as EIO), memory ran out (NOMEM) or a
+// file could not be opened for now (CANTOPEN: out of descriptors). All else
+// (a corrupt file, not a database, a constraint or SQL bug, read-only, a
+// schema mismatch) fails the same way on every try, so retrying it would
+// only hide it.
+bool transient_store_error(int code);
 
 class Statement;
 

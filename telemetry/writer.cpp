@@ -5,9 +5,11 @@
 #include "telemetry/untrusted_text.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <set>
@@ -27,6 +29,32 @@ std::string host_name() {
 
 // Block size of metric_blocks; see schema.cpp.
 constexpr int64_t kBlockSteps = 64;
+
+// The backoff between attempts on a failing store: short at first (a lock
+// held a moment longer than busy_timeout_ms), then no busier than every 2 s.
+constexpr std::chrono::milliseconds kFirstRetry{50}, kLastRetry{2000};
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// A run opened again without resume: the caller's mistake, answered to that
+// caller alone (the batch around it commits).
+struct RunExists : StoreError {
+    using StoreError::StoreError;
+};
+
+std::string what_of(std::exception_ptr e) {
+    try {
+        std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+        return x.what();
+    } catch (...) {
+        return "unknown error";
+    }
+}
+
+}  // namespace
 
 // The writer thread's connection and prepared statements.
 class Writer::Connection {
@@ -138,7 +166,7 @@ class Writer::Connection {
         if (find.step()) {
             int64_t id = find.column_int(0);
             if (!resume)
-                throw StoreError(fmt::format("run \"{}\" already exists in store {}; resume it (--resume) or choose "
+                throw RunExists(fmt::format("run \"{}\" already exists in store {}; resume it (--resume) or choose "
                                              "another run name",
                                              r.name, db.path()));
             // What a resuming writer does not say (an empty config, precision or meta) stays as it was.
@@ -167,6 +195,13 @@ class Writer::Connection {
         db.prepare("DELETE FROM runs WHERE id = ?1").bind(1, id).run();
     }
 
+    // After a rollback: what this transaction wrote is gone, metric keys it
+    // added included, so their cached ids must not be used again.
+    void forget_uncommitted() {
+        touched.clear();
+        keys.clear();
+    }
+
     Database db;
     bool ready;
     Statement insert_metric, insert_rank, refresh_block, insert_event, insert_alert, insert_checkpoint, insert_eval,
@@ -184,19 +219,44 @@ Writer::~Writer() {
     {
         std::lock_guard<std::mutex> lock(mutex_);
         stop_ = true;
+        stop_deadline_ = Clock::now() + std::chrono::milliseconds(options_.close_wait_ms);
     }
     not_empty_.notify_all();
     if (thread_.joinable()) thread_.join();
 }
 
+StoreError Writer::not_writable() const {
+    return StoreError(fmt::format("store is not writable, retrying: {} ({} queued rows are kept and written when it "
+                                  "recovers)",
+                                  failing_->error, queued_rows_ + committing_rows_),
+                      failing_->code);
+}
+
+void Writer::check_wait(Clock::time_point began) const {
+    if (!failing_ || !failing_->retrying) return;
+    if (Clock::now() - std::max(began, failing_->began) >= std::chrono::milliseconds(options_.failing_wait_ms))
+        throw not_writable();
+}
+
 void Writer::push(Item item) {
     std::unique_lock<std::mutex> lock(mutex_);
     if (error_) std::rethrow_exception(error_);
-    if (queued_rows_ + item.rows > options_.queue_rows && queued_rows_ > 0) {
+    auto full = [&] { return queued_rows_ + item.rows > options_.queue_rows && queued_rows_ > 0; };
+    if (full()) {
         stats_.queue_full_waits++;
-        auto t0 = std::chrono::steady_clock::now();
-        not_full_.wait(lock, [&] { return error_ || queued_rows_ + item.rows <= options_.queue_rows || queued_rows_ == 0; });
-        stats_.queue_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const auto t0 = Clock::now();
+        auto count_wait = [&] { stats_.queue_wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count(); };
+        // In slices: a store that fails while we wait must not hold us past failing_wait_ms.
+        while (!error_ && full()) {
+            not_full_.wait_for(lock, std::chrono::milliseconds(50));
+            try {
+                check_wait(t0);
+            } catch (...) {
+                count_wait();
+                throw;
+            }
+        }
+        count_wait();
         if (error_) std::rethrow_exception(error_);
     }
     queued_rows_ += item.rows;
@@ -205,40 +265,56 @@ void Writer::push(Item item) {
     if (urgent || queued_rows_ >= options_.batch_rows) not_empty_.notify_one();
 }
 
+// Waits for a commit's answer: as long as it takes while the store works, at
+// most failing_wait_ms of it failing.
+template <class T>
+T Writer::await(std::future<T>& answer) {
+    const auto began = Clock::now();
+    while (answer.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        check_wait(began);
+    }
+    return answer.get();
+}
+
 struct Writer::Committed {
-    std::vector<std::pair<std::shared_ptr<std::promise<int64_t>>, int64_t>> opened;  // run ids to hand back
+    struct Opened {
+        std::shared_ptr<std::promise<int64_t>> promise;
+        int64_t id;
+        std::exception_ptr error;  // the run existed and resume was not asked for
+    };
+    std::vector<Opened> opened;
     std::vector<std::shared_ptr<std::promise<void>>> flushed;
     long rows = 0;
 };
 
 void Writer::run() {
-    auto last_commit = std::chrono::steady_clock::now();
+    auto last_commit = Clock::now();
     for (;;) {
         std::deque<Item> batch;
         if (!wait_for_batch(batch, last_commit)) return;
         Committed done;
         try {
             commit(batch, done);
+        } catch (const StoreError& e) {
+            connection_->forget_uncommitted();
+            if (keep_for_retry(batch, e)) continue;
+            fail(batch, std::current_exception(), e.transient() ? "gave up at close" : "stopped");
+            return;
         } catch (...) {
-            fail(batch, std::current_exception());
+            connection_->forget_uncommitted();
+            fail(batch, std::current_exception(), "stopped");
             return;
         }
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            stats_.rows_committed += done.rows;
-            stats_.commits++;
-        }
-        // After the stats: whoever waited on a flush sees them up to date.
-        for (auto& [promise, id] : done.opened) promise->set_value(id);
-        for (auto& flushed : done.flushed) flushed->set_value();
-        last_commit = std::chrono::steady_clock::now();
+        committed(done);
+        last_commit = Clock::now();
     }
 }
 
 // Waits until a batch is due (enough rows, someone waiting on a flush or an
-// open, or flush_ms since the last commit) and takes the queue. False when
-// the writer stops with nothing left.
-bool Writer::wait_for_batch(std::deque<Item>& batch, std::chrono::steady_clock::time_point& last_commit) {
+// open, or flush_ms since the last commit; on a failing store, the end of the
+// backoff) and takes the queue. False when the writer stops with nothing left.
+bool Writer::wait_for_batch(std::deque<Item>& batch, Clock::time_point& last_commit) {
     for (;;) {
         {
             std::unique_lock<std::mutex> lock(mutex_);
@@ -248,17 +324,22 @@ bool Writer::wait_for_batch(std::deque<Item>& batch, std::chrono::steady_clock::
                         return true;
                 return false;
             };
-            not_empty_.wait_until(lock, last_commit + std::chrono::milliseconds(options_.flush_ms), [&] {
-                return stop_ || queued_rows_ >= options_.batch_rows || urgent();
-            });
+            if (failing_) {
+                while (Clock::now() < retry_at_) not_empty_.wait_until(lock, retry_at_);
+            } else {
+                not_empty_.wait_until(lock, last_commit + std::chrono::milliseconds(options_.flush_ms), [&] {
+                    return stop_ || queued_rows_ >= options_.batch_rows || urgent();
+                });
+            }
             if (!queue_.empty()) {
                 batch.swap(queue_);
+                committing_rows_ = queued_rows_;
                 queued_rows_ = 0;
                 break;
             }
             if (stop_) return false;
         }
-        last_commit = std::chrono::steady_clock::now();
+        last_commit = Clock::now();
     }
     not_full_.notify_all();
     return true;
@@ -272,9 +353,17 @@ void Writer::commit(std::deque<Item>& batch, Committed& done) {
         std::visit(
             [&](auto& p) {
                 using T = std::decay_t<decltype(p)>;
-                if constexpr (std::is_same_v<T, OpenRun>) done.opened.push_back({p.result, c.open_run(p.run, p.resume)});
-                else if constexpr (std::is_same_v<T, Flush>) done.flushed.push_back(p.done);
-                else c.write(item.run, p);
+                if constexpr (std::is_same_v<T, OpenRun>) {
+                    try {
+                        done.opened.push_back({p.result, c.open_run(p.run, p.resume), nullptr});
+                    } catch (const RunExists&) {  // found before anything was written
+                        done.opened.push_back({p.result, 0, std::current_exception()});
+                    }
+                } else if constexpr (std::is_same_v<T, Flush>) {
+                    done.flushed.push_back(p.done);
+                } else {
+                    c.write(item.run, p);
+                }
             },
             item.payload);
     }
@@ -282,21 +371,90 @@ void Writer::commit(std::deque<Item>& batch, Committed& done) {
     t.commit();
 }
 
-// Nothing of the batch was committed: everyone waiting on it or on what is
-// still queued learns why, and later calls rethrow the error.
-void Writer::fail(std::deque<Item>& batch, std::exception_ptr e) {
-    connection_->touched.clear();
+// After a commit: the stats, the store's recovery if it was failing, then
+// whoever waited on the batch.
+void Writer::committed(Committed& done) {
+    std::optional<Failing> recovered;
+    size_t rows = 0;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stats_.rows_committed += done.rows;
+        stats_.commits++;
+        rows = committing_rows_;
+        committing_rows_ = 0;
+        recovered.swap(failing_);
+    }
+    if (recovered)
+        spdlog::info("store {} is writable again after {:.1f} s and {} failed attempts; {} kept rows committed", path_,
+                     now_seconds() - recovered->since, recovered->attempts, rows);
+    // After the stats: whoever waited on a flush sees them up to date.
+    for (auto& o : done.opened) {
+        if (o.error) o.promise->set_exception(o.error);
+        else o.promise->set_value(o.id);
+    }
+    for (auto& flushed : done.flushed) flushed->set_value();
+}
+
+// A failure that may pass: the transaction was rolled back, so the batch goes
+// back to the head of the queue, whole and in order, and is tried again
+// (with whatever was queued since) after the backoff. False when the error
+// will not pass, or the writer is closing and has retried for close_wait_ms.
+bool Writer::keep_for_retry(std::deque<Item>& batch, const StoreError& e) {
+    if (!e.transient()) return false;
+    bool started = false;
+    size_t rows = 0;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stats_.failed_commits++;
+        const auto now = Clock::now();
+        if (stop_ && now >= stop_deadline_) return false;
+        if (!failing_) {
+            failing_ = Failing{e.what(), e.code, now_seconds(), now, true, 0};
+            retry_delay_ = kFirstRetry;
+            started = true;
+        } else {
+            failing_->error = e.what();
+            failing_->code = e.code;
+            retry_delay_ = std::min(retry_delay_ * 2, kLastRetry);
+        }
+        failing_->attempts++;
+        retry_at_ = now + retry_delay_;
+        for (auto it = batch.rbegin(); it != batch.rend(); ++it) queue_.push_front(std::move(*it));
+        queued_rows_ += committing_rows_;
+        committing_rows_ = 0;
+        rows = queued_rows_;
+    }
+    not_full_.notify_all();  // a caller waiting on a full queue starts counting its bound
+    // Once when it starts, not at every retry: the recovery says when it ends.
+    if (started)
+        spdlog::error("store {} is not writable: {}; its {} queued rows are kept and retried (at most {} s apart) "
+                      "until it is",
+                      path_, e.what(), rows, kLastRetry.count() / 1000);
+    return true;
+}
+
+// The writer stops: nothing of the batch was committed, everyone waiting on
+// it or on what is still queued learns why, and later calls rethrow the error.
+void Writer::fail(std::deque<Item>& batch, std::exception_ptr e, const std::string& why) {
     auto tell = [&](Item& item) {
         if (auto* o = std::get_if<OpenRun>(&item.payload)) o->result->set_exception(e);
         if (auto* f = std::get_if<Flush>(&item.payload)) f->done->set_exception(e);
     };
-    for (Item& item : batch) tell(item);
-    std::lock_guard<std::mutex> lock(mutex_);
-    error_ = e;
-    for (Item& item : queue_) tell(item);
-    queue_.clear();
-    queued_rows_ = 0;
+    size_t lost = 0;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        // The state first: a waiter told below and asking again finds it.
+        error_ = e;
+        lost = committing_rows_ + queued_rows_;
+        const double since = failing_ ? failing_->since : now_seconds();
+        failing_ = Failing{what_of(e), 0, since, Clock::now(), false, failing_ ? failing_->attempts + 1 : 1};
+        for (Item& item : batch) tell(item);
+        for (Item& item : queue_) tell(item);
+        queue_.clear();
+        queued_rows_ = committing_rows_ = 0;
+    }
     not_full_.notify_all();
+    spdlog::critical("store {}: the writer {} and {} rows are not stored: {}", path_, why, lost, what_of(e));
 }
 
 int64_t Writer::open_run(const RunRecord& run, bool resume) {
@@ -304,7 +462,7 @@ int64_t Writer::open_run(const RunRecord& run, bool resume) {
     auto result = std::make_shared<std::promise<int64_t>>();
     auto future = result->get_future();
     push({0, OpenRun{run, resume, result}, 1});
-    return future.get();
+    return await(future);
 }
 
 void Writer::metric(int64_t run, const std::string& key, int64_t step, double value, double wall_time) {
@@ -342,12 +500,31 @@ void Writer::flush() {
     auto done = std::make_shared<std::promise<void>>();
     auto future = done->get_future();
     push({0, Flush{done}, 1});
-    future.get();
+    await(future);
+}
+
+void Writer::check_writable() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (error_) std::rethrow_exception(error_);
+    if (failing_ && failing_->retrying) throw not_writable();
 }
 
 WriterStats Writer::stats() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return stats_;
+}
+
+WriterHealth Writer::health() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    WriterHealth h;
+    h.queued_rows = queued_rows_ + committing_rows_;
+    if (!failing_) return h;
+    h.ok = false;
+    h.retrying = failing_->retrying;
+    h.error = failing_->error;
+    h.since = failing_->since;
+    h.attempts = failing_->attempts;
+    return h;
 }
 
 }  // namespace hlat::telemetry

@@ -3,6 +3,16 @@
 // disk; the thread commits in batches (every batch_rows rows or flush_ms,
 // whichever comes first). When the queue is full the caller waits (nothing is
 // dropped) and the wait is counted. The destructor drains and commits.
+//
+// A commit that fails for a reason that may pass (the store locked by another
+// process past busy_timeout_ms, a full disk, an I/O error) loses nothing: the
+// transaction is rolled back, the batch stays queued, and the thread tries it
+// again after a backoff (50 ms doubling to 2 s) until it commits; writes then
+// go on by themselves. Meanwhile health() says so, and whoever waits on a
+// commit (flush, open_run, a full queue) waits failing_wait_ms at most, then
+// gets a StoreError naming the cause (what they asked for stays queued). Any
+// other error (a corrupt file, a constraint bug) stops the writer: everyone
+// waiting gets it, and so does every later call.
 #pragma once
 
 #include "telemetry/records.h"
@@ -15,6 +25,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <variant>
@@ -22,11 +33,15 @@
 
 namespace hlat::telemetry {
 
+struct StoreError;
+
 struct WriterOptions {
     size_t queue_rows = 1 << 16;  // rows queued before callers wait
     size_t batch_rows = 8192;     // commit at least this often, in rows
     int flush_ms = 100;           // and at least this often, in time
     int busy_timeout_ms = 5000;   // bounded wait on a lock held by another process
+    int failing_wait_ms = 2000;   // how long a caller waits on a store that fails before StoreError
+    int close_wait_ms = 10000;    // how long the destructor retries a failing store before it gives up
 };
 
 struct WriterStats {
@@ -34,6 +49,17 @@ struct WriterStats {
     long commits = 0;
     long queue_full_waits = 0;    // times a caller found the queue full
     double queue_wait_seconds = 0.0;
+    long failed_commits = 0;      // commits rolled back (and retried, when the error may pass)
+};
+
+// What the writer's thread last found of the store.
+struct WriterHealth {
+    bool ok = true;
+    bool retrying = false;      // failing, with an error that may pass: the rows are kept and retried
+    std::string error;          // why the last commit failed
+    double since = 0.0;         // when the store started failing, Unix seconds
+    size_t queued_rows = 0;     // rows waiting for a commit
+    long attempts = 0;          // commits that failed since then
 };
 
 class Writer {
@@ -45,7 +71,9 @@ class Writer {
 
     // Registers a run and returns its id. With resume and an existing run of
     // that name, continues it instead: status back to running, and later
-    // metrics of a step it already has replace the old values.
+    // metrics of a step it already has replace the old values. Waits for the
+    // commit as flush does: on a failing store a StoreError after
+    // failing_wait_ms, and the run is registered once the store recovers.
     int64_t open_run(const RunRecord& run, bool resume);
 
     void metric(int64_t run, const std::string& key, int64_t step, double value, double wall_time);
@@ -65,10 +93,16 @@ class Writer {
     // A person's tags (a JSON array of strings) and free-text note on a run.
     void annotate(int64_t run, const std::string& tags_json, const std::string& note);
 
-    // Blocks until everything queued before it is committed. Rethrows an
-    // error of the writer thread (disk full, locked store, ...).
+    // Blocks until everything queued before it is committed. While the store
+    // fails, waits failing_wait_ms at most, then throws StoreError (transient())
+    // naming the cause; what was queued stays queued. Rethrows an error that
+    // stopped the writer.
     void flush();
+    // Throws at once what flush would throw after its wait, if the store is
+    // failing now: for a caller that would rather refuse work than queue it.
+    void check_writable() const;
     WriterStats stats() const;
+    WriterHealth health() const;
     const std::string& path() const { return path_; }
 
   private:
@@ -102,13 +136,31 @@ class Writer {
     class Connection;
     struct Committed;  // what a commit owes its waiters (writer.cpp)
 
+    struct Failing {
+        std::string error;
+        int code;
+        double since;                                // Unix seconds
+        std::chrono::steady_clock::time_point began;
+        bool retrying;
+        long attempts;
+    };
+
     void push(Item item);
+    template <class T>
+    T await(std::future<T>& answer);
+    // Throws StoreError when the store has failed through failing_wait_ms of a
+    // wait begun at `began` (mutex_ held).
+    void check_wait(std::chrono::steady_clock::time_point began) const;
+    StoreError not_writable() const;  // what a caller of a failing store gets (mutex_ held)
     // The writer thread: wait for a batch, commit it in one transaction, then
-    // answer whoever waits on it; on an error, fail every waiter and stop.
+    // answer whoever waits on it; on an error that may pass, keep the batch and
+    // retry; on any other, fail every waiter and stop.
     void run();
     bool wait_for_batch(std::deque<Item>& batch, std::chrono::steady_clock::time_point& last_commit);
     void commit(std::deque<Item>& batch, Committed& done);
-    void fail(std::deque<Item>& batch, std::exception_ptr e);
+    void committed(Committed& done);
+    bool keep_for_retry(std::deque<Item>& batch, const StoreError& e);
+    void fail(std::deque<Item>& batch, std::exception_ptr e, const std::string& why);
 
     std::string path_;
     WriterOptions options_;
@@ -117,8 +169,12 @@ class Writer {
     std::condition_variable not_empty_, not_full_;
     std::deque<Item> queue_;
     size_t queued_rows_ = 0;
+    size_t committing_rows_ = 0;                    // taken from the queue by the commit under way
+    std::optional<Failing> failing_;                // set while the last commit failed
+    std::chrono::steady_clock::time_point retry_at_, stop_deadline_;
+    std::chrono::milliseconds retry_delay_{0};
     bool stop_ = false;
-    std::exception_ptr error_;
+    std::exception_ptr error_;                      // what stopped the writer
     WriterStats stats_;
     std::thread thread_;
 };

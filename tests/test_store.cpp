@@ -352,6 +352,8 @@ TEST(Store, LockedStoreIsRetriedThenReported) {
     ASSERT_EQ(sqlite3_exec(other, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
     WriterOptions quick;
     quick.busy_timeout_ms = 300;
+    quick.failing_wait_ms = 300;  // how long open_run waits on the failing store before it reports
+    quick.close_wait_ms = 0;      // and the writer, closed, gives up after one more try
     auto t0 = std::chrono::steady_clock::now();
     std::string e = store_error([&] {
         Writer w(db, quick);

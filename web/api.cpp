@@ -103,6 +103,7 @@ Response Api::handle(const Request& r) {
             for (const RunSummary& s : reader.runs()) runs.push_back(run_json(s));
             return reply(200, {{"runs", runs}});
         }
+        if (r.path == "/api/v1/health") return health(r);
         if (r.path == "/api/v1/report") return report(r);
         if (r.path == "/api/v1/catalogue") return catalogue_reply(r);
         if (r.path.rfind(prefix + "/", 0) == 0) {
@@ -120,11 +121,26 @@ Response Api::handle(const Request& r) {
         return error(400, e.what());
     } catch (const json::exception& e) {  // a field of the wrong type ("type must be number, but is string")
         return error(400, e.what());
-    } catch (const StoreError& e) {
-        return error(500, e.what());
+    } catch (const StoreError& e) {  // a store that may come back (locked, full) is a 503: try again later
+        return error(e.transient() ? 503 : 500, e.what());
     } catch (const std::exception& e) {
         return error(500, e.what());
     }
+}
+
+// Whether the store takes writes, from what the writer last found (a store
+// not written yet is ok: nothing has failed). 503 while it fails, so that a
+// probe needs only the status.
+Response Api::health(const Request& r) {
+    if (r.method != "GET") return error(405, "use GET");
+    const Writer* w = ingest_->open_writer();
+    const WriterHealth h = w ? w->health() : WriterHealth{};
+    if (h.ok) return reply(200, {{"store", "ok"}});
+    return reply(503, {{"store", "failing"},
+                       {"error", h.error},
+                       {"since", h.since},
+                       {"queued_rows", h.queued_rows},
+                       {"retrying", h.retrying}});
 }
 
 // A person's tags and note on a run: {"tags": ["a", ...], "note": "..."}; what

@@ -14,9 +14,12 @@
 //                                                  reaches this kind of run; 409 when nothing would)
 //   POST /api/v1/runs/{run}/start | ingest | finish, GET .../state: runs fed from outside (ingest_api.h)
 //   GET  /api/v1/report?runs=A,B                   the post-mortem of `hlat compare`, as HTML
+//   GET  /api/v1/health                            {"store": "ok"} (200), or "failing" with the error, since
+//                                                  when, the rows kept and whether it is retried (503)
 // State changes need the server's token in the X-HLAT-Token header (or
 // Authorization: Bearer TOKEN). Every parameter is validated; errors are JSON
-// {"error": "..."} with 400, 401, 404 or 500.
+// {"error": "..."} with 400, 401, 404, 500, or 503 while the store cannot be
+// written for now (locked by another process, disk full: telemetry/writer.h).
 #pragma once
 
 #include <functional>
@@ -73,6 +76,7 @@ class Api {
   private:
     Response handle_run(const Request& r, const std::string& run, const std::string& what);
     Response report(const Request& r);
+    Response health(const Request& r);
     Response annotate(const telemetry::RunRecord& run, const std::string& body);
     std::string store_, token_;
     std::unique_ptr<IngestEndpoints> ingest_;

@@ -62,7 +62,14 @@ IngestEndpoints::~IngestEndpoints() = default;
 
 Writer& IngestEndpoints::writer() {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!writer_) writer_ = std::make_unique<Writer>(store_);
+    return writer_locked();
+}
+
+Writer& IngestEndpoints::writer_locked() {
+    if (!writer_) {
+        writer_ = std::make_unique<Writer>(store_);
+        opened_ = writer_.get();
+    }
     return *writer_;
 }
 
@@ -110,7 +117,7 @@ Response IngestEndpoints::start(const std::string& name, const std::string& body
         throw BadRequest(e.what());
     }
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!writer_) writer_ = std::make_unique<Writer>(store_);
+    writer_locked();
     auto existing = Reader(store_).find_run(name);
     bool resume = j.value("resume", false);
     if (existing && !resume)
@@ -126,8 +133,12 @@ Response IngestEndpoints::ingest(const std::string& name, const std::string& bod
     // All lines are parsed before anything is written: a bad line rejects the request whole.
     LineParser parser("request", LogFormat::Jsonl);
     ParsedBatch batch = parser.parse(body, now_seconds());
+    // A failing store takes nothing new: a 503 now, rather than a request
+    // waiting behind the others on the lock and queuing lines the client
+    // would send again anyway.
+    if (const Writer* w = open_writer()) w->check_writable();
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!writer_) writer_ = std::make_unique<Writer>(store_);
+    writer_locked().check_writable();  // it may have started failing while this request waited
     Reader reader(store_);
     auto run = reader.find_run(name);
     session::RunSession* s = nullptr;
@@ -168,7 +179,7 @@ Response IngestEndpoints::finish(const std::string& name, const std::string& bod
     if (std::find(kEndStatuses.begin(), kEndStatuses.end(), status) == kEndStatuses.end())
         throw BadRequest(fmt::format("status {} is not one of finished, halted, crashed, stopped", excerpt(status, 40)));
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!writer_) writer_ = std::make_unique<Writer>(store_);
+    writer_locked();
     Reader reader(store_);
     auto run = reader.find_run(name);
     if (!run) return error(404, fmt::format("no run named \"{}\"", name));
@@ -223,7 +234,7 @@ int IngestEndpoints::mark_stale(double after_seconds) {
             continue;
         }
         std::lock_guard<std::mutex> lock(mutex_);
-        if (!writer_) writer_ = std::make_unique<Writer>(store_);
+        writer_locked();
         // Dated at the last sign of life, so uptime ends the segment there.
         end_run(run, "stale", std::max<int64_t>(0, a.step),
                 gone ? fmt::format("the hlat ingest feeding it is gone; last record {:.0f} s ago", now - a.wall_time)

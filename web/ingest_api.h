@@ -6,11 +6,14 @@
 // Every batch goes through the run's session (session/run_session.h): stored,
 // detected, its alerts routed; a reply names the alerts and the run's state,
 // and says when none of the run's keys feeds a detector ("unwatched"). A run fed from outside that sends nothing for stale_after
-// seconds is marked stale, and running again at its next batch.
+// seconds is marked stale, and running again at its next batch. While the
+// store fails (telemetry/writer.h), an ingest is refused at once (503): its
+// lines are not taken, and the client sends them again.
 #pragma once
 
 #include "web/api.h"
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -47,16 +50,22 @@ class IngestEndpoints {
     int64_t activity_reads() const { return activity_reads_; }
     // The one writer of the server, opened at first use.
     telemetry::Writer& writer();
+    // The writer if it is open, else null; takes no lock, so a health check
+    // answers while a request waits on a failing store.
+    const telemetry::Writer* open_writer() const { return opened_.load(); }
 
   private:
     session::RunSession& session_of(telemetry::Reader& reader, const telemetry::RunRecord& run);
     void end_run(const telemetry::RunRecord& run, const std::string& status, int64_t step, const std::string& detail,
                  double wall_time = 0.0);
     nlohmann::json run_state(telemetry::Reader& reader, const telemetry::RunRecord& run);
+    // The writer, opened if it is not yet (mutex_ held).
+    telemetry::Writer& writer_locked();
 
     std::string store_;
     std::mutex mutex_;  // one batch at a time: detectors see steps in order
     std::unique_ptr<telemetry::Writer> writer_;
+    std::atomic<telemetry::Writer*> opened_{nullptr};  // writer_, once open
     std::map<int64_t, std::unique_ptr<session::RunSession>> sessions_;  // by run id
     std::map<int64_t, double> last_heard_;  // run id -> its last activity the sweep read
     int64_t activity_reads_ = 0;

@@ -11,6 +11,7 @@ import { evalPanels, drawEvalPanel } from "./eval_panels.js";
 import { loadUptime } from "./uptime.js";
 import { showPreflight } from "./preflight.js";
 import { loadRankPanels, drawRankPanel } from "./rank_panels.js";
+import { showStoreHealth } from "./store_health.js";
 
 const params = new URLSearchParams(location.search);
 const runName = params.get("run");
@@ -515,6 +516,10 @@ if (!runName) {
   controls();
   load().then(() => { saveView(); listen(); });
   // Evaluations come from another process (`hlat eval --watch`), often after
-  // training has ended: looked for every 10 s.
-  setInterval(() => loadEvals().then((changed) => changed && scheduleDraw()).catch(() => {}), 10000);
+  // training has ended: looked for every 10 s, with the store's health.
+  showStoreHealth($("#store-health"));
+  setInterval(() => {
+    showStoreHealth($("#store-health"));
+    loadEvals().then((changed) => changed && scheduleDraw()).catch(() => {});
+  }, 10000);
 }

@@ -1,6 +1,9 @@
 // The runs list: one row per run from /api/v1/runs, refreshed every 5 s;
 // filtered by name, status, precision or tag, sorted by any column, with
-// each run's tags and note (edited with the server's token).
+// each run's tags and note (edited with the server's token), and a banner
+// while the store cannot be written.
+import { showStoreHealth } from "./store_health.js";
+
 const $ = (sel) => document.querySelector(sel);
 const body = $("#runs tbody");
 const message = $("#message");
@@ -85,6 +88,7 @@ function show() {
 }
 
 async function refresh() {
+  showStoreHealth($("#store-health"));
   try {
     const response = await fetch("/api/v1/runs");
     if (!response.ok) throw new Error((await response.json()).error);
