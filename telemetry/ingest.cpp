@@ -282,6 +282,9 @@ void LineParser::parse_record(std::string_view line, long number, double default
                               std::vector<std::string>& header, ParsedBatch& out) {
     if (trim(line).empty()) return;
     auto bad = [&](const std::string& why) { return IngestError(fmt::format("{}:{}: {}", file_, number, why)); };
+    // A parser reading up to a NUL would drop what follows it without a word.
+    if (size_t nul = line.find('\0'); nul != std::string_view::npos)
+        throw bad(fmt::format("a NUL byte at column {}: {}", nul + 1, excerpt(line, 100)));
     if (format_ == LogFormat::Csv && header.empty()) {
         std::vector<std::string> names;
         for (std::string_view f : split_csv(line)) {

@@ -87,10 +87,22 @@ void check_json_depth(std::string_view text, const std::string& what) {
         throw std::invalid_argument(fmt::format("{} nests arrays or objects more than {} deep", what, kMaxJsonDepth));
 }
 
+size_t utf8_characters(std::string_view s) {
+    size_t n = 0;
+    for (unsigned char c : s) n += (c & 0xC0) != 0x80;  // every byte but a continuation starts one
+    return n;
+}
+
+bool has_control(std::string_view s, bool allow_line_breaks) {
+    for (unsigned char c : s) {
+        if (allow_line_breaks && (c == '\n' || c == '\r' || c == '\t')) continue;
+        if (c < 0x20 || c == 0x7F) return true;
+    }
+    return false;
+}
+
 void check_name(std::string_view name, const char* what) {
-    bool control = false;
-    for (unsigned char c : name) control = control || c < 0x20 || c == 0x7F;
-    if (name.empty() || name.size() > kMaxNameBytes || control || !valid_utf8(name))
+    if (name.empty() || name.size() > kMaxNameBytes || has_control(name, false) || !valid_utf8(name))
         throw std::invalid_argument(fmt::format("{} {}: must be 1 to {} bytes of UTF-8 without control characters",
                                                 what, excerpt(name, 64), kMaxNameBytes));
 }

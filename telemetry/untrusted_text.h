@@ -33,6 +33,12 @@ int json_depth(std::string_view text, int limit = kMaxJsonDepth);
 // kMaxJsonDepth; call before nlohmann::json::parse on untrusted text.
 void check_json_depth(std::string_view text, const std::string& what);
 
+// Characters (code points) of valid UTF-8 text.
+size_t utf8_characters(std::string_view s);
+// Whether s holds a control character (NUL included); with
+// allow_line_breaks, newline, carriage return and tab are text.
+bool has_control(std::string_view s, bool allow_line_breaks);
+
 // Run names and metric keys: 1 to 200 bytes of valid UTF-8 without control
 // characters. Throws std::invalid_argument naming `what` ("run name",
 // "metric key") and quoting the text with excerpt() otherwise.

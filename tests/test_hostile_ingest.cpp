@@ -65,6 +65,17 @@ TEST_F(HostileIngest, ABadLineKeepsEveryGoodLineBeforeIt) {
     EXPECT_EQ(status("followed"), "finished");
 }
 
+// A line with a NUL byte is a bad line naming its column: the parser before
+// read up to the NUL and dropped the rest of the line without a word.
+TEST_F(HostileIngest, ANulByteInALineIsABadLine) {
+    const std::string text = std::string("{\"step\": 0, \"loss\": 1.0}\n{\"step\": 1, \"loss\": 2.0}") + '\0' +
+                             "{\"step\": 2, \"loss\": 3.0}\n{\"step\": 3, \"loss\": 4.0}\n";
+    auto r = ingest(text, "nul");
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("nul.jsonl:2: a NUL byte at column 25"), std::string::npos) << r.output;
+    EXPECT_EQ(stored("nul"), 1u) << "the line before it, nothing of it";
+}
+
 // A console line of 50,000 digits or spaces segfaulted `--pattern` (the
 // regex engine recursed once per character): RE2 matches in linear time.
 TEST_F(HostileIngest, PatternLinesOfAnyLengthAreMatchedWithoutRecursion) {

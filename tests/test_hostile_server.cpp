@@ -205,6 +205,40 @@ std::string ingest_request(const std::string& body) {
                        kToken, body.size(), body);
 }
 
+// Error messages quote at most 200 bytes of what they name: the run name of
+// a path, a report's runs, a series', CSV's or stream's key (8 KB of them came
+// back whole before).
+TEST(HostileServer, ErrorsQuoteAShortExcerptOfTheInput) {
+    test::ScratchDir dir("hostile_echo");
+    web::Server server(options(store_with_a_run(dir)));
+    const std::string huge(8000, 'x');
+    const std::vector<std::string> paths = {
+        "/api/v1/runs/" + huge + "/series?key=loss", "/api/v1/report?runs=" + huge,
+        "/api/v1/runs/r/series?key=" + huge,        "/api/v1/runs/r/csv?keys=loss," + huge,
+        "/api/v1/runs/r/stream?keys=" + huge,       "/api/v1/runs/r/episodes?key=" + huge};
+    for (const std::string& path : paths) {
+        // 5 s at most: the server before opened a stream for any key and kept it.
+        auto reply = http(server.port(), fmt::format("GET {} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", path), 5);
+        EXPECT_TRUE(reply.first == 400 || reply.first == 404) << path.substr(0, 60) << ": " << reply.first;
+        EXPECT_LT(reply.second.size(), 400u) << path.substr(0, 60) << ": " << reply.second.substr(0, 100);
+    }
+}
+
+// Tags are counted in characters, not bytes, and hold no control character
+// (NUL and BEL were stored before; 64 accented letters were refused).
+TEST(HostileServer, TagsAreCharactersWithoutControls) {
+    test::ScratchDir dir("hostile_tags");
+    web::Server server(options(store_with_a_run(dir)));
+    std::string accented;
+    for (int i = 0; i < 64; i++) accented += "\u00e9";
+    auto ok = http_post(server.port(), "/api/v1/runs/r/annotate", kToken,
+                        R"({"tags": [")" + accented + R"("], "note": "two\nlines\tand a tab"})");
+    EXPECT_EQ(ok.first, 200) << ok.second;
+    for (const std::string& bad : std::vector<std::string>{R"({"tags": ["a\u0000b"]})", R"({"tags": ["bell\u0007"]})",
+                                   R"({"note": "nul\u0000inside"})", R"({"tags": [")" + accented + "e\"]}"})
+        expect_json_error(http_post(server.port(), "/api/v1/runs/r/annotate", kToken, bad), 400, "character", bad);
+}
+
 // 100 connections that send nothing (no token needed): one client keeps at
 // most 64 open, the oldest idle ones giving way, and reads, ingests and halts
 // are answered at once. The server before answered nothing for 29.7 s with

@@ -151,12 +151,15 @@ Response Api::annotate(const RunRecord& run, const std::string& body) {
     if (j.is_discarded() || !j.is_object()) throw BadRequest("the body is not a JSON object");
     json tags = j.contains("tags") ? j["tags"] : json::parse(run.tags, nullptr, false);
     if (!tags.is_array() || tags.size() > 32) throw BadRequest("tags must be an array of at most 32 strings");
-    for (const json& t : tags)
-        if (!t.is_string() || t.get<std::string>().empty() || t.get<std::string>().size() > 64)
-            throw BadRequest("each tag must be a string of 1 to 64 characters");
+    for (const json& t : tags) {
+        const std::string tag = t.is_string() ? t.get<std::string>() : "";
+        if (tag.empty() || utf8_characters(tag) > 64 || has_control(tag, false))
+            throw BadRequest("each tag must be a string of 1 to 64 characters, none of them a control character");
+    }
     json note = j.contains("note") ? j["note"] : json(run.note);
-    if (!note.is_string() || note.get<std::string>().size() > 10000)
-        throw BadRequest("note must be a string of at most 10,000 characters");
+    if (!note.is_string() || utf8_characters(note.get<std::string>()) > 10000 || has_control(note.get<std::string>(), true))
+        throw BadRequest("note must be a string of at most 10,000 characters, with no control character but line "
+                         "breaks and tabs");
     ingest_->writer().annotate(run.id, tags.dump(), note.get<std::string>());
     return reply(200, {{"run", run.name}, {"tags", tags}, {"note", note}});
 }
@@ -175,7 +178,7 @@ Response Api::report(const Request& r) {
         throw BadRequest(fmt::format("a report compares at most {} runs; it names {}", kMaxReportRuns, names.size()));
     Reader reader(store_);
     for (const std::string& n : names)
-        if (!reader.find_run(n)) return error(404, fmt::format("no run named \"{}\"", n));
+        if (!reader.find_run(n)) return error(404, fmt::format("no run named {}", excerpt(n, 100)));
     auto postmortems = report::postmortem(reader, names);
     return {200, "text/html; charset=utf-8",
             report::postmortem_html(postmortems, report::config_differences(reader, names))};
@@ -194,7 +197,7 @@ Response Api::handle_run(const Request& r, const std::string& name, const std::s
 
     Reader reader(store_);
     auto run = reader.find_run(name);
-    if (!run) return error(404, fmt::format("no run named \"{}\"", name));
+    if (!run) return error(404, fmt::format("no run named {}", excerpt(name, 100)));
     if (what == "halt") {
         if (run->status != "running") return error(409, fmt::format("run \"{}\" is {}, not running", name, run->status));
         std::optional<std::string> route = halt_route(*run);

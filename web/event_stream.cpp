@@ -65,12 +65,15 @@ std::variant<Response, std::shared_ptr<StreamState>> open_stream(const std::stri
         for (std::string k; std::getline(ks, k, ',');)
             if (!k.empty()) s->keys.push_back(k);
         if (s->keys.empty() || s->keys.size() > 64) throw BadRequest("keys must name 1 to 64 metric keys");
+        for (const std::string& k : s->keys) telemetry::check_name(k, "metric key");
         const int64_t kNone = std::numeric_limits<int64_t>::min();
         const int64_t after = int_param(r, "after", kNone, -1, std::numeric_limits<int64_t>::max() / 2);
         for (const std::string& k : s->keys)
             s->last[k] = after != kNone ? after : s->reader->last_step(s->run.id, k).value_or(-1);
         s->alerts_seen = s->reader->alerts(s->run.id).size();
     } catch (const BadRequest& e) {
+        return error(400, e.what());
+    } catch (const std::invalid_argument& e) {  // a key that is no key name
         return error(400, e.what());
     } catch (const std::exception& e) {
         return error(500, e.what());

@@ -182,7 +182,7 @@ Response IngestEndpoints::finish(const std::string& name, const std::string& bod
     writer_locked();
     Reader reader(store_);
     auto run = reader.find_run(name);
-    if (!run) return error(404, fmt::format("no run named \"{}\"", name));
+    if (!run) return error(404, fmt::format("no run named {}", excerpt(name, 100)));
     std::string detail = j.value("detail", "");
     if (detail.size() > 10000) throw BadRequest("detail must be at most 10,000 bytes");
     end_run(*run, status, step, detail);
@@ -192,7 +192,7 @@ Response IngestEndpoints::finish(const std::string& name, const std::string& bod
 Response IngestEndpoints::state(const std::string& name) {
     Reader reader(store_);
     auto run = reader.find_run(name);
-    if (!run) return error(404, fmt::format("no run named \"{}\"", name));
+    if (!run) return error(404, fmt::format("no run named {}", excerpt(name, 100)));
     json out = run_state(reader, *run);
     out["run"] = name;
     return reply(200, out);

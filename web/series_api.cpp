@@ -1,5 +1,6 @@
 #include "web/series_api.h"
 
+#include "telemetry/untrusted_text.h"
 #include "web/json_reply.h"
 
 #include <fmt/format.h>
@@ -29,6 +30,14 @@ std::string required(const Request& r, const std::string& name) {
     auto it = r.query.find(name);
     if (it == r.query.end() || it->second.empty()) throw BadRequest(fmt::format("parameter {} is required", name));
     return it->second;
+}
+
+// A metric key named by a parameter: 1 to 200 bytes of UTF-8 (400 otherwise,
+// quoting at most 200 bytes of it).
+std::string required_key(const Request& r, const std::string& name) {
+    std::string key = required(r, name);
+    check_name(key, "metric key");
+    return key;
 }
 
 std::pair<int64_t, int64_t> step_range(const Request& r) {
@@ -71,7 +80,7 @@ std::vector<SpikeEpisode> spike_episodes(const std::vector<SeriesPoint>& points,
 }
 
 Response series_reply(Reader& reader, int64_t run, const Request& r) {
-    std::string key = required(r, "key");
+    std::string key = required_key(r, "key");
     auto [from, to] = step_range(r);
     if (r.query.count("points")) {
         int points = (int)int_param(r, "points", 0, 1, 100000);
@@ -94,7 +103,7 @@ Response series_reply(Reader& reader, int64_t run, const Request& r) {
 }
 
 Response rank_series_reply(Reader& reader, int64_t run, const Request& r) {
-    std::string key = required(r, "key");
+    std::string key = required_key(r, "key");
     Reader::RankSeries series = reader.rank_series(run, key, int_param(r, "points", 2000, 1, 100000));
     json ranks = json::object();
     for (const auto& [rank, pts] : series.ranks) {
@@ -106,7 +115,7 @@ Response rank_series_reply(Reader& reader, int64_t run, const Request& r) {
 }
 
 Response episodes_reply(Reader& reader, int64_t run, const Request& r) {
-    std::string key = required(r, "key");
+    std::string key = required_key(r, "key");
     auto [from, to] = step_range(r);
     // From the run's first step, so the threshold at `from` has its history.
     std::vector<SpikeEpisode> all = spike_episodes(reader.series(run, key, 0, to));
@@ -130,6 +139,7 @@ std::vector<std::string> csv_keys(const Request& r) {
     std::stringstream list(required(r, "keys"));
     for (std::string k; std::getline(list, k, ',');)
         if (!k.empty()) keys.push_back(k);
+    for (const std::string& k : keys) check_name(k, "metric key");
     if (keys.empty() || keys.size() > kMaxCsvKeys)
         throw BadRequest(fmt::format("keys must name 1 to {} metric keys", kMaxCsvKeys));
     return keys;
