@@ -179,6 +179,12 @@ TEST_F(WebApi, ReadsWithoutTheTokenAreBounded) {
     for (int i = 0; i < 200; i++) same += "long,";
     r = api.handle(get("/api/v1/report", {{"runs", same}}));
     EXPECT_EQ(r.status, 200) << "a run named 200 times is reported once";
+    // A name with a comma (Lightning's habit) is named in a JSON array.
+    ASSERT_EQ(api.handle(post("/api/v1/runs/lr=1e-3,bs=32/start", "secret-token", "{}")).status, 200);
+    r = api.handle(get("/api/v1/report", {{"runs", R"(["lr=1e-3,bs=32", "long"])"}}));
+    EXPECT_EQ(r.status, 200) << r.body.substr(0, 300);
+    EXPECT_NE(r.body.find("lr=1e-3,bs=32"), std::string::npos);
+    EXPECT_EQ(api.handle(get("/api/v1/report", {{"runs", R"(["a", 3])"}})).status, 400);
     for (int i = 0; i < 17; i++) distinct += fmt::format("run{},", i);
     r = api.handle(get("/api/v1/report", {{"runs", distinct}}));
     EXPECT_EQ(r.status, 400) << r.body;

@@ -30,6 +30,26 @@ namespace {
 
 constexpr size_t kMaxReportRuns = 16;  // runs one report compares
 
+// Run names as a request lists them: "a,b", or a JSON array of strings for
+// names that hold commas (["lr=1e-3,bs=32", "b"]), as Lightning's often do.
+std::vector<std::string> run_list(const std::string& text) {
+    std::vector<std::string> names;
+    if (!text.empty() && text.front() == '[') {
+        check_json_depth(text, "runs");
+        json list = json::parse(text, nullptr, false);
+        if (list.is_discarded() || !list.is_array()) throw BadRequest("runs is not a JSON array of run names");
+        for (const json& n : list) {
+            if (!n.is_string() || n.get<std::string>().empty()) throw BadRequest("runs must list run names as strings");
+            names.push_back(n.get<std::string>());
+        }
+        return names;
+    }
+    std::stringstream list(text);
+    for (std::string n; std::getline(list, n, ',');)
+        if (!n.empty()) names.push_back(n);
+    return names;
+}
+
 json number(double v) { return json_number(v); }
 
 // Stored JSON text (configs, alert evidence), or null when it is not JSON.
@@ -170,10 +190,9 @@ Response Api::report(const Request& r) {
     if (r.method != "GET") return error(405, "use GET");
     auto runs = r.query.find("runs");
     std::vector<std::string> names;
-    std::stringstream list(runs == r.query.end() ? std::string() : runs->second);
-    for (std::string n; std::getline(list, n, ',');)
-        if (!n.empty() && std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
-    if (names.empty()) throw BadRequest("parameter runs (comma-separated run names) is required");
+    for (const std::string& n : run_list(runs == r.query.end() ? std::string() : runs->second))
+        if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+    if (names.empty()) throw BadRequest("parameter runs (run names, comma-separated or a JSON array) is required");
     if (names.size() > kMaxReportRuns)
         throw BadRequest(fmt::format("a report compares at most {} runs; it names {}", kMaxReportRuns, names.size()));
     Reader reader(store_);

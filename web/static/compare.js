@@ -6,7 +6,10 @@ import { COLORS, fetchJson as json, loadSeries, envelopeParts, yTicks } from "./
 import { downloadPng, downloadSvg, chartSvg } from "./chart_export.js";
 
 const params = new URLSearchParams(location.search);
-const names = (params.get("runs") || "").split(",").filter(Boolean);
+// runs=a,b with each name URL-encoded: split the raw text on its literal
+// commas before decoding, so a name holding a comma (%2C) stays one name.
+const rawRuns = (location.search.slice(1).split("&").find((p) => p.startsWith("runs=")) || "runs=").slice(5);
+const names = rawRuns.split(",").filter(Boolean).map((n) => decodeURIComponent(n.replace(/\+/g, " ")));
 const $ = (sel) => document.querySelector(sel);
 const run = (name, path) => `/api/v1/runs/${encodeURIComponent(name)}${path}`;
 
@@ -100,7 +103,7 @@ async function start() {
   const { runs } = await json("/api/v1/runs");
   const chosen = names.map((n) => runs.find((r) => r.name === n) ?? (() => { throw new Error(`no run "${n}"`); })());
   showDiff(chosen);
-  $("#report").href = `/api/v1/report?runs=${names.map(encodeURIComponent).join(",")}`;
+  $("#report").href = `/api/v1/report?runs=${encodeURIComponent(JSON.stringify(names))}`;
   // Every key of any run under its catalogue group, in the catalogue's order;
   // keys only some runs have are marked with those runs.
   const replies = await Promise.all(names.map((n) => json(run(n, "/keys"))));
