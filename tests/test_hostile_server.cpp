@@ -371,6 +371,13 @@ std::vector<std::string> upload_in_parallel(int port, const std::string& head, b
     return statuses;
 }
 
+// Stops a server started by start_serve: its peak resident memory, MB.
+long stop_serve(pid_t pid) {
+    const long peak = peak_rss_mb(pid);
+    ::kill(pid, SIGTERM);
+    return peak;
+}
+
 // 16 parallel 200 MB POSTs without the token: refused before their bodies are
 // read, so the server's peak memory stays small; with the token, a declared
 // length over the limit is refused before reading too.
@@ -389,8 +396,7 @@ TEST(HostileServer, BodiesWithoutTheTokenAreNeverRead) {
                                             "Content-Length: {}\r\nConnection: close\r\n\r\n",
                                             kToken, size));
     EXPECT_EQ(too_large.first, 413) << too_large.second;
-    const long peak = peak_rss_mb(pid);
-    ::kill(pid, SIGTERM);
+    const long peak = stop_serve(pid);
     EXPECT_GT(peak, 0);
     EXPECT_LT(peak, 300) << "peak resident memory of the server, MB";
 }
@@ -408,8 +414,7 @@ TEST(HostileServer, UploadsWithTheTokenStayWithinTheBodyBudget) {
         true);
     for (const std::string& status : statuses)
         EXPECT_TRUE(status.find("413") != std::string::npos || status.find("503") != std::string::npos) << status;
-    const long peak = peak_rss_mb(pid);
-    ::kill(pid, SIGTERM);
+    const long peak = stop_serve(pid);
     EXPECT_GT(peak, 0);
     EXPECT_LT(peak, 600) << "peak resident memory of the server, MB";
 }
@@ -446,8 +451,7 @@ TEST(HostileServer, CsvOfAMillionPointsIsStreamedInBoundedMemory) {
             if (body != std::string::npos) bodies[i] = test::dechunk(reply.substr(body + 4));
         });
     for (auto& t : readers) t.join();
-    const long peak = peak_rss_mb(pid);
-    ::kill(pid, SIGTERM);
+    const long peak = stop_serve(pid);
     for (const std::string& csv : bodies) {
         EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1000001) << csv.substr(0, 200);
         EXPECT_EQ(csv.rfind("step,time,loss,grad_norm\n", 0), 0u);
