@@ -2,6 +2,7 @@
 
 #include "telemetry/reader.h"
 #include "telemetry/untrusted_text.h"
+#include "web/http_connection.h"
 #include "web/json_reply.h"
 #include "web/server_core.h"
 
@@ -128,8 +129,7 @@ class EventStream : public std::enable_shared_from_this<EventStream> {
         : socket_(std::move(socket)), timer_(core.loop), core_(core), state_(std::move(state)) {}
 
     void start() {
-        write("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n"
-              "X-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\nretry: 1000\n\n");
+        write(reply_head(200, "text/event-stream", "") + "retry: 1000\n\n");
         watch_client();
         tick();
     }

@@ -46,6 +46,12 @@ std::string token_of(const http::request<http::string_body>& req) {
 
 }  // namespace
 
+std::string reply_head(int status, const std::string& content_type, const std::string& framing) {
+    return fmt::format("HTTP/1.1 {} {}\r\nContent-Type: {}\r\nCache-Control: no-store\r\n"
+                       "X-Content-Type-Options: nosniff\r\n{}Connection: close\r\n\r\n",
+                       status, std::string(http::obsolete_reason(http::int_to_status(status))), content_type, framing);
+}
+
 Connection::Connection(net::ip::tcp::socket socket, ServerCore& core, std::string client)
     : stream_(std::move(socket)), core_(core), client_(std::move(client)) {
     parser_.header_limit(limits::kMaxHeaderBytes);
@@ -230,11 +236,7 @@ std::string chunk(const std::string& piece) {
 // piece of memory and no thread while the client reads.
 void Connection::reply_in_pieces(Response r) {
     pieces_ = std::move(r.more);
-    const std::string head = fmt::format(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
-        "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
-        r.status, std::string(http::obsolete_reason(http::int_to_status(r.status))), r.content_type);
-    write_piece(head + chunk(r.body), false);
+    write_piece(reply_head(r.status, r.content_type, "Transfer-Encoding: chunked\r\n") + chunk(r.body), false);
 }
 
 void Connection::write_piece(std::string bytes, bool last) {

@@ -23,6 +23,12 @@ namespace hlat::web {
 
 struct ServerCore;
 
+// The status line and headers of a reply written by hand rather than by
+// Beast (streamed replies, event streams, a refusal before any request):
+// the same headers every reply carries, then `framing` (a Content-Length,
+// Transfer-Encoding: chunked, or "" for a body that ends with the connection).
+std::string reply_head(int status, const std::string& content_type, const std::string& framing);
+
 class Connection : public std::enable_shared_from_this<Connection> {
   public:
     Connection(boost::asio::ip::tcp::socket socket, ServerCore& core, std::string client);

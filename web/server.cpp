@@ -209,10 +209,9 @@ class Acceptor {
     }
     // Every place is taken by a connection that is being served: say so, close.
     void refuse(tcp::socket socket) {
-        static const std::string busy = fmt::format(
-            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
-            "Retry-After: 1\r\nContent-Length: {}\r\n\r\n{}",
-            std::size(kBusy) - 1, kBusy);
+        static const std::string busy =
+            reply_head(503, "application/json", fmt::format("Retry-After: 1\r\nContent-Length: {}\r\n", std::size(kBusy) - 1)) +
+            kBusy;
         auto s = std::make_shared<tcp::socket>(std::move(socket));
         net::async_write(*s, net::buffer(busy), [s](boost::system::error_code, size_t) {
             boost::system::error_code ignored;
