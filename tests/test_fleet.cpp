@@ -111,19 +111,20 @@ TEST_F(FleetRun, CleanRunsOnTwoAndFourRanksRaiseNothing) {
         for (int seed : {1, 2, 3}) EXPECT_TRUE(train(np, seed, "").empty()) << np << " ranks, seed " << seed;
 }
 
-// On 2 ranks a rank slowed 3x measures ~3x the other's compute. On 4 ranks
-// sharing 2 cores the others' compute is stretched too (three of them share
-// the cores while the slow one sleeps, four when it computes), so 3x measures
-// 2-2.5x, at the detector's factor; 4x measures ~3x, and on a slower CPU
-// (a Zen 3) its noisy steps broke the 5-step streak in half the runs, so 4
-// ranks slow theirs 6x (6 of 6 flagged within K steps there).
+// The slowed rank's measured ratio is noisy on 2 shared cores: on 2 ranks a
+// 3x slowdown measured 2.1-3.1x at its first slow step (a noisy step of the
+// other rank put it under the detector's 2x, the streak began a step late
+// and CI failed), and on 4 ranks, whose others share the cores and stretch
+// too, 6x measured 2.3-7x. So 2 ranks slow theirs 6x (7.3-8.3x measured at
+// the first slow step, Zen 3) and 4 ranks 10x (4.4x at the lowest step of 4
+// runs): the test is of the detector's delay, not of its threshold.
 TEST_F(FleetRun, ASlowedRankIsFlaggedWithinKSteps) {
     for (int np : {2, 4}) {
         // On 2 ranks the run is stored too, for the four roads; 4 ranks on 2
         // cores are measured as before, without the store's writer thread.
         std::string name;
         const std::string store = np == 2 ? dir_->file("slow.db") : "none";
-        auto alerts = train(np, 1, np == 2 ? "--inject slow_rank@20:1:3" : "--inject slow_rank@20:1:6", store, &name);
+        auto alerts = train(np, 1, np == 2 ? "--inject slow_rank@20:1:6" : "--inject slow_rank@20:1:10", store, &name);
         ASSERT_FALSE(alerts.empty()) << np << " ranks";
         EXPECT_EQ(alerts[0].substr(0, alerts[0].find('@')), "straggler");
         int step = std::stoi(alerts[0].substr(alerts[0].find('@') + 1));
