@@ -23,6 +23,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 namespace hlat::cli {
@@ -104,32 +105,54 @@ RunRecord run_record(const Options& o, const std::string& name) {
     return r;
 }
 
-// A finished import: its start and stop are the first and last record's
-// times, so uptime is that of the log, not of the import.
-void import_points(Writer& writer, const Options& o, const std::string& name, std::vector<MetricPoint> points,
-                   std::vector<Event> events, const std::string& status = "finished") {
-    double first = points.empty() ? now_seconds() : points.front().wall_time, last = first;
-    int64_t last_step = 0;
-    for (const MetricPoint& p : points) {
-        first = std::min(first, p.wall_time), last = std::max(last, p.wall_time);
-        last_step = std::max(last_step, p.step);
+// A finished import's run, opened at its first record and fed piece by
+// piece: its start and stop are dated by the log's first and last records,
+// so uptime is that of the log, not of the import.
+class ImportedRun {
+  public:
+    ImportedRun(Writer& writer, const Options& o, std::string name) : writer_(writer), o_(o), name_(std::move(name)) {}
+
+    void add(std::vector<MetricPoint> points, std::vector<Event> events) {
+        double first = points.empty() ? now_seconds() : points.front().wall_time;
+        for (const MetricPoint& p : points) {
+            first = std::min(first, p.wall_time), last_time_ = std::max(last_time_, p.wall_time);
+            last_step_ = std::max(last_step_, p.step);
+        }
+        if (!session_) {
+            const int64_t step = !points.empty() ? points.front().step : !events.empty() ? events.front().step : 0;
+            session_ = session::RunSession::open(&writer_, run_record(o_, name_),
+                                                 {o_.resume, "start", step, first, "ingest " + o_.file});
+            if (points.empty()) last_time_ = first;
+        }
+        values_ += points.size();
+        alerts_ += session_->ingest(std::move(points), std::move(events)).size();
     }
-    auto s = session::RunSession::open(&writer, run_record(o, name),
-                                       {o.resume, "start", points.empty() ? 0 : points.front().step, first,
-                                        "ingest " + o.file});
-    size_t n = points.size();
-    auto fired = s->ingest(std::move(points), std::move(events));
-    s->finish(status, last_step, "ingest " + status, last);
-    spdlog::info("ingested {} values up to step {} into run \"{}\" of {}: {} alerts", n, last_step, name, o.store,
-                 fired.size());
-}
+
+    // Ends the run with `status`; a run that never saw a record was never opened.
+    void finish(const std::string& status) {
+        if (!session_) return;
+        session_->finish(status, last_step_, "ingest " + status, last_time_);
+        spdlog::info("ingested {} values up to step {} into run \"{}\" of {}: {} alerts", values_, last_step_, name_,
+                     o_.store, alerts_);
+    }
+
+  private:
+    Writer& writer_;
+    const Options& o_;
+    const std::string name_;
+    std::unique_ptr<session::RunSession> session_;
+    double last_time_ = 0.0;
+    int64_t last_step_ = 0;
+    size_t values_ = 0, alerts_ = 0;
+};
 
 int import_tensorboard(const Options& o) {
     std::vector<TensorBoardRun> runs = read_tensorboard(o.file, o.rename);  // everything parsed before any write
     Writer writer(o.store);
     for (TensorBoardRun& r : runs) {
-        std::string name = r.folder.empty() ? o.run : o.run + "/" + r.folder;
-        import_points(writer, o, name, std::move(r.points), {});
+        ImportedRun run(writer, o, r.folder.empty() ? o.run : o.run + "/" + r.folder);
+        run.add(std::move(r.points), {});
+        run.finish("finished");
     }
     return 0;
 }
@@ -155,31 +178,68 @@ ParsedBatch parse_good_lines(LineParser& parser, std::string_view text, bool ski
     return all;
 }
 
-// A whole log at once. Every good line is kept: at a bad line the import
-// stops (the lines before it stored, the run "stopped", exit 1) or, with
-// --on-bad-line=skip, records it as an ingest_error event and goes on.
-int import_lines(const Options& o, LineParser& parser, std::ifstream& in) {
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::vector<BadLine> bad_lines;
-    ParsedBatch all = parse_good_lines(parser, text, o.skip_bad_lines, &bad_lines);
-    for (BadLine& bad : bad_lines) {
-        if (bad.next == text.size() && text.back() != '\n')
-            bad.message += " (the file ends without a newline: a write cut short?)";
-        all.events.push_back({"ingest_error", std::max<int64_t>(0, parser.last_step()), now_seconds(), bad.message});
-        if (o.skip_bad_lines) spdlog::error("{} (line skipped)", bad.message);
+// A log read a piece at a time: whole lines, about kPiece bytes of them, or
+// what is left at the end of the file. Memory stays within two pieces
+// whatever the file's size, and a line that never ends is cut (append_capped).
+class LogPieces {
+  public:
+    explicit LogPieces(std::ifstream& in) : in_(in) {}
+    bool next(std::string& piece) {
+        char buf[1 << 16];
+        while (in_ && pending_.size() < kPiece) {
+            in_.read(buf, sizeof buf);
+            append_capped(pending_, std::string_view(buf, (size_t)in_.gcount()), cutting_);
+        }
+        const size_t cut = in_ ? pending_.rfind('\n') : std::string::npos;
+        if (cut == std::string::npos) piece = std::move(pending_), pending_.clear();
+        else piece.assign(pending_, 0, cut + 1), pending_.erase(0, cut + 1);
+        return !piece.empty();
     }
-    const bool stopped = !o.skip_bad_lines && !bad_lines.empty();
-    if (all.records == 0 && bad_lines.empty())
+
+  private:
+    static constexpr size_t kPiece = 4 << 20;
+    std::ifstream& in_;
+    std::string pending_;
+    bool cutting_ = false;
+};
+
+// A whole log, read and stored a piece at a time, so a log of any size is
+// imported in bounded memory. Every good line is kept: at a bad line the
+// import stops (the lines before it stored, the run "stopped", exit 1) or,
+// with --on-bad-line=skip, records it as an ingest_error event and goes on.
+// A log with no record at all is an error that writes nothing.
+int import_lines(const Options& o, LineParser& parser, std::ifstream& in) {
+    std::optional<Writer> writer;
+    std::optional<ImportedRun> run;
+    LogPieces pieces(in);
+    std::string piece;
+    ParsedBatch counts;
+    std::optional<BadLine> stopped_at;
+    while (!stopped_at && pieces.next(piece)) {
+        std::vector<BadLine> bad_lines;
+        ParsedBatch b = parse_good_lines(parser, piece, o.skip_bad_lines, &bad_lines);
+        counts.records += b.records, counts.skipped += b.skipped, counts.stale += b.stale;
+        for (BadLine& bad : bad_lines) {
+            if (bad.next == piece.size() && piece.back() != '\n')
+                bad.message += " (the file ends without a newline: a write cut short?)";
+            b.events.push_back({"ingest_error", std::max<int64_t>(0, parser.last_step()), now_seconds(), bad.message});
+            if (o.skip_bad_lines) spdlog::error("{} (line skipped)", bad.message);
+        }
+        if (!o.skip_bad_lines && !bad_lines.empty()) stopped_at = bad_lines.back();
+        if (b.points.empty() && b.events.empty() && b.records == 0) continue;
+        if (!run) writer.emplace(o.store), run.emplace(*writer, o, o.run);
+        run->add(std::move(b.points), std::move(b.events));
+    }
+    if (!run)
         throw IngestError(fmt::format("{}: no line is a record of format {}{}", o.file, format_name(o.format),
                                       o.format == LogFormat::Pattern ? " (does --pattern match its lines?)" : ""));
-    if (all.skipped) spdlog::info("{}: {} lines are not records and were skipped", o.file, all.skipped);
-    if (all.stale) spdlog::warn("{}: {} records at steps below an earlier one were skipped (a resumed trainer's "
-                                "repeated steps: the first values are kept)", o.file, all.stale);
-    Writer writer(o.store);
-    import_points(writer, o, o.run, std::move(all.points), std::move(all.events), stopped ? "stopped" : "finished");
-    if (!stopped) return 0;
+    if (counts.skipped) spdlog::info("{}: {} lines are not records and were skipped", o.file, counts.skipped);
+    if (counts.stale) spdlog::warn("{}: {} records at steps below an earlier one were skipped (a resumed trainer's "
+                                   "repeated steps: the first values are kept)", o.file, counts.stale);
+    run->finish(stopped_at ? "stopped" : "finished");
+    if (!stopped_at) return 0;
     spdlog::error("{}: the import stopped here; the {} records before it are stored (--on-bad-line=skip passes "
-                  "over bad lines)", bad_lines.back().message, all.records);
+                  "over bad lines)", stopped_at->message, counts.records);
     return 1;
 }
 
@@ -248,13 +308,14 @@ int follow_lines(const Options& o, LineParser& parser, std::ifstream& in) {
     std::signal(SIGINT, stop_following);
     std::signal(SIGTERM, stop_following);
     std::string pending, status = "finished", halt_reason, bad_line, end_status, end_detail;
+    bool cutting = false;  // dropping the rest of a line past kMaxLineBytes
     auto last_growth = std::chrono::steady_clock::now();
     long values = 0;
     for (;;) {
         char buf[1 << 16];
         in.read(buf, sizeof buf);
         if (std::streamsize n = in.gcount(); n > 0) {
-            pending.append(buf, n);
+            append_capped(pending, std::string_view(buf, (size_t)n), cutting);
             last_growth = std::chrono::steady_clock::now();
         }
         bool at_end = in.eof();

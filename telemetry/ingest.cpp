@@ -257,6 +257,22 @@ ParsedBatch LineParser::parse(std::string_view text, double default_time) {
     return out;
 }
 
+void append_capped(std::string& pending, std::string_view bytes, bool& cutting) {
+    if (cutting) {
+        const size_t nl = bytes.find('\n');
+        if (nl == std::string_view::npos) return;
+        bytes.remove_prefix(nl);  // the newline ends the line cut short
+        cutting = false;
+    }
+    pending.append(bytes);
+    const size_t last_nl = pending.rfind('\n');
+    const size_t line = last_nl == std::string::npos ? 0 : last_nl + 1;
+    if (pending.size() - line > kMaxLineBytes + 1) {
+        pending.resize(line + kMaxLineBytes + 1);
+        cutting = true;
+    }
+}
+
 ParsedBatch LineParser::parse_until_bad(std::string_view text, double default_time, std::optional<BadLine>* bad) {
     ParsedBatch out;
     size_t pos = 0;
@@ -282,6 +298,9 @@ void LineParser::parse_record(std::string_view line, long number, double default
                               std::vector<std::string>& header, ParsedBatch& out) {
     if (trim(line).empty()) return;
     auto bad = [&](const std::string& why) { return IngestError(fmt::format("{}:{}: {}", file_, number, why)); };
+    if (line.size() > kMaxLineBytes)
+        throw bad(fmt::format("the line is over {} MB, the most a record may take: {}", kMaxLineBytes >> 20,
+                              excerpt(line, 100)));
     // A parser reading up to a NUL would drop what follows it without a word.
     if (size_t nul = line.find('\0'); nul != std::string_view::npos)
         throw bad(fmt::format("a NUL byte at column {}: {}", nul + 1, excerpt(line, 100)));

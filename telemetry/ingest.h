@@ -83,6 +83,18 @@ struct BadLine {
     size_t next = 0;
 };
 
+// The longest line a record may take: real log lines stay under a few KB. A
+// longer one is a bad line (its message says so), and readers need keep no
+// more than kMaxLineBytes + 1 bytes of it (append_capped).
+constexpr size_t kMaxLineBytes = 1 << 20;
+
+// Appends `bytes` read from a log to `pending`, keeping at most
+// kMaxLineBytes + 1 bytes of a line that goes on past that (enough to be
+// refused as too long) and dropping the rest of it up to its newline;
+// `cutting` carries that across calls. So a line that never ends costs a
+// reader 1 MB, not the file.
+void append_capped(std::string& pending, std::string_view bytes, bool& cutting);
+
 // Parses a log's lines chunk by chunk, keeping what carries across chunks
 // (the CSV header, the last step, line numbers).
 class LineParser {

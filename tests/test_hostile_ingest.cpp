@@ -14,7 +14,10 @@
 #include <gtest/gtest.h>
 #include <fmt/format.h>
 
+#include <sys/resource.h>
+
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -100,6 +103,43 @@ TEST_F(HostileIngest, ATruncatedLastLineIsReportedWithoutLosingTheRest) {
     EXPECT_NE(r.output.find("cut.jsonl:100:"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("ends without a newline"), std::string::npos) << r.output;
     EXPECT_EQ(stored("cut"), 99u);
+}
+
+// A large log is read and stored a piece at a time: a 60 MB import (600,000
+// lines of six values) stores every value and its process stays far below
+// the 743 MB it took when the whole file and every parsed point were held.
+TEST_F(HostileIngest, ALargeImportIsStoredInBoundedMemory) {
+    const std::string log = dir.file("large.jsonl");
+    {
+        std::ofstream out(log, std::ios::binary);
+        for (int s = 0; s < 600000; s++)
+            out << fmt::format("{{\"step\": {}, \"loss\": {:.6f}, \"grad_norm\": {:.6f}, \"lr\": 0.0003, "
+                               "\"tokens_per_s\": 123456.7, \"time\": {:.3f}}}\n",
+                               s, 4.0 - s * 1e-6, 1.0 + (s % 7) * 0.01, 1.7e9 + s * 0.5);
+    }
+    ASSERT_GT(std::filesystem::file_size(log), 60u << 20);
+    struct rusage before{};
+    ::getrusage(RUSAGE_CHILDREN, &before);
+    auto r = test::run_command(fmt::format("{} ingest --store {} --run large {}", HLAT_BINARY, store(), log));
+    struct rusage after{};
+    ::getrusage(RUSAGE_CHILDREN, &after);
+    ASSERT_EQ(r.exit_code, 0) << r.output.substr(0, 2000);
+    EXPECT_EQ(stored("large"), 600000u);
+    EXPECT_EQ(stored("large", "tokens_per_s"), 600000u);
+    EXPECT_EQ(status("large"), "finished");
+    const long peak_mb = after.ru_maxrss / 1024;  // the largest child so far: this import, or an earlier, smaller one
+    EXPECT_LT(peak_mb, 200) << "peak resident memory of a 60 MB import, in MB";
+}
+
+// A line past kMaxLineBytes is a bad line that says so, and a reader keeps
+// at most 1 MB of it: the lines around it are stored.
+TEST_F(HostileIngest, ALineOverOneMegabyteIsABadLine) {
+    std::string text = jsonl(0, 5) + "{\"step\": 5, \"note\": \"" + std::string(3 << 20, 'x') + "\"}\n" + jsonl(6, 10);
+    auto r = ingest(text, "long", "--on-bad-line=skip");
+    EXPECT_EQ(r.exit_code, 0) << r.output.substr(0, 2000);
+    EXPECT_NE(r.output.find("long.jsonl:6: the line is over 1 MB"), std::string::npos) << r.output.substr(0, 2000);
+    EXPECT_LT(r.output.size(), 4000u) << "the message quotes a short excerpt";
+    EXPECT_EQ(stored("long"), 9u);
 }
 
 TEST_F(HostileIngest, StepsGoingBackKeepTheFirstValues) {
