@@ -4,13 +4,15 @@
 # then prints one line per target: executions, coverage (edges reached, libFuzzer's
 # "cov"), features, corpus size, crashes. Exits 1 if any target crashed; the
 # crashing input is left in WORK/crashes for fuzz/regressions.
-# usage: fuzz/run.sh FUZZ_BUILD_DIR SECONDS WORK_DIR [TARGET...]
+# Inputs grow up to MAX_LEN bytes (env, default 256 KB): long lines, bodies
+# and headers are where parsers that look fine on short inputs break.
+# usage: [MAX_LEN=N] fuzz/run.sh FUZZ_BUILD_DIR SECONDS WORK_DIR [TARGET...]
 set -uo pipefail
 build=$1 seconds=$2 work=$3
 shift 3
 here="$(cd "$(dirname "$0")" && pwd)"
 targets=("$@")
-((${#targets[@]})) || targets=(ingest_lines config_loader query_params api_router)
+((${#targets[@]})) || targets=(ingest_lines config_loader query_params api_router http_layer tensorboard_reader)
 mkdir -p "$work/crashes"
 status=0
 for t in "${targets[@]}"; do
@@ -18,7 +20,7 @@ for t in "${targets[@]}"; do
   rm -f "$work/crashes/$t-"*  # a crash from an earlier run is in fuzz/regressions or still to be fixed
   dirs=("$work/$t" "$here/corpus/$t")
   [[ -d "$here/regressions/$t" ]] && dirs+=("$here/regressions/$t")
-  (cd "$work" && "$build/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  (cd "$work" && "$build/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len="${MAX_LEN:-262144}" -print_final_stats=1 \
      -artifact_prefix="$work/crashes/$t-" "${dirs[@]}") > "$work/$t.log" 2>&1
   rc=$?
   done_line=$(grep -E "DONE|INITED" "$work/$t.log" | tail -1)

@@ -1,6 +1,7 @@
 #include "telemetry/tensorboard.h"
 
 #include "telemetry/tensorboard_event.h"
+#include "telemetry/untrusted_text.h"
 
 #include <boost/crc.hpp>
 #include <dlfcn.h>
@@ -35,8 +36,13 @@ uint32_t read_u32(const char* p) {
 
 // The Event decoder, loaded once. RTLD_DEEPBIND makes the module and the
 // libprotobuf-lite it pulls in resolve their symbols among themselves first,
-// never against the copy inside libsentencepiece (tensorboard_event.h).
+// never against the copy inside libsentencepiece (tensorboard_event.h). A
+// build without SentencePiece (the fuzz targets: sanitizers refuse
+// RTLD_DEEPBIND) links the decoder in and defines no module.
 decltype(&hlat_tb_decode_event) event_decoder() {
+#ifndef HLAT_TENSORBOARD_MODULE
+    return &hlat_tb_decode_event;
+#else
     static decltype(&hlat_tb_decode_event) decode = [] {
         void* module = dlopen(HLAT_TENSORBOARD_MODULE, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
         if (!module)
@@ -45,6 +51,7 @@ decltype(&hlat_tb_decode_event) event_decoder() {
         return reinterpret_cast<decltype(&hlat_tb_decode_event)>(dlsym(module, "hlat_tb_decode_event"));
     }();
     return decode;
+#endif
 }
 
 using EventScalars = std::vector<std::pair<std::string, double>>;  // (tag, value) of one event
@@ -82,7 +89,13 @@ void read_event_file(const std::string& path, const KeyMap& rename, std::vector<
         if (step < 0) throw bad(fmt::format("negative step {}", step));
         for (auto& [tag, x] : scalars) {
             auto it = rename.find(tag);
-            out.push_back({it == rename.end() ? tag : it->second, step, x, wall_time});
+            const std::string& key = it == rename.end() ? tag : it->second;
+            try {
+                check_name(key, "tag");  // the store's rule for a key, before anything is stored
+            } catch (const std::invalid_argument& e) {
+                throw bad(e.what());
+            }
+            out.push_back({key, step, x, wall_time});
         }
         offset += 12 + length + 4;
     }

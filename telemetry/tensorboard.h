@@ -1,8 +1,9 @@
 // TensorBoard event files (what SummaryWriter.add_scalar writes): TFRecord
 // framing (length, masked CRC-32C of the length, the record, masked CRC-32C
 // of the record), each record an Event protobuf. Scalars come from
-// simple_value or from a one-element float/double/int tensor. A bad CRC or a
-// record cut short is an error naming the file and byte offset.
+// simple_value or from a one-element float/double/int tensor. A bad CRC, a
+// record cut short, a negative step or a tag the store cannot take as a key
+// (check_name) is an error naming the file and byte offset.
 #pragma once
 
 #include "telemetry/ingest.h"

@@ -1,0 +1,108 @@
+// Fuzz target: `hlat serve`'s HTTP layer end to end, over a real socket to an
+// in-process server on 127.0.0.1 (the event loop, the Host and token checks
+// before the body, bodies, event streams, static files). The input is the raw
+// bytes a client sends on one connection, which it then half-closes. The
+// server must answer with an HTTP status line or close quietly, and:
+// - never a 5xx other than 503 (busy; bad input is the client's error);
+// - nothing that changes state without the token: a POST answered 2xx must
+//   carry it;
+// - no file outside the static folder, whatever the path says.
+// A hang past libFuzzer's -timeout is a crash too.
+#include "telemetry/writer.h"
+#include "web/server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+using namespace hlat;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kToken = "fuzz-token-0123456789";
+const std::string kSecret = "SECRET-OUTSIDE-THE-STATIC-FOLDER";
+
+// A store with one run, a static folder with a page, and a secret beside it.
+web::Server& server() {
+    static web::Server* instance = [] {
+        const fs::path dir = fs::temp_directory_path() / ("hlat_fuzz_http_" + std::to_string(getpid()));
+        fs::remove_all(dir);
+        fs::create_directories(dir / "static");
+        std::ofstream(dir / "static" / "index.html") << "<!doctype html><title>hlat</title>";
+        std::ofstream(dir / "secret.txt") << kSecret;
+        const std::string store = (dir / "hlat.db").string();
+        {
+            telemetry::Writer w(store);
+            telemetry::RunRecord r;
+            r.name = "r";
+            r.source = "ingest";
+            int64_t id = w.open_run(r, false);
+            for (int s = 0; s < 50; s++) w.metric(id, "loss", s, 3.0 - 0.01 * s, 1000.0 + s);
+        }
+        web::ServerOptions o;
+        o.store = store;
+        o.port = 0;
+        o.static_dir = (dir / "static").string();
+        o.vendor_dir = (dir / "static").string();
+        o.token = kToken;
+        std::atexit([] { fs::remove_all(fs::temp_directory_path() / ("hlat_fuzz_http_" + std::to_string(getpid()))); });
+        return new web::Server(o);
+    }();
+    return *instance;
+}
+
+int connect_to(int port) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, (sockaddr*)&addr, sizeof addr) != 0) std::abort();
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+// What the server sends back: all of it, or the head of an event stream
+// (which would go on as long as the connection stays open).
+std::string exchange(int port, const uint8_t* data, size_t size) {
+    int fd = connect_to(port);
+    for (size_t sent = 0; sent < size;) {
+        ssize_t n = ::send(fd, data + sent, size - sent, MSG_NOSIGNAL);
+        if (n <= 0) break;  // the server answered early and closed (a refused upload)
+        sent += (size_t)n;
+    }
+    ::shutdown(fd, SHUT_WR);
+    std::string reply;
+    char buf[1 << 14];
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) {
+        reply.append(buf, (size_t)n);
+        if (reply.find("text/event-stream") != std::string::npos) break;
+    }
+    ::close(fd);
+    return reply;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    const std::string reply = exchange(server().port(), data, size);
+    if (reply.empty()) return 0;  // closed quietly: not a whole request
+    if (reply.rfind("HTTP/1.1 ", 0) != 0 || reply.size() < 12) std::abort();
+    const int status = std::atoi(reply.c_str() + 9);
+    if (status < 100 || (status >= 500 && status != 503)) std::abort();
+    const std::string request((const char*)data, size);
+    const bool post = request.rfind("POST", 0) == 0;
+    if (post && status < 300 && request.find(kToken) == std::string::npos) std::abort();
+    if (reply.find(kSecret) != std::string::npos) std::abort();
+    return 0;
+}
