@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <fstream>
 #include <thread>
@@ -327,6 +328,42 @@ TEST(HostileServer, BodiesInFlightShareOneBudget) {
     auto next = http(server.port(), head + first_chunk + "0\r\n\r\n", 10);
     EXPECT_EQ(next.first, 200) << "room again once one body was read: " << next.second;
     for (int fd : uploads) ::close(fd);
+}
+
+// Reads, however many and heavy, leave room for the requests that carry the
+// token: with the read pool busy and its queue full of full-resolution series
+// reads (100,000 points each), an ingest is answered while most of those
+// reads still wait, for it runs on a pool of its own.
+TEST(HostileServer, RequestsWithTheTokenDoNotWaitBehindReads) {
+    test::ScratchDir dir("hostile_token_room");
+    const std::string store = store_with_a_run(dir);
+    {
+        Writer w(store);
+        RunRecord r;
+        r.name = "big";
+        r.source = "ingest";
+        const int64_t id = w.open_run(r, false);
+        std::vector<MetricPoint> points;
+        for (int64_t s = 0; s < 200000; s++) points.push_back({"loss", s, 3.0 - 1e-6 * (double)s, 1000.0 + (double)s});
+        w.metrics(id, std::move(points));
+    }
+    web::Server server(options(store));
+    auto warm = http_post(server.port(), "/api/v1/runs/r/ingest", kToken, R"({"step": 100, "loss": 2.0})" "\n");
+    ASSERT_EQ(warm.first, 200) << warm.second;
+    const int kReads = 48;  // under the 64 connections one client may keep
+    std::atomic<int> answered{0};
+    std::vector<std::thread> readers;
+    for (int i = 0; i < kReads; i++)
+        readers.emplace_back([&] {
+            if (http_get(server.port(), "/api/v1/runs/big/series?key=loss&to=199999").first == 200) answered++;
+        });
+    while (answered == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the reads are being served
+    auto ingest = http_post(server.port(), "/api/v1/runs/r/ingest", kToken, R"({"step": 101, "loss": 1.9})" "\n");
+    const int reads_before_ingest = answered;
+    for (auto& t : readers) t.join();
+    EXPECT_EQ(ingest.first, 200) << ingest.second;
+    EXPECT_EQ(answered, kReads) << "every read is answered in the end";
+    EXPECT_LT(reads_before_ingest, kReads / 2) << "the ingest waited behind the reads";
 }
 
 long peak_rss_mb(pid_t pid) {
