@@ -15,15 +15,20 @@
 
 namespace hlat::test {
 
-// A connected socket to 127.0.0.1:port (-1 when refused), reads timing out
-// after `timeout_s` so that no test can hang on a server that never answers.
-inline int connect_local(int port, int timeout_s = 20) {
+// A connected socket to 127.0.0.1:port from `from`, any address of the
+// loopback range (127.0.0.2 is another client to the server), or -1 when
+// refused; reads time out after `timeout_s` so that no test can hang on a
+// server that never answers.
+inline int connect_from(const std::string& from, int port, int timeout_s = 20) {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in local{};
+    local.sin_family = AF_INET;
+    ::inet_pton(AF_INET, from.c_str(), &local.sin_addr);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd, (sockaddr*)&addr, sizeof addr) != 0) {
+    if (::bind(fd, (sockaddr*)&local, sizeof local) != 0 || ::connect(fd, (sockaddr*)&addr, sizeof addr) != 0) {
         ::close(fd);
         return -1;
     }
@@ -31,6 +36,8 @@ inline int connect_local(int port, int timeout_s = 20) {
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
     return fd;
 }
+
+inline int connect_local(int port, int timeout_s = 20) { return connect_from("127.0.0.1", port, timeout_s); }
 
 // One request; the whole reply as received, headers included ("" when none).
 inline std::string http_raw(int port, const std::string& request, int timeout_s = 20) {
