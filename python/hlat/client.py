@@ -141,7 +141,8 @@ class Run:
         self._unwatched_said = False
         self._pid = os.getpid()    # a forked child (a DataLoader worker) must not end its parent's run
         self._error = None
-        self.stats = {"batches": 0, "values": 0, "retries": 0, "alerts": 0}
+        self.stats = {"batches": 0, "values": 0, "retries": 0, "alerts": 0, "dropped_values": 0, "dropped_batches": 0}
+        self._dropped_keys = set()
         self.alerts = []           # alerts the server raised on this run's records
         self._transport = self._local = None
         if self.rank != 0:
@@ -343,30 +344,50 @@ class Run:
                 try:
                     self._send_batch()
                 except Exception as e:  # the training thread must not die of a monitoring error
-                    self._error = e
-                    print(f"hlat: sending failed ({e}); retrying", file=sys.stderr)
-                    self.stats["retries"] += 1
-                    time.sleep(min(5.0, 0.2 * self.stats["retries"]))
+                    self._retry(e)
                 finally:
                     self._busy = False
             if self._closed:
                 return
 
+    def _retry(self, error):
+        self._error = error
+        print(f"hlat: sending failed ({error}); retrying", file=sys.stderr)
+        self.stats["retries"] += 1
+        time.sleep(min(5.0, 0.2 * self.stats["retries"]))
+
     def _send_batch(self):
         items = list(self._queue)  # popped only once sent: a failed post keeps them
-        lines, values = _to_lines(items)
+        lines, values = _to_lines(items, self._drop)
         body = "".join(lines).encode()
         if self._local:
             self._local.write(body)
         else:
-            reply = self._transport.request("POST", f"/api/v1/runs/{_quote(self.name)}/ingest", body,
-                                            "application/x-ndjson")
+            try:
+                reply = self._transport.request("POST", f"/api/v1/runs/{_quote(self.name)}/ingest", body,
+                                                "application/x-ndjson")
+            except _ServerError as e:
+                if e.status not in (400, 413):
+                    raise
+                # The server refuses what the batch says: sending it again cannot help, and
+                # holding it would hold every later step. Said, counted, dropped.
+                print(f"hlat: a batch of {len(items)} steps was refused and dropped ({e})", file=sys.stderr)
+                self.stats["dropped_batches"] += 1
+                reply, values = {}, 0
             self._take_reply(reply)
         for _ in items:
             self._queue.popleft()
         self._answered = max(self._answered, items[-1][0])
         self.stats["batches"] += 1
         self.stats["values"] += values
+
+    def _drop(self, key, step, why):
+        """A value left out of what is sent: counted, and said once for each key."""
+        self.stats["dropped_values"] += 1
+        if key not in self._dropped_keys:
+            self._dropped_keys.add(key)
+            _log.warning("hlat: %s at step %d is not stored: %s (the rest of the step is; said once for this key)",
+                         _short(key), step, why)
 
     def _take_reply(self, reply):
         for alert in reply.get("alerts", []):
@@ -382,8 +403,42 @@ class Run:
             self._halt_reason = halt.get("reason", "halt requested")
 
 
-def _to_lines(items):
-    """One JSON line per step (consecutive logs of a step merged); tensors to floats in one transfer."""
+_MAX_KEY_BYTES = 200  # what hlat takes as a key: 1 to 200 bytes of UTF-8, no control character
+
+
+def _key_problem(key):
+    """Why hlat cannot store `key` as a metric's name, or None."""
+    if not isinstance(key, str):
+        return f"its name {key!r} is not a string"
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "its name is not valid UTF-8 (a lone surrogate)"
+    if not 1 <= size <= _MAX_KEY_BYTES:
+        return f"its name is {size} bytes (1 to {_MAX_KEY_BYTES})"
+    if any(ord(c) < 32 or ord(c) == 127 for c in key):
+        return "its name holds a control character"
+    return None
+
+
+def _number(x):
+    """x as the float hlat stores (NaN and infinities kept; "nan", "1e-3" read as numbers), or the reason it is none."""
+    try:
+        return float(x), None
+    except (TypeError, ValueError, OverflowError) as e:
+        return None, f"{type(x).__name__} {_short(x)} is not a number ({e})"
+
+
+def _short(x):
+    text = repr(x)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _to_lines(items, dropped=lambda key, step, why: None):
+    """One JSON line per step (consecutive logs of a step merged); tensors to floats in one transfer.
+    A value hlat cannot store (None, a list, a string that is not a number, a key that is no
+    name) is left out and reported to `dropped(key, step, why)`: the rest of its step is sent,
+    and no value can make the server refuse a batch, which would wedge the sender."""
     merged = []
     for step, values in items:
         if merged and merged[-1][0] == step and "event" not in values and "event" not in merged[-1][1]:
@@ -399,9 +454,17 @@ def _to_lines(items):
     lines, values = [], 0
     for step, v in merged:
         record = {"step": step}
+        if "event" in v:  # an event record: its kind and detail as given
+            record.update(event=str(v["event"]), detail=str(v.get("detail", "")))
+            v = {}
         for k, x in v.items():
-            record[k] = x if isinstance(x, str) else float(x)
-        values += len(v)
+            why = _key_problem(k)
+            if why is None and x is not None:
+                record[k], why = _number(x)
+            if why is not None:
+                dropped(k, step, why)
+            elif x is not None:
+                values += 1
         lines.append(json.dumps(record) + "\n")  # NaN and Infinity bare: hlat reads them
     return lines, values
 

@@ -9,6 +9,7 @@ import json
 import logging
 import math
 import os
+import random
 import signal
 import sqlite3
 import subprocess
@@ -306,22 +307,25 @@ class RunEnds(ServerTestCase):
 
 
 class _FakeServer(http.server.ThreadingHTTPServer):
-    """Answers start, ingest and finish like hlat serve, with `extra` in every ingest reply."""
+    """Answers start, ingest and finish like hlat serve, with `extra` in every ingest reply;
+    the first `refusals` ingests are refused (400), as hlat serve refuses a batch it cannot read."""
 
-    def __init__(self, extra):
-        self.extra, self.ingests = extra, 0
+    def __init__(self, extra, refusals=0):
+        self.extra, self.ingests, self.refusals = extra, 0, refusals
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
             def do_POST(self):
                 self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                reply = {"state": "running"}
+                reply, status = {"state": "running"}, 200
                 if self.path.endswith("/ingest"):
                     self.server.ingests += 1
                     reply.update(alerts=[], **self.server.extra)
+                    if self.server.ingests <= self.server.refusals:
+                        reply, status = {"error": "request:1: field \"x\" is \"?\", not a number"}, 400
                 body = json.dumps(reply).encode()
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -361,6 +365,70 @@ class UnwatchedKeys(unittest.TestCase):
     def test_a_reply_without_it_logs_nothing(self):
         with self.assertNoLogs("hlat", logging.WARNING):
             self.send_three_batches({})
+
+
+class HostileValues(ServerTestCase):
+    """What users pass to run.log besides numbers (None, strings, lists, huge ints, keys that are
+    no names) is left out with one warning a key; the rest of each step is stored and the sender
+    never wedges (before, one such value held every later step back for the rest of the run)."""
+
+    def init(self, name):
+        return hlat.init(name, url=self.server.url, token=TOKEN)
+
+    def stored_steps(self, run, key="loss"):
+        return [p[0] for p in self.server.get(f"/api/v1/runs/{run}/series?key={key}")["points"]]
+
+    def test_a_bad_value_at_step_5_of_20_is_left_out_with_one_warning(self):
+        run = self.init("bad-value")
+        with self.assertLogs("hlat", logging.WARNING) as logs:
+            for step in range(20):
+                run.log({"loss": [1.0, 2.0] if step == 5 else 2.0 - 0.01 * step, "grad_norm": 1.0}, step=step)
+            run.finish()
+        self.assertEqual(len(logs.output), 1, logs.output)
+        self.assertIn("'loss' at step 5 is not stored: list [1.0, 2.0] is not a number", logs.output[0])
+        self.assertEqual(self.stored_steps("bad-value"), [s for s in range(20) if s != 5])
+        self.assertEqual(len(self.stored_steps("bad-value", "grad_norm")), 20, "the rest of step 5 is stored")
+        self.assertEqual((run.stats["retries"], run.stats["dropped_values"], run.stats["dropped_batches"]), (0, 1, 0))
+        runs = {r["name"]: r for r in self.server.get("/api/v1/runs")["runs"]}
+        self.assertEqual(runs["bad-value"]["status"], "finished")
+
+    def test_random_hostile_values_never_wedge_the_sender(self):
+        """A fuzz of the encoder: 300 steps of a good loss among random hostile keys and values
+        (3 seeds); every step's loss is stored, each bad key is said once, nothing is retried."""
+        hostile_values = [None, 10**400, -(10**400), "abc", "", [1.0], {"a": 1}, complex(1, 2), object(), b"1",
+                          "nan", "-inf", "1e-3", True, float("inf"), float("nan"), 1e308, -0.0, 2**63]
+        hostile_keys = ["", "k" * 201, "bad\ud800", "tab\tkey", "nul\0", 7, ("t",), "é" * 100, "ok/key", "\u2603"]
+        for seed in range(3):
+            rng = random.Random(seed)
+            name = f"hostile-{seed}"
+            run = self.init(name)
+            with self.assertLogs("hlat", logging.WARNING) as logs:
+                for step in range(300):
+                    values = {"loss": 3.0 - step * 1e-3}
+                    for _ in range(rng.randrange(4)):
+                        values[rng.choice(hostile_keys)] = rng.choice(hostile_values)
+                    run.log(values, step=step)
+                run.finish()
+            self.assertEqual(self.stored_steps(name), list(range(300)), f"seed {seed}")
+            self.assertEqual((run.stats["retries"], run.stats["dropped_batches"]), (0, 0), f"seed {seed}")
+            said = [line.split(" at step ")[0] for line in logs.output]
+            self.assertEqual(len(said), len(set(said)), f"each key is said once: {logs.output}")
+
+    def test_a_batch_the_server_refuses_is_dropped_not_retried(self):
+        server = _FakeServer({}, refusals=1)
+        try:
+            run = hlat.init("refused", url=server.url(), token=TOKEN)
+            run.log({"loss": 1.0}, step=0)
+            run.flush()
+            for step in range(1, 4):
+                run.log({"loss": 1.0}, step=step)
+                run.flush()
+            run.finish()
+            self.assertEqual(server.ingests, 4, "the refused batch was not sent again; the later ones were sent")
+            self.assertEqual((run.stats["dropped_batches"], run.stats["retries"]), (1, 0))
+        finally:
+            server.shutdown()
+            server.server_close()
 
 
 if __name__ == "__main__":
