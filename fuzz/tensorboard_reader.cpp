@@ -4,7 +4,8 @@
 // with correct CRCs; the first byte can then flip one byte of the framed file
 // or cut it short, so the framing checks are fuzzed too. Reading must either
 // return points whose keys are names the store accepts and whose steps are
-// not negative, or throw IngestError: anything else is a crash.
+// valid (0 to 9e15, as every format's), or throw IngestError: anything else is a crash.
+#include "telemetry/ingest.h"
 #include "telemetry/tensorboard.h"
 #include "telemetry/untrusted_text.h"
 
@@ -38,10 +39,11 @@ std::string framed(const uint8_t* data, size_t size) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    if (size < 2) return 0;
+    if (size < 3) return 0;
     static const std::string path = "/tmp/hlat_fuzz_" + std::to_string(getpid()) + ".tfevents";
-    const uint8_t damage = data[0], where = data[1];
-    std::string file = framed(data + 2, size - 2);
+    const uint8_t damage = data[0];
+    const size_t where = data[1] | (data[2] << 8);  // anywhere in a file of up to 64 KB
+    std::string file = framed(data + 3, size - 3);
     if (!file.empty() && (damage & 1)) file[where % file.size()] ^= (char)(1 + (damage >> 1));
     if (!file.empty() && (damage & 2)) file.resize(file.size() - 1 - where % file.size());
     std::ofstream(path, std::ios::binary | std::ios::trunc).write(file.data(), (std::streamsize)file.size());
@@ -49,7 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         for (const TensorBoardRun& run : read_tensorboard(path))
             for (const MetricPoint& p : run.points) {
                 check_name(p.key, "metric key");  // what every other reader checks before storing
-                if (p.step < 0) std::abort();
+                if (!valid_step((double)p.step)) std::abort();
             }
     } catch (const IngestError&) {
         // a clear refusal naming the file and offset: what bad input should get

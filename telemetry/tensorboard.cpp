@@ -86,7 +86,7 @@ void read_event_file(const std::string& path, const KeyMap& rename, std::vector<
         double wall_time;
         scalars.clear();
         if (decode(record, length, &step, &wall_time, collect_scalar, &scalars) != 0) throw bad("not an Event protobuf");
-        if (step < 0) throw bad(fmt::format("negative step {}", step));
+        if (!valid_step((double)step)) throw bad(fmt::format("step {} is not one (0 to 9e15)", step));
         for (auto& [tag, x] : scalars) {
             auto it = rename.find(tag);
             const std::string& key = it == rename.end() ? tag : it->second;
