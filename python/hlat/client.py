@@ -15,8 +15,10 @@ uncaught HaltRequested "halted"), SIGTERM "crashed", a normal interpreter exit
 import atexit
 import collections
 import http.client
+import itertools
 import json
 import logging
+import math
 import os
 import shutil
 import signal
@@ -187,8 +189,12 @@ class Run:
         """Queues values like log() without the halt check (and its collective): for probes
         that only rank 0 reports from. Every rank may call it; the others' values are dropped."""
         if self.rank == 0:
-            self._top_step = max(self._top_step, int(step))
-            self._queue.append((int(step), dict(values)))
+            step = int(step)
+            if not _valid_step(step):
+                self._drop(f"step {step}", step, f"a step is an integer from 0 to {_MAX_STEP:.0e}; its values are not stored")
+                return
+            self._top_step = max(self._top_step, step)
+            self._queue.append((step, dict(values)))
             if not self._wake.is_set():
                 self._wake.set()
 
@@ -201,7 +207,7 @@ class Run:
 
     def event(self, kind, detail, step):
         """Records an event (e.g. a replica_mismatch with the ranks and tensor)."""
-        if self.rank == 0:
+        if self.rank == 0 and _valid_step(int(step)):
             self._top_step = max(self._top_step, int(step))
             self._queue.append((int(step), {"event": kind, "detail": detail}))
             self._wake.set()
@@ -357,8 +363,8 @@ class Run:
         time.sleep(min(5.0, 0.2 * self.stats["retries"]))
 
     def _send_batch(self):
-        items = list(self._queue)  # popped only once sent: a failed post keeps them
-        lines, values = _to_lines(items, self._drop)
+        items = list(itertools.islice(self._queue, _MAX_BATCH_STEPS))  # popped only once sent: a failed post keeps them
+        lines, values, dropped = _to_lines(items)
         body = "".join(lines).encode()
         if self._local:
             self._local.write(body)
@@ -377,17 +383,23 @@ class Run:
             self._take_reply(reply)
         for _ in items:
             self._queue.popleft()
+        for key, step, why in dropped:
+            self._drop(key, step, why)
         self._answered = max(self._answered, items[-1][0])
         self.stats["batches"] += 1
         self.stats["values"] += values
 
     def _drop(self, key, step, why):
-        """A value left out of what is sent: counted, and said once for each key."""
+        """A value left out of what is sent: counted, and said once for each key (for the first 20 keys)."""
         self.stats["dropped_values"] += 1
-        if key not in self._dropped_keys:
-            self._dropped_keys.add(key)
-            _log.warning("hlat: %s at step %d is not stored: %s (the rest of the step is; said once for this key)",
-                         _short(key), step, why)
+        if len(self._dropped_keys) > 20 or key in self._dropped_keys:
+            return
+        self._dropped_keys.add(key)
+        if len(self._dropped_keys) > 20:
+            _log.warning("hlat: values of more keys are not stored; the others are no longer named")
+            return
+        _log.warning("hlat: %s at step %d is not stored: %s (the rest of the step is; said once for this key)",
+                     _short(key), step, why)
 
     def _take_reply(self, reply):
         for alert in reply.get("alerts", []):
@@ -403,13 +415,22 @@ class Run:
             self._halt_reason = halt.get("reason", "halt requested")
 
 
-_MAX_KEY_BYTES = 200  # what hlat takes as a key: 1 to 200 bytes of UTF-8, no control character
+_MAX_KEY_BYTES = 200     # what hlat takes as a key: 1 to 200 bytes of UTF-8, no control character
+_MAX_STEP = 9 * 10**15   # steps hlat keeps: integers from 0 to 9e15
+_MAX_DETAIL = 10_000     # characters of an event's detail sent (the server takes lines of 1 MB)
+_MAX_BATCH_STEPS = 4096  # steps in one POST: a backlog after an outage goes out in pieces
+
+
+def _valid_step(step):
+    return 0 <= step <= _MAX_STEP
 
 
 def _key_problem(key):
     """Why hlat cannot store `key` as a metric's name, or None."""
     if not isinstance(key, str):
         return f"its name {key!r} is not a string"
+    if key == "step":
+        return "step is the step argument's (a value named step would move the record)"
     try:
         size = len(key.encode("utf-8"))
     except UnicodeEncodeError:
@@ -421,12 +442,16 @@ def _key_problem(key):
     return None
 
 
-def _number(x):
-    """x as the float hlat stores (NaN and infinities kept; "nan", "1e-3" read as numbers), or the reason it is none."""
+def _number(key, x):
+    """x as the float hlat stores (NaN and infinities kept; the strings "nan" and "1e-3" read as
+    numbers), or the reason it is none."""
     try:
-        return float(x), None
-    except (TypeError, ValueError, OverflowError) as e:
+        value = float(x)
+    except Exception as e:  # anything a user may pass: None, lists, tensors of many elements, ...
         return None, f"{type(x).__name__} {_short(x)} is not a number ({e})"
+    if key == "time" and not math.isfinite(value):
+        return None, f"a time must be finite, not {value}"
+    return value, None
 
 
 def _short(x):
@@ -434,39 +459,63 @@ def _short(x):
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _to_lines(items, dropped=lambda key, step, why: None):
-    """One JSON line per step (consecutive logs of a step merged); tensors to floats in one transfer.
-    A value hlat cannot store (None, a list, a string that is not a number, a key that is no
-    name) is left out and reported to `dropped(key, step, why)`: the rest of its step is sent,
-    and no value can make the server refuse a batch, which would wedge the sender."""
+def _text(x, limit):
+    """An event's kind or detail as UTF-8 the server reads (lone surrogates replaced), at most `limit` characters."""
+    return str(x)[:limit].encode("utf-8", "replace").decode("utf-8")
+
+
+def _tensors_to_floats(merged):
+    """0-d tensors to Python floats in one transfer; any tensor that is not one value (or on a
+    device that cannot stack with the rest) is left as it is, for _number to refuse."""
+    tensors = [(i, k) for i, (_, v) in enumerate(merged) for k, x in v.items() if hasattr(x, "detach")]
+    if not tensors:
+        return
+    import torch
+    try:
+        flat = torch.stack([merged[i][1][k].detach().float().reshape(()) for i, k in tensors]).cpu().tolist()
+    except Exception:  # one by one, so that one bad tensor does not hold back the others
+        flat = [_one_value(merged[i][1][k]) for i, k in tensors]
+    for (i, k), x in zip(tensors, flat):
+        merged[i][1][k] = x
+
+
+def _one_value(tensor):
+    try:
+        return tensor.detach().float().reshape(()).item()
+    except Exception:
+        return tensor
+
+
+def _to_lines(items):
+    """One JSON line per step (consecutive logs of a step merged), the values counted, and what
+    was left out as (key, step, why): a value hlat cannot store (None, a list, a string that is no
+    number, a tensor of many values, a key that is no name) is left out and the rest of its step
+    sent, so a value cannot make the server refuse a batch and hold back every later step."""
     merged = []
     for step, values in items:
         if merged and merged[-1][0] == step and "event" not in values and "event" not in merged[-1][1]:
             merged[-1][1].update(values)
         else:
             merged.append((step, dict(values)))
-    tensors = [(i, k) for i, (_, v) in enumerate(merged) for k, x in v.items() if hasattr(x, "detach")]
-    if tensors:
-        import torch
-        flat = torch.stack([merged[i][1][k].detach().float().reshape(()) for i, k in tensors]).cpu().tolist()
-        for (i, k), x in zip(tensors, flat):
-            merged[i][1][k] = x
-    lines, values = [], 0
+    _tensors_to_floats(merged)
+    lines, values, dropped = [], 0, []
     for step, v in merged:
         record = {"step": step}
-        if "event" in v:  # an event record: its kind and detail as given
-            record.update(event=str(v["event"]), detail=str(v.get("detail", "")))
-            v = {}
+        if "event" in v:  # an event record (event(), or log() with an "event" key): kind and detail as text
+            record.update(event=_text(v.pop("event"), _MAX_DETAIL), detail=_text(v.pop("detail", ""), _MAX_DETAIL))
         for k, x in v.items():
+            if x is None:
+                continue  # a missing value, as in hlat's JSONL
             why = _key_problem(k)
-            if why is None and x is not None:
-                record[k], why = _number(x)
-            if why is not None:
-                dropped(k, step, why)
-            elif x is not None:
+            if why is None:
+                number, why = _number(k, x)
+            if why is None:
+                record[k] = number
                 values += 1
+            else:
+                dropped.append((k, step, why))
         lines.append(json.dumps(record) + "\n")  # NaN and Infinity bare: hlat reads them
-    return lines, values
+    return lines, values, dropped
 
 
 class _LocalStore:

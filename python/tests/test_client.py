@@ -396,8 +396,10 @@ class HostileValues(ServerTestCase):
         """A fuzz of the encoder: 300 steps of a good loss among random hostile keys and values
         (3 seeds); every step's loss is stored, each bad key is said once, nothing is retried."""
         hostile_values = [None, 10**400, -(10**400), "abc", "", [1.0], {"a": 1}, complex(1, 2), object(), b"1",
-                          "nan", "-inf", "1e-3", True, float("inf"), float("nan"), 1e308, -0.0, 2**63]
-        hostile_keys = ["", "k" * 201, "bad\ud800", "tab\tkey", "nul\0", 7, ("t",), "é" * 100, "ok/key", "\u2603"]
+                          "nan", "-inf", "1e-3", True, float("inf"), float("nan"), 1e308, -0.0, 2**63,
+                          torch.tensor(2.5), torch.ones(3), torch.tensor([]), torch.tensor(float("nan"))]
+        hostile_keys = ["", "k" * 201, "bad\ud800", "tab\tkey", "nul\0", 7, ("t",), "é" * 100, "ok/key", "\u2603",
+                        "step", "time", "event", "detail"]
         for seed in range(3):
             rng = random.Random(seed)
             name = f"hostile-{seed}"
