@@ -74,9 +74,10 @@ void RunSession::catch_up(telemetry::Reader& reader) {
         last = v;
     });
     if (!last) return;
-    last_step_ = caught_up_to_ = last->step;
+    last_step_ = detected_below_ = last->step;
     if (options_.whole_steps) {
         suite_.observe(*last);
+        detected_below_ = last->step + 1;
         return;
     }
     open_ = OpenStep{*last, suite_.state(), {}};
@@ -149,11 +150,12 @@ void RunSession::note_keys(const std::vector<telemetry::MetricPoint>& points) {
 // view is more of it.
 std::vector<Fired> RunSession::detect(std::vector<detectors::StepView> steps) {
     std::vector<Fired> fired;
-    std::erase_if(steps, [&](const detectors::StepView& v) { return v.step < caught_up_to_; });
+    std::erase_if(steps, [&](const detectors::StepView& v) { return v.step < detected_below_; });
     if (steps.empty()) return fired;
     if (options_.whole_steps) {
         for (const detectors::StepView& v : steps)
             for (Fired& f : suite_.observe(v)) fired.push_back(std::move(f));
+        detected_below_ = std::max(detected_below_, steps.back().step + 1);
         return fired;
     }
     std::set<std::string> raised;
@@ -171,6 +173,7 @@ std::vector<Fired> RunSession::detect(std::vector<detectors::StepView> steps) {
             if (raised.insert(f.alert.kind).second) fired.push_back(std::move(f));
         if (last) open_ = OpenStep{std::move(steps[i]), std::move(before), std::move(raised)};
     }
+    detected_below_ = std::max(detected_below_, open_->view.step);  // the open step may get more of it
     return fired;
 }
 

@@ -15,10 +15,11 @@
 // batch brings more of it the detectors go back and see the merged step once
 // (an alert its first part raised is not raised again).
 //
-// A session that caught up from the store does not detect again the steps
-// before the last stored one (a follower that reads its log from the start
-// after a kill -9, a client that re-sends): they are stored again, not
-// detected again, so no alert is stored twice and no halt fires twice.
+// A step that comes again once later steps have come (a follower that reads
+// its log from the start after a kill -9, a client that re-sends a batch the
+// server had handled, to this server or to one restarted since) is stored
+// again, not detected again, so no alert is stored twice and no halt fires
+// twice: a session that caught up from the store has seen every stored step.
 //
 // Not thread-safe: one caller at a time (the HTTP endpoint holds a lock).
 #pragma once
@@ -158,7 +159,10 @@ class RunSession {
     std::set<std::string> seen_keys_;  // for the unwatched notice, bounded
     std::set<std::string> aliases_used_;
     int64_t steps_seen_ = 0, last_step_ = -1;
-    int64_t caught_up_to_ = -1;  // the last stored step when the session caught up
+    // Steps below this one have been through the detectors: sent again (a
+    // client's batch re-sent after a timeout, a follower re-reading its log),
+    // they are stored again but not detected again.
+    int64_t detected_below_ = -1;
     std::string unwatched_notice_;
     double last_heartbeat_ = 0.0;
 };

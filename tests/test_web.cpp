@@ -248,6 +248,37 @@ TEST(SpikeEpisodes, ConsecutivePointsAboveTheThresholdAreOneEpisode) {
     EXPECT_TRUE(web::spike_episodes(std::vector<SeriesPoint>(30, {0, 2.0, 0.0})).empty());
 }
 
+// A batch sent again to the same, live server (the client's request timed
+// out while the server, busy, handled it) stores its rows again but raises its
+// alerts once, as a server restarted in between already did: bench/soak found
+// grad_spike stored twice this way after a slow restart.
+TEST_F(WebApi, ABatchSentAgainRaisesItsAlertsOnce) {
+    ASSERT_EQ(api.handle(post("/api/v1/runs/twice/start", "secret-token", "{}")).status, 200);
+    auto steps = [](int from, int to, int spike) {
+        std::string lines;
+        for (int s = from; s < to; s++)
+            lines += fmt::format("{{\"step\": {}, \"loss\": 2.0, \"grad_norm\": {}}}\n", s, s == spike ? 100.0 : 1.0);
+        return lines;
+    };
+    auto send = [&](const std::string& lines) {
+        auto r = api.handle(post("/api/v1/runs/twice/ingest", "secret-token", lines));
+        EXPECT_EQ(r.status, 200) << r.body;
+        return json::parse(r.body)["alerts"].size();
+    };
+    send(steps(0, 40, -1));
+    EXPECT_EQ(send(steps(40, 50, 45)), 1u) << "the spike at step 45";
+    EXPECT_EQ(send(steps(40, 50, 45)), 0u) << "the same batch again";
+    send(steps(50, 60, -1));
+    EXPECT_EQ(send(steps(40, 50, 45)), 0u) << "again, after later steps";
+    EXPECT_EQ(send(steps(55, 70, 65)), 1u) << "a batch that overlaps the last one: its new spike only";
+    Reader reader(dir_->file("s.db"));
+    auto run = reader.find_run("twice");
+    std::vector<int64_t> alerted;
+    for (const auto& a : reader.alerts(run->id)) alerted.push_back(a.step);
+    EXPECT_EQ(alerted, (std::vector<int64_t>{45, 65}));
+    EXPECT_EQ(reader.series(run->id, "grad_norm", 0, 100).size(), 70u) << "every row once";
+}
+
 // An external trainer's life through the API: start with a halt policy, a
 // batch whose spike the detectors halt on (the reply says so), a person's
 // halt reaching a clean run, finish, and a run that goes silent turning stale.
