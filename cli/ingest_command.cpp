@@ -35,7 +35,7 @@ namespace {
 constexpr int kExitHalted = 3;  // as hlat train: a supervisor must not restart a halted run
 
 volatile std::sig_atomic_t g_ingest_stop = 0;
-extern "C" void stop_following(int) { g_ingest_stop = 1; }
+extern "C" void stop_ingesting(int) { g_ingest_stop = 1; }
 
 // What --on-halt asks for when a halt is requested (a halt-policy alert or the page).
 struct OnHalt {
@@ -115,23 +115,24 @@ class ImportedRun {
     void add(std::vector<MetricPoint> points, std::vector<Event> events) {
         double first = points.empty() ? now_seconds() : points.front().wall_time;
         for (const MetricPoint& p : points) {
-            first = std::min(first, p.wall_time), last_time_ = std::max(last_time_, p.wall_time);
+            first = std::min(first, p.wall_time), last_point_time_ = std::max(last_point_time_, p.wall_time);
             last_step_ = std::max(last_step_, p.step);
         }
         if (!session_) {
             const int64_t step = !points.empty() ? points.front().step : !events.empty() ? events.front().step : 0;
             session_ = session::RunSession::open(&writer_, run_record(o_, name_),
                                                  {o_.resume, "start", step, first, "ingest " + o_.file});
-            if (points.empty()) last_time_ = first;
+            opened_at_ = first;
         }
         values_ += points.size();
         alerts_ += session_->ingest(std::move(points), std::move(events)).size();
     }
 
-    // Ends the run with `status`; a run that never saw a record was never opened.
+    // Ends the run with `status`, dated by its last record (its start when no
+    // record had a time); a run that never saw a record was never opened.
     void finish(const std::string& status) {
         if (!session_) return;
-        session_->finish(status, last_step_, "ingest " + status, last_time_);
+        session_->finish(status, last_step_, "ingest " + status, last_point_time_ > 0 ? last_point_time_ : opened_at_);
         spdlog::info("ingested {} values up to step {} into run \"{}\" of {}: {} alerts", values_, last_step_, name_,
                      o_.store, alerts_);
     }
@@ -141,7 +142,7 @@ class ImportedRun {
     const Options& o_;
     const std::string name_;
     std::unique_ptr<session::RunSession> session_;
-    double last_time_ = 0.0;
+    double opened_at_ = 0.0, last_point_time_ = 0.0;
     int64_t last_step_ = 0;
     size_t values_ = 0, alerts_ = 0;
 };
@@ -178,6 +179,18 @@ ParsedBatch parse_good_lines(LineParser& parser, std::string_view text, bool ski
     return all;
 }
 
+// Each bad line as the ingest_error event that records it (at the last good
+// step), logged when it is skipped: `skipped` says what happens next.
+std::vector<Event> ingest_errors(const LineParser& parser, const std::vector<BadLine>& bad_lines, bool skip,
+                                 const char* skipped) {
+    std::vector<Event> events;
+    for (const BadLine& bad : bad_lines) {
+        events.push_back({"ingest_error", std::max<int64_t>(0, parser.last_step()), now_seconds(), bad.message});
+        if (skip) spdlog::error("{} ({})", bad.message, skipped);
+    }
+    return events;
+}
+
 // A log read a piece at a time: whole lines, about kPiece bytes of them, or
 // what is left at the end of the file. Memory stays within two pieces
 // whatever the file's size, and a line that never ends is cut (append_capped).
@@ -198,6 +211,8 @@ class LogPieces {
 
   private:
     static constexpr size_t kPiece = 4 << 20;
+    // A piece that is not the file's end ends at a newline: one fits in it.
+    static_assert(kPiece > kMaxLineBytes + 1);
     std::ifstream& in_;
     std::string pending_;
     bool cutting_ = false;
@@ -215,27 +230,33 @@ int import_lines(const Options& o, LineParser& parser, std::ifstream& in) {
     std::string piece;
     ParsedBatch counts;
     std::optional<BadLine> stopped_at;
-    while (!stopped_at && pieces.next(piece)) {
+    std::signal(SIGINT, stop_ingesting);  // an import cut short ends its run "stopped", not "running"
+    std::signal(SIGTERM, stop_ingesting);
+    while (!stopped_at && !g_ingest_stop && pieces.next(piece)) {
         std::vector<BadLine> bad_lines;
         ParsedBatch b = parse_good_lines(parser, piece, o.skip_bad_lines, &bad_lines);
         counts.records += b.records, counts.skipped += b.skipped, counts.stale += b.stale;
-        for (BadLine& bad : bad_lines) {
+        for (BadLine& bad : bad_lines)
             if (bad.next == piece.size() && piece.back() != '\n')
                 bad.message += " (the file ends without a newline: a write cut short?)";
-            b.events.push_back({"ingest_error", std::max<int64_t>(0, parser.last_step()), now_seconds(), bad.message});
-            if (o.skip_bad_lines) spdlog::error("{} (line skipped)", bad.message);
-        }
+        for (Event& e : ingest_errors(parser, bad_lines, o.skip_bad_lines, "line skipped")) b.events.push_back(std::move(e));
         if (!o.skip_bad_lines && !bad_lines.empty()) stopped_at = bad_lines.back();
         if (b.points.empty() && b.events.empty() && b.records == 0) continue;
         if (!run) writer.emplace(o.store), run.emplace(*writer, o, o.run);
         run->add(std::move(b.points), std::move(b.events));
     }
+    if (g_ingest_stop && !run) throw IngestError(fmt::format("{}: interrupted before any record; nothing is stored", o.file));
     if (!run)
         throw IngestError(fmt::format("{}: no line is a record of format {}{}", o.file, format_name(o.format),
                                       o.format == LogFormat::Pattern ? " (does --pattern match its lines?)" : ""));
     if (counts.skipped) spdlog::info("{}: {} lines are not records and were skipped", o.file, counts.skipped);
     if (counts.stale) spdlog::warn("{}: {} records at steps below an earlier one were skipped (a resumed trainer's "
                                    "repeated steps: the first values are kept)", o.file, counts.stale);
+    if (g_ingest_stop) {
+        run->finish("stopped");
+        spdlog::error("{}: the import was interrupted; the {} records read so far are stored", o.file, counts.records);
+        return 1;
+    }
     run->finish(stopped_at ? "stopped" : "finished");
     if (!stopped_at) return 0;
     spdlog::error("{}: the import stopped here; the {} records before it are stored (--on-bad-line=skip passes "
@@ -274,10 +295,8 @@ std::string ingest_complete_lines(const Options& o, LineParser& parser, std::str
     if (cut == std::string::npos) return "";  // a partial last line waits
     std::vector<BadLine> bad_lines;
     ParsedBatch b = parse_good_lines(parser, std::string_view(pending).substr(0, cut + 1), o.skip_bad_lines, &bad_lines);
-    for (const BadLine& bad : bad_lines) {
-        s.event("ingest_error", std::max<int64_t>(0, parser.last_step()), bad.message);
-        if (o.skip_bad_lines) spdlog::error("{} (line skipped; following goes on)", bad.message);
-    }
+    for (const Event& e : ingest_errors(parser, bad_lines, o.skip_bad_lines, "line skipped; following goes on"))
+        s.event(e.kind, e.step, e.detail);
     pending.erase(0, cut + 1);
     values += (long)b.points.size();
     take_end_record(b.events, end_status, end_detail);
@@ -305,8 +324,8 @@ bool act_on_halt(const Options& o, session::RunSession& s, int64_t step, std::st
 int follow_lines(const Options& o, LineParser& parser, std::ifstream& in) {
     Writer writer(o.store);
     auto s = session::RunSession::open(&writer, run_record(o, o.run), {o.resume, "", 0, 0.0, "ingest --follow " + o.file});
-    std::signal(SIGINT, stop_following);
-    std::signal(SIGTERM, stop_following);
+    std::signal(SIGINT, stop_ingesting);
+    std::signal(SIGTERM, stop_ingesting);
     std::string pending, status = "finished", halt_reason, bad_line, end_status, end_detail;
     bool cutting = false;  // dropping the rest of a line past kMaxLineBytes
     auto last_growth = std::chrono::steady_clock::now();

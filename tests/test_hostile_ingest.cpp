@@ -15,6 +15,8 @@
 #include <fmt/format.h>
 
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <filesystem>
@@ -105,30 +107,92 @@ TEST_F(HostileIngest, ATruncatedLastLineIsReportedWithoutLosingTheRest) {
     EXPECT_EQ(stored("cut"), 99u);
 }
 
+// `command` run as a child of its own (sh execs it): its exit code and peak
+// resident memory in MB, measured by the kernel for that process alone.
+std::pair<int, long> run_measured(const std::string& command) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        ::execl("/bin/sh", "sh", "-c", ("exec " + command + " > /dev/null 2>&1").c_str(), (char*)nullptr);
+        ::_exit(127);
+    }
+    int status = 0;
+    struct rusage usage{};
+    ::wait4(pid, &status, 0, &usage);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, usage.ru_maxrss / 1024};
+}
+
+// `lines` JSONL lines of six values (about 100 bytes each) into `path`.
+void write_large_log(const std::string& path, int lines) {
+    std::ofstream out(path, std::ios::binary);
+    for (int s = 0; s < lines; s++)
+        out << fmt::format("{{\"step\": {}, \"loss\": {:.6f}, \"grad_norm\": {:.6f}, \"lr\": 0.0003, "
+                           "\"tokens_per_s\": 123456.7, \"time\": {:.3f}}}\n",
+                           s, 4.0 - s * 1e-6, 1.0 + (s % 7) * 0.01, 1.7e9 + s * 0.5);
+}
+
 // A large log is read and stored a piece at a time: a 60 MB import (600,000
 // lines of six values) stores every value and its process stays far below
 // the 743 MB it took when the whole file and every parsed point were held.
 TEST_F(HostileIngest, ALargeImportIsStoredInBoundedMemory) {
     const std::string log = dir.file("large.jsonl");
-    {
-        std::ofstream out(log, std::ios::binary);
-        for (int s = 0; s < 600000; s++)
-            out << fmt::format("{{\"step\": {}, \"loss\": {:.6f}, \"grad_norm\": {:.6f}, \"lr\": 0.0003, "
-                               "\"tokens_per_s\": 123456.7, \"time\": {:.3f}}}\n",
-                               s, 4.0 - s * 1e-6, 1.0 + (s % 7) * 0.01, 1.7e9 + s * 0.5);
-    }
+    write_large_log(log, 600000);
     ASSERT_GT(std::filesystem::file_size(log), 60u << 20);
-    struct rusage before{};
-    ::getrusage(RUSAGE_CHILDREN, &before);
-    auto r = test::run_command(fmt::format("{} ingest --store {} --run large {}", HLAT_BINARY, store(), log));
-    struct rusage after{};
-    ::getrusage(RUSAGE_CHILDREN, &after);
-    ASSERT_EQ(r.exit_code, 0) << r.output.substr(0, 2000);
+    const auto [exit_code, peak_mb] = run_measured(fmt::format("{} ingest --store {} --run large {}", HLAT_BINARY, store(), log));
+    ASSERT_EQ(exit_code, 0);
     EXPECT_EQ(stored("large"), 600000u);
     EXPECT_EQ(stored("large", "tokens_per_s"), 600000u);
     EXPECT_EQ(status("large"), "finished");
-    const long peak_mb = after.ru_maxrss / 1024;  // the largest child so far: this import, or an earlier, smaller one
+    EXPECT_GT(peak_mb, 0);
     EXPECT_LT(peak_mb, 200) << "peak resident memory of a 60 MB import, in MB";
+}
+
+// Past the first 4 MB piece: a bad line stops the import there, every line
+// before it stored; a CSV's header carries into every piece.
+TEST_F(HostileIngest, PiecesOfALargeLogJoinUp) {
+    std::string text = jsonl(0, 150000);  // about 4.5 MB: the bad line is in the second piece
+    text += "not json\n" + jsonl(150000, 150010);
+    auto r = ingest(text, "stops");
+    EXPECT_EQ(r.exit_code, 1) << r.output.substr(0, 2000);
+    EXPECT_NE(r.output.find("stops.jsonl:150001: not valid JSON"), std::string::npos) << r.output.substr(0, 2000);
+    EXPECT_EQ(stored("stops"), 150000u);
+    EXPECT_EQ(status("stops"), "stopped");
+    std::string csv = "step,loss,grad_norm\n";
+    for (int s = 0; s < 300000; s++) csv += fmt::format("{},{},1.0\n", s, 3.0 - s * 1e-6);
+    std::ofstream(dir.file("big.csv"), std::ios::binary) << csv;
+    r = test::run_command(fmt::format("{} ingest --store {} --run csv {}", HLAT_BINARY, store(), dir.file("big.csv")));
+    ASSERT_EQ(r.exit_code, 0) << r.output.substr(0, 2000);
+    EXPECT_EQ(stored("csv", "grad_norm"), 300000u) << "the header named the columns of every piece";
+}
+
+// An import interrupted (Ctrl-C, SIGTERM) ends its run "stopped" with what it
+// stored so far, not "running" until the server's stale sweep.
+TEST_F(HostileIngest, AnInterruptedImportEndsItsRunStopped) {
+    const std::string log = dir.file("interrupted.jsonl");
+    write_large_log(log, 400000);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        const std::string command = fmt::format("exec {} ingest --store {} --run cut {} > /dev/null 2>&1", HLAT_BINARY,
+                                                store(), log);
+        ::execl("/bin/sh", "sh", "-c", command.c_str(), (char*)nullptr);
+        ::_exit(127);
+    }
+    bool storing = false;  // wait until the import is storing, then interrupt it
+    for (int i = 0; i < 600 && !storing; i++) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        std::optional<RunRecord> run;
+        try {
+            run = Reader(store()).find_run("cut");
+        } catch (const std::exception&) {
+        }
+        storing = run.has_value();
+    }
+    ::kill(pid, SIGTERM);
+    int wait_status = 0;
+    ::waitpid(pid, &wait_status, 0);
+    ASSERT_TRUE(storing) << "the import never opened its run";
+    EXPECT_EQ(WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1, 1);
+    EXPECT_EQ(status("cut"), "stopped");
+    EXPECT_LT(stored("cut"), 400000u) << "interrupted before the end";
 }
 
 // A line past kMaxLineBytes is a bad line that says so, and a reader keeps
