@@ -7,6 +7,7 @@
 #include "telemetry/sqlite.h"
 #include "telemetry/untrusted_text.h"
 #include "telemetry/writer.h"
+#include "served_store.h"
 #include "test_http.h"
 #include "test_util.h"
 #include "web/server.h"
@@ -31,21 +32,8 @@ using test::http_post;
 
 const std::string kToken = "hostile-test-token-0123456789";
 
-// A store with one run, "r", of 100 loss points.
-std::string store_with_a_run(const test::ScratchDir& dir) {
-    Writer w(dir.file("s.db"));
-    RunRecord r;
-    r.name = "r";
-    r.source = "ingest";
-    int64_t id = w.open_run(r, false);
-    for (int s = 0; s < 100; s++) w.metric(id, "loss", s, 3.0 - 0.01 * s, 1000.0 + s);
-    w.event(id, {"start", 0, 1000.0, "test"});
-    return dir.file("s.db");
-}
-
-web::ServerOptions options(const std::string& store) {
-    return {store, "127.0.0.1", 0, std::string(HLAT_SOURCE_DIR) + "/web/static", "", kToken, {}};
-}
+using test::store_with_a_run;
+web::ServerOptions options(const std::string& store) { return test::server_options(store, kToken); }
 
 // Every reply is JSON a browser can read: valid UTF-8, parseable, with an error message.
 void expect_json_error(const std::pair<int, std::string>& reply, int status, const std::string& needle,
@@ -357,7 +345,9 @@ TEST(HostileServer, RequestsWithTheTokenDoNotWaitBehindReads) {
         readers.emplace_back([&] {
             if (http_get(server.port(), "/api/v1/runs/big/series?key=loss&to=199999").first == 200) answered++;
         });
-    while (answered == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the reads are being served
+    for (int i = 0; i < 60000 && answered == 0; i++)  // the reads are being served (a minute at most)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_GT(answered, 0) << "no read was answered";
     auto ingest = http_post(server.port(), "/api/v1/runs/r/ingest", kToken, R"({"step": 101, "loss": 1.9})" "\n");
     const int reads_before_ingest = answered;
     for (auto& t : readers) t.join();

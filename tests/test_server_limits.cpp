@@ -5,7 +5,7 @@
 // connections per client, the header timeout, streams, bodies and their
 // budget and the token's own pool in test_hostile_server.cpp; points per
 // series, CSV keys and report runs in test_web.cpp.)
-#include "telemetry/writer.h"
+#include "served_store.h"
 #include "test_http.h"
 #include "test_util.h"
 #include "web/limits.h"
@@ -27,22 +27,8 @@ using test::http_get;
 
 const std::string kToken = "limits-test-token-0123456789";
 
-// A store with one run, "r", of `steps` loss points.
-std::string store_with_a_run(const test::ScratchDir& dir, int64_t steps) {
-    telemetry::Writer w(dir.file("s.db"));
-    telemetry::RunRecord r;
-    r.name = "r";
-    r.source = "ingest";
-    const int64_t id = w.open_run(r, false);
-    std::vector<telemetry::MetricPoint> points;
-    for (int64_t s = 0; s < steps; s++) points.push_back({"loss", s, 3.0 - 1e-5 * (double)(s % 1000), 1000.0 + (double)s});
-    w.metrics(id, std::move(points));
-    return dir.file("s.db");
-}
-
-web::ServerOptions options(const std::string& store) {
-    return {store, "127.0.0.1", 0, std::string(HLAT_SOURCE_DIR) + "/web/static", "", kToken, {}};
-}
+using test::store_with_a_run;
+web::ServerOptions options(const std::string& store) { return test::server_options(store, kToken); }
 
 // The start of the reply on `fd`, up to 512 bytes ("" when none came).
 std::string reply_start(int fd) {
@@ -114,11 +100,13 @@ TEST(ServerLimits, FiveHundredTwelveConnectionsInAll) {
     test::ScratchDir dir("limits_connections");
     web::Server server(options(store_with_a_run(dir, 10)));
     const int clients = limits::kMaxConnections / limits::kMaxConnectionsPerClient;
-    const std::string body_under_way = fmt::format(
-        "POST /api/v1/runs/r/ingest HTTP/1.1\r\nHost: 127.0.0.1\r\nX-HLAT-Token: {}\r\nContent-Length: 100\r\n\r\n", kToken);
+    // Each asks to go on with its body: the 100 Continue says its header was read.
+    const std::string body_under_way = fmt::format("POST /api/v1/runs/r/ingest HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                                   "X-HLAT-Token: {}\r\nExpect: 100-continue\r\nContent-Length: 100\r\n\r\n",
+                                                   kToken);
     std::vector<int> served = open_connections(server.port(), clients, limits::kMaxConnectionsPerClient, body_under_way);
     ASSERT_EQ(served.size(), (size_t)limits::kMaxConnections);
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // every header is read
+    for (int fd : served) ASSERT_EQ(status_of(reply_start(fd)), 100);
     int fd = test::connect_from("127.0.0.100", server.port(), 20);
     ASSERT_GE(fd, 0);
     const std::string refusal = reply_start(fd);
@@ -127,14 +115,20 @@ TEST(ServerLimits, FiveHundredTwelveConnectionsInAll) {
     ::close(fd);
     close_all(served);
 
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the server has seen them go
+    // Once the server has seen those go, 512 idle ones: the next gets room.
+    const std::string request = get_request("/api/v1/runs");
+    auto answered_from_a_new_client = [&] {
+        const int fd = test::connect_from("127.0.0.100", server.port(), 20);
+        ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+        const int status = status_of(reply_start(fd));
+        ::close(fd);
+        return status;
+    };
+    for (int i = 0; i < 100 && answered_from_a_new_client() != 200; i++)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
     std::vector<int> idle = open_connections(server.port(), clients, limits::kMaxConnectionsPerClient, "");
     ASSERT_EQ(idle.size(), (size_t)limits::kMaxConnections);
-    fd = test::connect_from("127.0.0.100", server.port(), 20);
-    const std::string request = get_request("/api/v1/runs");
-    ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-    EXPECT_EQ(status_of(reply_start(fd)), 200) << "an idle connection made room";
-    ::close(fd);
+    EXPECT_EQ(answered_from_a_new_client(), 200) << "an idle connection made room";
     char c;
     EXPECT_EQ(::recv(idle.front(), &c, 1, MSG_DONTWAIT), 0) << "the oldest idle connection was closed";
     close_all(idle);
@@ -172,6 +166,11 @@ TEST(ServerLimits, AStreamNames64KeysAndACatalogueRequest256) {
     auto stream = http(server.port(), get_request("/api/v1/runs/r/stream?keys=" + keys(65)), 10);
     EXPECT_EQ(stream.first, 400) << stream.second;
     EXPECT_NE(stream.second.find("1 to 64 metric keys"), std::string::npos) << stream.second;
+    const int fd = test::connect_local(server.port(), 10);
+    const std::string request = get_request("/api/v1/runs/r/stream?keys=" + keys(64));
+    ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    EXPECT_EQ(status_of(reply_start(fd)), 200) << "64 keys stream";
+    ::close(fd);
     auto catalogue = http_get(server.port(), "/api/v1/catalogue?keys=" + keys(257));
     EXPECT_EQ(catalogue.first, 400) << catalogue.second;
     EXPECT_NE(catalogue.second.find("at most 256 keys"), std::string::npos) << catalogue.second;
