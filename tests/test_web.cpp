@@ -189,6 +189,19 @@ TEST_F(WebApi, ReadsWithoutTheTokenAreBounded) {
     r = api.handle(get("/api/v1/report", {{"runs", distinct}}));
     EXPECT_EQ(r.status, 400) << r.body;
     EXPECT_NE(r.body.find("at most 16"), std::string::npos) << r.body;
+
+    // A run's alerts: the latest 2,000, with how many were left out.
+    ASSERT_EQ(api.handle(post("/api/v1/runs/noisy/start", "secret-token", "{}")).status, 200);
+    {
+        Writer w(dir_->file("s.db"));
+        const int64_t noisy = Reader(dir_->file("s.db")).find_run("noisy")->id;
+        for (int s = 0; s < 2500; s++) w.alert(noisy, {"loss_jump", "warning", s, "a jump", "{}", 1000.0 + s});
+    }
+    json alerts = json::parse(api.handle(get("/api/v1/runs/noisy/alerts")).body);
+    ASSERT_EQ(alerts["alerts"].size(), 2000u);
+    EXPECT_EQ(alerts["alerts"][0]["step"], 500) << "the latest ones";
+    EXPECT_EQ(alerts["total"], 2500);
+    EXPECT_EQ(alerts["omitted"], 500);
 }
 
 // What the page reads besides the series: spike episodes at full resolution,

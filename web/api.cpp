@@ -29,6 +29,10 @@ using namespace hlat::telemetry;
 namespace {
 
 constexpr size_t kMaxReportRuns = 16;  // runs one report compares
+// Alerts one reply lists, the latest: a run with tens of thousands (a noisy
+// detector over a long run) made replies of megabytes, each read holding
+// tens of MB while it was built.
+constexpr size_t kMaxAlertsListed = 2000;
 
 // Run names as a request lists them: "a,b", or a JSON array of strings for
 // names that hold commas (["lr=1e-3,bs=32", "b"]), as Lightning's often do.
@@ -237,11 +241,15 @@ Response Api::handle_run(const Request& r, const std::string& name, const std::s
     if (what == "csv") return csv_reply(store_, run->id, r);
     if (what == "annotate") return annotate(*run, r.body);
     if (what == "alerts") {
+        const std::vector<Alert> alerts = reader.alerts(run->id);
+        const size_t omitted = alerts.size() > kMaxAlertsListed ? alerts.size() - kMaxAlertsListed : 0;
         json out = json::array();
-        for (const Alert& a : reader.alerts(run->id))
+        for (size_t i = omitted; i < alerts.size(); i++) {
+            const Alert& a = alerts[i];
             out.push_back({{"kind", a.kind}, {"severity", a.severity}, {"step", a.step}, {"message", a.message},
                            {"data", parse_or_null(a.data)}, {"time", a.wall_time}});
-        return reply(200, {{"alerts", out}});
+        }
+        return reply(200, {{"alerts", out}, {"total", alerts.size()}, {"omitted", omitted}});
     }
     if (what == "events") {
         json out = json::array();

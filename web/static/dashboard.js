@@ -250,9 +250,12 @@ function zoomTo(from, to) {
 }
 
 async function loadAlerts() {
-  const { alerts } = await fetchJson(api("/alerts"));
+  const { alerts, omitted } = await fetchJson(api("/alerts"));
   state.alerts = alerts;
-  $("#alerts").replaceChildren(...alerts.map((a) => {
+  const earlier = omitted ? [Object.assign(document.createElement("li"), {
+    textContent: `${omitted} earlier alerts are not listed (the server lists the latest ${alerts.length})`,
+  })] : [];
+  $("#alerts").replaceChildren(...earlier, ...alerts.map((a) => {
     const li = document.createElement("li");
     li.className = a.severity;
     const link = Object.assign(document.createElement("a"), { href: "#", textContent: `step ${a.step}` });
