@@ -324,31 +324,21 @@ TEST(HostileServer, BodiesInFlightShareOneBudget) {
 // reads still wait, for it runs on a pool of its own.
 TEST(HostileServer, RequestsWithTheTokenDoNotWaitBehindReads) {
     test::ScratchDir dir("hostile_token_room");
-    const std::string store = store_with_a_run(dir);
-    {
-        Writer w(store);
-        RunRecord r;
-        r.name = "big";
-        r.source = "ingest";
-        const int64_t id = w.open_run(r, false);
-        std::vector<MetricPoint> points;
-        for (int64_t s = 0; s < 200000; s++) points.push_back({"loss", s, 3.0 - 1e-6 * (double)s, 1000.0 + (double)s});
-        w.metrics(id, std::move(points));
-    }
+    const std::string store = store_with_a_run(dir, 200000);
     web::Server server(options(store));
-    auto warm = http_post(server.port(), "/api/v1/runs/r/ingest", kToken, R"({"step": 100, "loss": 2.0})" "\n");
+    auto warm = http_post(server.port(), "/api/v1/runs/r/ingest", kToken, R"({"step": 200000, "loss": 2.0})" "\n");
     ASSERT_EQ(warm.first, 200) << warm.second;
     const int kReads = 48;  // under the 64 connections one client may keep
     std::atomic<int> answered{0};
     std::vector<std::thread> readers;
     for (int i = 0; i < kReads; i++)
         readers.emplace_back([&] {
-            if (http_get(server.port(), "/api/v1/runs/big/series?key=loss&to=199999").first == 200) answered++;
+            if (http_get(server.port(), "/api/v1/runs/r/series?key=loss&to=199999").first == 200) answered++;
         });
     for (int i = 0; i < 60000 && answered == 0; i++)  // the reads are being served (a minute at most)
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     EXPECT_GT(answered, 0) << "no read was answered";
-    auto ingest = http_post(server.port(), "/api/v1/runs/r/ingest", kToken, R"({"step": 101, "loss": 1.9})" "\n");
+    auto ingest = http_post(server.port(), "/api/v1/runs/r/ingest", kToken, R"({"step": 200001, "loss": 1.9})" "\n");
     const int reads_before_ingest = answered;
     for (auto& t : readers) t.join();
     EXPECT_EQ(ingest.first, 200) << ingest.second;
