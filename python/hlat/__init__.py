@@ -9,15 +9,19 @@
 
 `log` never waits on the network: values are queued and a background thread
 sends them in batches to `hlat serve`, whose detectors answer with the run's
-state. A halt (a detector with the halt policy, or a person on the page)
-raises HaltRequested at the next `log` or `should_stop` on every rank.
+state, or keeps them in a spool file while it does not answer
+(HLAT_MODE=offline: always; `python3 -m hlat sync` uploads it). A halt (a
+detector with the halt policy, or a person on the page) raises HaltRequested
+at the next `log` in a single process; a job of several ranks checks
+`run.should_stop(step)` on every rank instead.
 A run the script does not finish() is ended for it: "crashed" by an uncaught
 exception or SIGTERM, "stopped" by Ctrl-C, "finished" at a normal exit
 (docs/external-trainers.md, "How a run ends").
 PyTorch probes (gradient norms, replica hashes, TP drift, causality) are in
 `hlat.torch`.
 """
-from .client import HaltRequested, Run, init
+from ._http import RunExists, ServerError
+from .client import DisabledRun, HaltRequested, Run, init
 
-__all__ = ["HaltRequested", "Run", "init"]
-__version__ = "0.1.0"
+__all__ = ["DisabledRun", "HaltRequested", "Run", "RunExists", "ServerError", "init"]
+__version__ = "0.2.0"

@@ -2,6 +2,7 @@
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -15,6 +16,10 @@ import torch  # noqa: E402
 
 HLAT = os.environ.get("HLAT_BINARY", "hlat")
 TOKEN = "client-test-token"
+# Tests sample system metrics only where they ask for them, and spool only into a scratch folder
+# (never into the source tree); child processes inherit both.
+os.environ.setdefault("HLAT_SYSTEM_INTERVAL", "0")
+os.environ.setdefault("HLAT_DIR", tempfile.mkdtemp(prefix="hlat-spool-test-"))
 
 
 class ServerTestCase(unittest.TestCase):
@@ -32,12 +37,12 @@ class ServerTestCase(unittest.TestCase):
 class Server:
     """hlat serve --create on a scratch store, on a free port, until stop()."""
 
-    def __init__(self, *extra):
+    def __init__(self, *extra, port=0):
         self.dir = tempfile.mkdtemp(prefix="hlat-client-test-")
         self.store = os.path.join(self.dir, "s.db")
         self.log = open(os.path.join(self.dir, "serve.log"), "w+")
-        self.proc = subprocess.Popen([HLAT, "serve", "--create", "--store", self.store, "--port", "0", "--token", TOKEN,
-                                      *extra], stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen([HLAT, "serve", "--create", "--store", self.store, "--port", str(port),
+                                      "--token", TOKEN, *extra], stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 30
         self.url = None
         while time.time() < deadline and self.url is None:
@@ -54,14 +59,28 @@ class Server:
         with urllib.request.urlopen(self.url + path) as r:
             return json.loads(r.read())
 
-    def post(self, path):
-        req = urllib.request.Request(self.url + path, data=b"", method="POST", headers={"X-HLAT-Token": TOKEN})
+    def post(self, path, body=b""):
+        req = urllib.request.Request(self.url + path, data=body, method="POST", headers={"X-HLAT-Token": TOKEN})
         with urllib.request.urlopen(req) as r:
             return json.loads(r.read())
+
+    def runs(self):
+        return {r["name"]: r for r in self.get("/api/v1/runs")["runs"]}
+
+    def steps(self, run, key="loss"):
+        """The steps stored for `key`, in order (a step stored twice would show twice)."""
+        return [p[0] for p in self.get(f"/api/v1/runs/{run}/series?key={key}")["points"]]
 
     def stop(self):
         self.proc.terminate()
         self.proc.wait(timeout=30)
+        self.log.close()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class TinyLM(torch.nn.Module):

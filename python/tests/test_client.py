@@ -388,7 +388,7 @@ class HostileValues(ServerTestCase):
         self.assertIn("'loss' at step 5 is not stored: list [1.0, 2.0] is not a number", logs.output[0])
         self.assertEqual(self.stored_steps("bad-value"), [s for s in range(20) if s != 5])
         self.assertEqual(len(self.stored_steps("bad-value", "grad_norm")), 20, "the rest of step 5 is stored")
-        self.assertEqual((run.stats["retries"], run.stats["dropped_values"], run.stats["dropped_batches"]), (0, 1, 0))
+        self.assertEqual((run.stats["retries"], run.stats["dropped_values"], run.stats["dropped_lines"]), (0, 1, 0))
         runs = {r["name"]: r for r in self.server.get("/api/v1/runs")["runs"]}
         self.assertEqual(runs["bad-value"]["status"], "finished")
 
@@ -412,7 +412,7 @@ class HostileValues(ServerTestCase):
                     run.log(values, step=step)
                 run.finish()
             self.assertEqual(self.stored_steps(name), list(range(300)), f"seed {seed}")
-            self.assertEqual((run.stats["retries"], run.stats["dropped_batches"]), (0, 0), f"seed {seed}")
+            self.assertEqual((run.stats["retries"], run.stats["dropped_lines"]), (0, 0), f"seed {seed}")
             said = [line.split(" at step ")[0] for line in logs.output]
             self.assertEqual(len(said), len(set(said)), f"each key is said once: {logs.output}")
 
@@ -427,11 +427,16 @@ class HostileValues(ServerTestCase):
                 run.flush()
             run.finish()
             self.assertEqual(server.ingests, 4, "the refused batch was not sent again; the later ones were sent")
-            self.assertEqual((run.stats["dropped_batches"], run.stats["retries"]), (1, 0))
+            self.assertEqual((run.stats["dropped_lines"], run.stats["retries"]), (1, 0))
         finally:
             server.shutdown()
             server.server_close()
 
+
+# ctest runs test_client, test_ddp and test_tensorboard (tests/CMakeLists.txt): the client's
+# other test files run with this one there (each also runs alone: python3 -m unittest test_offline).
+from test_offline import Modes, Spooled  # noqa: E402,F401
+from test_run_options import CausalityProbe, RunOptions  # noqa: E402,F401
 
 if __name__ == "__main__":
     unittest.main()
