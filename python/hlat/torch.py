@@ -42,38 +42,19 @@ def param_norm(model, key="param_norm"):
 
 
 class SystemMetrics:
-    """The page's system panel for an external trainer: this process's CPU % since the
-    previous call (100 = one core) and resident memory, and with CUDA the GPU's memory
-    in use and, where the driver's NVML is there, its utilisation. Same keys as hlat's
-    own trainer:  run.log({..., **system()}, step=step)  with  system = hlat.torch.SystemMetrics().
+    """The page's system panel, sampled when called: this process's CPU % since the previous
+    call (100 = one core) and resident memory, and with CUDA in use the memory PyTorch holds
+    and, where the driver's NVML is there, the GPU's utilisation. Same keys as hlat's own
+    trainer:  run.log({..., **system()}, step=step)  with  system = hlat.torch.SystemMetrics().
+    hlat.init samples the same on a thread of its own (system_interval, every 10 s by default).
     """
 
     def __init__(self):
-        import resource
-        import time
-        self._resource, self._time = resource, time
-        self._last = (self._cpu(), time.monotonic())
-
-    def _cpu(self):
-        u = self._resource.getrusage(self._resource.RUSAGE_SELF)
-        return u.ru_utime + u.ru_stime
+        from ._system import Probe
+        self._probe = Probe()
 
     def __call__(self):
-        cpu, now = self._cpu(), self._time.monotonic()
-        (last_cpu, last_now), self._last = self._last, (cpu, now)
-        out = {"cpu_pct": 100.0 * (cpu - last_cpu) / (now - last_now) if now > last_now else 0.0}
-        try:
-            with open("/proc/self/statm") as f:
-                out["rss_mb"] = int(f.read().split()[1]) * self._resource.getpagesize() / 2**20
-        except (OSError, IndexError, ValueError):
-            pass
-        if torch.cuda.is_available():
-            out["gpu_mem_mb"] = torch.cuda.memory_allocated() / 2**20
-            try:
-                out["gpu_util_pct"] = float(torch.cuda.utilization())
-            except Exception:  # no NVML (pynvml) in this environment: memory only
-                pass
-        return out
+        return self._probe()
 
 
 def tensor_hashes(tensors):
@@ -89,33 +70,64 @@ def tensor_hashes(tensors):
     return torch.stack(out) if out else torch.zeros(0, dtype=torch.int64)
 
 
-def check_replicas(run, model, step, grads=False, group_key=0):
-    """Data-parallel replica check: every rank hashes its parameters (or, with grads=True,
-    its reduced gradients: call it between backward and clipping); rank 0 compares each rank
-    with the first rank of the same group_key (the TP rank, when TP shards differ) and logs
-    replica_mismatch (ranks that differ) with an event naming the first tensor. Collective.
+def _replica_tensors(model, grads):
+    """[(kind, [(name, tensor)])] to hash: gradients, parameters, or both (grads=None)."""
+    named = _named(model)
+    gradients = [(n, p.grad) for n, p in named if p.grad is not None]
+    kinds = []
+    if grads is True or (grads is None and gradients):
+        kinds.append(("gradient", gradients))
+    if grads is not True:
+        kinds.append(("parameter", [(n, p) for n, p in named]))
+    return kinds
+
+
+def _differences(kinds, mine, reference):
+    """'1 gradient tensor(s), first "h.1.mlp.c_fc.weight"' for each kind that differs."""
+    parts = []
+    for (kind, named), a, b in zip(kinds, reference, mine):
+        differ = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+        if differ or len(a) != len(b):
+            first = named[differ[0]][0] if differ else "(a different set of tensors)"
+            parts.append(f"{len(differ)} {kind} tensor(s), first \"{first}\"")
+    return parts
+
+
+def check_replicas(run, model, step, grads=None, group_key=0):
+    """Data-parallel replica check, a collective: every rank hashes its reduced gradients and
+    its parameters; rank 0 compares each rank with the first rank of the same group_key (the
+    TP rank, when TP shards differ) and logs replica_mismatch (ranks that differ) with an event
+    naming, for each, the first tensor that differs.
+
+    Call it between backward and gradient clipping. Under global-norm clipping one tensor's
+    wrong gradient changes the clip factor of all, so after the step every parameter differs
+    and the parameters name the wrong tensor; the gradients, before clipping, name the right
+    one. grads=None (the default) hashes both when gradients are there (the gradients name the
+    tensor; the parameters show a difference left by any earlier step, which a check of this
+    step's gradients cannot), parameters alone when they are not (after zero_grad());
+    grads=True gradients only, grads=False parameters only.
     """
+    if getattr(run, "disabled", False):
+        return 0
     d = _dist()
-    named = [(n, p.grad if grads else p) for n, p in _named(model)]
-    named = [(n, t) for n, t in named if t is not None]
-    hashes = tensor_hashes([t for _, t in named]).cpu().tolist()
+    kinds = _replica_tensors(model, grads)
+    flat = tensor_hashes([t for _, named in kinds for _, t in named]).cpu().tolist()
+    hashes, at = [], 0
+    for _, named in kinds:
+        hashes.append(flat[at:at + len(named)])
+        at += len(named)
     rows = [(group_key, hashes)]
     if d is not None:
         rows = [None] * d.get_world_size()
         d.all_gather_object(rows, (group_key, hashes))
     if run.rank != 0:
         return 0
-    what = "gradient" if grads else "parameter"
     reference, bad = {}, []
     for rank, (key, h) in enumerate(rows):
         ref_rank = reference.setdefault(key, rank)
-        if ref_rank == rank:
-            continue
-        differ = [i for i, (a, b) in enumerate(zip(rows[ref_rank][1], h)) if a != b]
-        if differ or len(h) != len(rows[ref_rank][1]):
-            first = named[differ[0]][0] if differ else "(a different set of tensors)"
-            bad.append(f"rank {rank} differs from rank {ref_rank} in {len(differ)} {what} tensor(s), first "
-                       f"\"{first}\"")
+        parts = [] if ref_rank == rank else _differences(kinds, h, rows[ref_rank][1])
+        if parts:
+            bad.append(f"rank {rank} differs from rank {ref_rank} in " + " and ".join(parts))
     # The event first: a batch cut between the two still gives the detector the
     # ranks and tensor with (or before) the value.
     if bad:
@@ -145,19 +157,60 @@ def tp_drift(run, tensors, group, step):
     return values
 
 
+def _logits(out):
+    """The logits of a model's output: the tensor itself, or the first item of a tuple or list
+    (nanoGPT's forward returns (logits, loss))."""
+    if isinstance(out, (tuple, list)):
+        out = out[0] if out else None
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"the causality probe needs logits (B, T, V) from the model, or a tuple whose first item "
+                        f"they are; it returned {type(out).__name__}")
+    return out
+
+
+def _all_positions(model_fn, tokens):
+    """Logits for every position. A model that gives fewer without targets (nanoGPT's forward
+    gives the last position only) is asked again with the tokens as targets, as its training
+    step does."""
+    logits = _logits(model_fn(tokens))
+    if logits.dim() == 3 and logits.shape[1] != tokens.shape[1]:
+        try:
+            logits = _logits(model_fn(tokens, tokens))
+        except TypeError:
+            pass
+    if logits.dim() != 3 or logits.shape[1] != tokens.shape[1]:
+        raise ValueError(f"the causality probe needs logits for every one of the {tokens.shape[1]} positions, "
+                         f"(batch, positions, vocab); the model gave {tuple(logits.shape)}: pass a function that "
+                         "returns them, e.g. lambda x: model(x, x)[0]")
+    return logits
+
+
 @torch.no_grad()
 def causality_probe(model_fn, vocab_size, seq_len, batch=1, device=None, seed=0):
     """Logits at positions <= T/2 must not change when only tokens after T/2 change.
+    model_fn: a model (nn.Module) or any callable of the tokens (B, T) returning logits
+    (B, T, V) or a tuple/list whose first item they are. A module is put in eval mode for the
+    probe (dropout would change logits by itself) and on its own device unless `device` says.
     Returns (largest change, first position that changed or -1)."""
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, vocab_size, (batch, seq_len), generator=g)
     changed = tokens.clone()
     t = seq_len // 2
     changed[:, t + 1:] = (changed[:, t + 1:] + 1) % vocab_size
+    module = model_fn if isinstance(model_fn, torch.nn.Module) else None
+    if device is None and module is not None:
+        device = next((p.device for p in module.parameters()), None)
     if device is not None:
         tokens, changed = tokens.to(device), changed.to(device)
-    before = model_fn(tokens)[:, : t + 1].float()
-    after = model_fn(changed)[:, : t + 1].float()
+    training = module.training if module is not None else False
+    if module is not None:
+        module.eval()
+    try:
+        before = _all_positions(model_fn, tokens)[:, : t + 1].float()
+        after = _all_positions(model_fn, changed)[:, : t + 1].float()
+    finally:
+        if module is not None:
+            module.train(training)
     diff = (before - after).abs().nan_to_num(nan=float("inf"))
     per_position = diff.amax(dim=(0, 2))
     changed_at = torch.nonzero(per_position > 0)
@@ -165,9 +218,12 @@ def causality_probe(model_fn, vocab_size, seq_len, batch=1, device=None, seed=0)
 
 
 def probe_causality(run, model_fn, vocab_size, seq_len, step=0, batch=1, device=None, tolerance=0.0, timeout=30.0):
-    """Runs the causality probe and sends causality_leak (0 when within tolerance); waits for
-    hlat's verdict and raises HaltRequested when the information_leak detector halts the run.
-    Call it before the first step and every N steps, on every rank (model in eval mode is best)."""
+    """Runs the causality probe (model_fn: see causality_probe) and sends causality_leak (0
+    when within tolerance); waits for hlat's verdict and raises HaltRequested when the
+    information_leak detector halts the run. Call it before the first step and every N steps,
+    on every rank (a collective with torch.distributed: should_stop)."""
+    if getattr(run, "disabled", False):
+        return 0.0
     leak, position = causality_probe(model_fn, vocab_size, seq_len, batch, device)
     value = leak if leak > tolerance else 0.0
     if run.rank == 0:
