@@ -75,7 +75,8 @@ struct Options {
     OnHalt on_halt;
 };
 
-// --meta precision=bf16,bytes_per_param=10: precision is a column of the run, the rest its meta.
+// --meta precision=bf16,bytes_per_param=10 (the option may repeat): precision
+// is a column of the run, the rest its meta (hlat compare reads seed there).
 void parse_meta(const std::string& text, Options& o) {
     for (auto& [key, value] : parse_key_map(text)) {
         if (key == "precision") {
@@ -120,8 +121,10 @@ class ImportedRun {
         }
         if (!session_) {
             const int64_t step = !points.empty() ? points.front().step : !events.empty() ? events.front().step : 0;
+            session::SessionOptions options;
+            options.halts = false;  // nothing is left to halt: its alerts are stored, no halt request
             session_ = session::RunSession::open(&writer_, run_record(o_, name_),
-                                                 {o_.resume, "start", step, first, "ingest " + o_.file});
+                                                 {o_.resume, "start", step, first, "ingest " + o_.file}, options);
             opened_at_ = first;
         }
         values_ += points.size();
@@ -380,7 +383,8 @@ Options parse_ingest_options(const po::variables_map& vm) {
     o.pattern = vm["pattern"].as<std::string>();
     if (!o.pattern.empty() && o.auto_format) o.auto_format = false, o.format = LogFormat::Pattern;
     o.rename = parse_key_map(vm["map"].as<std::string>());
-    parse_meta(vm["meta"].as<std::string>(), o);
+    if (vm.count("meta"))
+        for (const std::string& pairs : vm["meta"].as<std::vector<std::string>>()) parse_meta(pairs, o);
     o.follow = vm.count("follow") > 0;
     o.resume = vm.count("resume") > 0;
     o.idle_exit = vm["idle-exit"].as<double>();
@@ -419,8 +423,9 @@ int ingest_command(int argc, char** argv) {
         ("pattern", po::value<std::string>()->default_value(""),
          "for console logs: e.g. \"step: {step} loss: {loss} grad_norm: {grad_norm}\" (implies --format pattern)")
         ("map", po::value<std::string>()->default_value(""), "rename keys: LOG_NAME=HLAT_NAME,... e.g. train_loss=loss")
-        ("meta", po::value<std::string>()->default_value(""),
-         "what the log does not say: precision=bf16,bytes_per_param=10,world_size=8")
+        ("meta", po::value<std::vector<std::string>>()->composing(),
+         "what the log does not say, repeatable: --meta seed=1 --meta precision=bf16,bytes_per_param=10 (seed "
+         "pairs the run with other settings' runs of that seed in hlat compare)")
         ("config", po::value<std::string>()->default_value("{}"),
          "JSON to record as the run's config; its \"detectors\" section sets the detectors")
         ("resume", "add to an existing run of that name")
@@ -462,7 +467,7 @@ int ingest_command(int argc, char** argv) {
     std::ifstream in(o.file, std::ios::binary);
     if (!in) throw std::runtime_error(fmt::format("cannot open {}", o.file));
     if (o.auto_format) {
-        std::string head(4096, '\0');
+        std::string head(1 << 20, '\0');  // a console log's banner and config dump come first
         in.read(head.data(), (std::streamsize)head.size());
         head.resize((size_t)in.gcount());
         in.clear();

@@ -31,7 +31,8 @@ const std::vector<std::pair<std::string, std::string>>& alias_table() {
         {"learning_rate", "lr"},                   // Hugging Face Trainer's log_history
         {"train/learning_rate", "lr"},             // Hugging Face Trainer (TensorBoard, W&B)
         {"train/lr", "lr"},
-        {"learning-rate", "lr"},                   // Megatron-LM
+        {"learning-rate", "lr"},                   // Megatron-LM (TensorBoard)
+        {"learning rate", "lr"},                   // Megatron-LM (console)
         {"lr-AdamW", "lr"},                        // Lightning's LearningRateMonitor
         {"optim/learning_rate_group0", "lr"},      // OLMo
         {"optim/LR (group 0)", "lr"},              // OLMo-core
@@ -49,12 +50,23 @@ const std::vector<std::pair<std::string, std::string>>& alias_table() {
         {"num_tokens", "tokens_seen"},
         {"train/num_input_tokens_seen", "tokens_seen"},  // Hugging Face Trainer
         {"num_input_tokens_seen", "tokens_seen"},
+        {"total_tokens", "tokens_seen"},
+        {"tokens_processed", "tokens_seen"},
+        {"train/tokens", "tokens_seen"},
+        {"consumed_tokens", "tokens_seen"},
+        {"consumed tokens", "tokens_seen"},        // Megatron-DeepSpeed (console)
+        {"throughput/total tokens", "tokens_seen"},  // OLMo-core
         {"throughput(tps)", "tokens_per_s"},       // torchtitan
         {"tps", "tokens_per_s"},
         {"tokens_per_second", "tokens_per_s"},
         {"tok/s", "tokens_per_s"},
+        {"wps", "tokens_per_s"},                   // torchtitan before it said tps (words = tokens)
         // parameter norm
         {"params-norm", "param_norm"},             // Megatron-LM
+        // bf16 lost updates (the share of weights whose update rounded away)
+        {"lost_update_frac", "lost_updates"},
+        {"lost_update_fraction", "lost_updates"},
+        {"lost_updates_frac", "lost_updates"},
     };
     return table;
 }

@@ -101,10 +101,33 @@ void RunSession::rename_aliases(std::vector<telemetry::MetricPoint>& points) {
     }
 }
 
+// A trainer's own alerts (the client's run.alert, JSONL "alert" lines; the
+// event's detail is {"title", "text", "level"}) out of `events`, raised as
+// alerts of kind "alert" and routed as a detector's. A batch sent again
+// raises none again: not below the steps detected, nor twice at one step.
+std::vector<Fired> RunSession::trainer_alerts(std::vector<telemetry::Event>& events) {
+    std::vector<Fired> out;
+    std::erase_if(trainer_alerts_seen_, [&](const auto& seen) { return seen.first < detected_below_; });
+    std::erase_if(events, [&](const telemetry::Event& e) {
+        if (e.kind != "alert") return false;
+        if (e.step < detected_below_ || !trainer_alerts_seen_.insert({e.step, e.detail}).second) return true;
+        nlohmann::json d = nlohmann::json::parse(e.detail, nullptr, false);
+        if (!d.is_object()) d = {{"title", "alert"}, {"text", e.detail}, {"level", "warning"}};
+        const std::string title = d.value("title", "alert"), text = d.value("text", "");
+        out.push_back({{"alert", d.value("level", "warning"), e.step, text.empty() ? title : title + ": " + text,
+                        d.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), 0.0},
+                       detectors::Policy::Warn});
+        return true;
+    });
+    return out;
+}
+
 std::vector<Fired> RunSession::ingest(std::vector<telemetry::MetricPoint> points, std::vector<telemetry::Event> events) {
     rename_aliases(points);
     note_keys(points);
+    std::vector<Fired> trainers = trainer_alerts(events);
     std::vector<Fired> fired = detect(steps_from(points, events, suite_));
+    for (Fired& f : trainers) fired.push_back(std::move(f));
     const int64_t step = points.empty() ? last_step_ : points.back().step;
     if (writer_ && !points.empty()) writer_->metrics(run_.id, std::move(points));
     for (telemetry::Event& e : events) store_event(std::move(e));
@@ -183,7 +206,7 @@ std::vector<Fired> RunSession::detect(std::vector<detectors::StepView> steps) {
 void RunSession::route(Fired& f, const std::string& halt_reason) {
     telemetry::Alert& a = f.alert;
     a.wall_time = now_seconds();
-    const bool halt = f.policy == detectors::Policy::Halt;
+    const bool halt = f.policy == detectors::Policy::Halt && options_.halts;
     spdlog::log(a.severity == "critical" ? spdlog::level::err : spdlog::level::warn, "ALERT {} at step {}: {}{}",
                 a.kind, a.step, a.message, halt ? " -> halt" : "");
     if (writer_) writer_->alert(run_.id, a);

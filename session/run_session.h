@@ -64,6 +64,10 @@ struct SessionOptions {
     // A heartbeat event this often while steps arrive; 0 never. The trainer's
     // process may die without a word: heartbeats bound the time counted as up.
     double heartbeat_seconds = 0.0;
+    // Whether anything can halt this run. A log imported once cannot be: its
+    // halt-policy alerts are stored and routed as warnings, and no halt
+    // request is left pending on a finished run.
+    bool halts = true;
     // Besides the log, the store and the webhook (the trainer's metrics JSONL).
     std::function<void(const telemetry::Alert&)> on_alert;
 };
@@ -137,6 +141,7 @@ class RunSession {
     void route(Fired& fired, const std::string& halt_reason = "");
     void note_keys(const std::vector<telemetry::MetricPoint>& points);
     void store_event(telemetry::Event e);
+    std::vector<Fired> trainer_alerts(std::vector<telemetry::Event>& events);
 
     // The last step seen, which the next batch may carry more of: the
     // detectors' state before it and the alerts it raised (not raised again).
@@ -163,6 +168,7 @@ class RunSession {
     // client's batch re-sent after a timeout, a follower re-reading its log),
     // they are stored again but not detected again.
     int64_t detected_below_ = -1;
+    std::set<std::pair<int64_t, std::string>> trainer_alerts_seen_;  // (step, detail) at steps not yet below it
     std::string unwatched_notice_;
     double last_heartbeat_ = 0.0;
 };

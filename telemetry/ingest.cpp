@@ -1,5 +1,7 @@
 #include "telemetry/ingest.h"
 
+#include "telemetry/console_formats.h"
+#include "telemetry/log_text.h"
 #include "telemetry/untrusted_text.h"
 
 #include <fmt/format.h>
@@ -12,38 +14,6 @@
 
 namespace hlat::telemetry {
 namespace {
-
-std::string_view trim(std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-    return s;
-}
-
-std::string lowercase(std::string_view s) {
-    std::string out;
-    for (char c : s) out += (char)std::tolower((unsigned char)c);
-    return out;
-}
-
-// "nan", "inf", "-inf", "infinity" (any case), or a number in full;
-// thousands separators ("1,234") are allowed where `commas` says so.
-bool parse_number(std::string_view s, double* out, bool commas = false) {
-    s = trim(s);
-    std::string lower = lowercase(s);
-    if (lower == "nan" || lower == "-nan") return *out = NAN, true;
-    if (lower == "inf" || lower == "+inf" || lower == "infinity") return *out = INFINITY, true;
-    if (lower == "-inf" || lower == "-infinity") return *out = -INFINITY, true;
-    std::string plain;
-    if (commas) {
-        for (char c : s)
-            if (c != ',') plain += c;
-        s = plain;
-    }
-    if (!s.empty() && s.front() == '+') s.remove_prefix(1);
-    if (s.empty()) return false;
-    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-    return ec == std::errc() && end == s.data() + s.size();
-}
 
 std::vector<std::string_view> split_csv(std::string_view line) {
     std::vector<std::string_view> out;
@@ -97,24 +67,6 @@ std::string quote_bare_nonfinite(std::string_view line) {
 const KeyMap kLlmcNames = {{"trl", "loss"}, {"tel", "heldout_loss"}, {"norm", "grad_norm"}, {"lr", "lr"},
                            {"eval", "hellaswag_acc"}};
 
-// ANSI colour codes (ESC [ ... m), which console loggers such as torchtitan's
-// put between a label and its number.
-std::string strip_ansi(std::string_view s) {
-    std::string out;
-    for (size_t i = 0; i < s.size(); i++) {
-        if (s[i] == '\x1b' && i + 1 < s.size() && s[i + 1] == '[') {
-            size_t j = i + 2;
-            while (j < s.size() && (std::isdigit((unsigned char)s[j]) || s[j] == ';')) j++;
-            if (j < s.size() && s[j] == 'm') {
-                i = j;
-                continue;
-            }
-        }
-        out += s[i];
-    }
-    return out;
-}
-
 const char* kNumberRegex = R"(([-+]?(?:[0-9][0-9,]*\.?[0-9]*(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?|nan|NaN|-?inf|-?Infinity)))";
 
 // "step: {step} loss: {loss}" -> a regex with a number group per {name}.
@@ -156,7 +108,12 @@ LogFormat format_from_name(const std::string& name) {
     if (name == "llmc") return LogFormat::Llmc;
     if (name == "pattern") return LogFormat::Pattern;
     if (name == "tensorboard") return LogFormat::TensorBoard;
-    throw IngestError(fmt::format("unknown log format \"{}\" (jsonl, csv, llmc, tensorboard or pattern)", name));
+    if (name == "steploss") return LogFormat::StepLoss;
+    if (name == "torchtitan") return LogFormat::Torchtitan;
+    if (name == "megatron") return LogFormat::Megatron;
+    throw IngestError(fmt::format("unknown log format \"{}\" (jsonl, csv, llmc, tensorboard, steploss, torchtitan, "
+                                  "megatron or pattern)",
+                                  name));
 }
 
 const char* format_name(LogFormat f) {
@@ -166,6 +123,9 @@ const char* format_name(LogFormat f) {
         case LogFormat::Llmc: return "llmc";
         case LogFormat::Pattern: return "pattern";
         case LogFormat::TensorBoard: return "tensorboard";
+        case LogFormat::StepLoss: return "steploss";
+        case LogFormat::Torchtitan: return "torchtitan";
+        case LogFormat::Megatron: return "megatron";
     }
     return "?";
 }
@@ -180,6 +140,7 @@ LogFormat detect_format(const std::string& path, std::string_view head) {
         for (std::string_view cell : split_csv(line))
             if (cell == "step") return LogFormat::Csv;
     }
+    if (std::string console = console_format_of(head); !console.empty()) return format_from_name(console);
     auto ends_with = [&](const char* ext) {
         std::string_view p(path), e(ext);
         return p.size() >= e.size() && p.substr(p.size() - e.size()) == e;
@@ -189,7 +150,7 @@ LogFormat detect_format(const std::string& path, std::string_view head) {
     if (head.empty())
         throw IngestError(fmt::format("{} is empty: name its format with --format (jsonl, csv, llmc, pattern)", path));
     throw IngestError(fmt::format("{}: cannot tell its format from its first line \"{}\"; name it with --format "
-                                  "(jsonl, csv, llmc, tensorboard, or pattern with --pattern)",
+                                  "(jsonl, csv, llmc, tensorboard, steploss, torchtitan, megatron, or pattern with --pattern)",
                                   path, std::string(line.substr(0, 80))));
 }
 
@@ -248,10 +209,11 @@ ParsedBatch LineParser::parse(std::string_view text, double default_time) {
     const int64_t last = last_step_;
     const long next = next_line_;
     const std::set<std::string> keys = keys_at_last_step_;
+    const double origin = time_origin_;
     std::optional<BadLine> bad;
     ParsedBatch out = parse_until_bad(text, default_time, &bad);
     if (bad) {
-        csv_header_ = header, last_step_ = last, next_line_ = next, keys_at_last_step_ = keys;
+        csv_header_ = header, last_step_ = last, next_line_ = next, keys_at_last_step_ = keys, time_origin_ = origin;
         throw IngestError(bad->message);
     }
     return out;
@@ -325,6 +287,7 @@ void LineParser::parse_record(std::string_view line, long number, double default
     if (!valid_step(r.step))
         throw bad(fmt::format("step {} is not a non-negative integer", r.step));
     if (r.has_time && !std::isfinite(r.time)) throw bad("time is not a finite number");
+    if (r.has_time) r.time = wall_time_of(r.time, default_time);
     for (const auto& [name, v] : r.fields) {
         try {
             check_name(name, "metric key");
@@ -347,12 +310,24 @@ void LineParser::parse_record(std::string_view line, long number, double default
     for (auto& [name, v] : r.fields) out.points.push_back({name, step, v, r.time});
 }
 
+// A record's "time" as seconds since the epoch (see ingest.h): 1e8 s is
+// 1973, 1e11 s the year 5138, so each unit is told by its size.
+double LineParser::wall_time_of(double time, double default_time) {
+    if (time > 1e11) return time / 1000.0;  // milliseconds (JavaScript's Date.now(), many loggers)
+    if (time >= 1e8) return time;
+    if (std::isnan(time_origin_)) time_origin_ = default_time - time;
+    return time_origin_ + time;
+}
+
 void LineParser::parse_line(std::string_view line, long number, const std::vector<std::string>& header, Record& r) {
     switch (format_) {
         case LogFormat::Csv: return parse_csv(line, number, header, r);
         case LogFormat::Jsonl: return parse_jsonl(line, number, r);
         case LogFormat::Llmc: return parse_llmc(line, number, r);
         case LogFormat::Pattern: return parse_pattern(line, number, r);
+        case LogFormat::StepLoss:
+        case LogFormat::Torchtitan:
+        case LogFormat::Megatron: return parse_console(line, r);
         case LogFormat::TensorBoard: break;
     }
 }
@@ -373,15 +348,42 @@ void LineParser::parse_csv(std::string_view line, long number, const std::vector
     return;
 }
 
+// {"step": N, "alert": TITLE, "text": TEXT, "level": "info|warning|critical"}:
+// a trainer's own alert (the client's run.alert, as wandb.alert), an event of
+// kind "alert" whose detail is {"title", "text", "level"} as JSON. "warn" and
+// "error" are read as warning and critical.
+namespace {
+template <typename Bad>
+void take_alert(const nlohmann::json& j, LineParser::Record& r, const Bad& bad) {
+    auto text = [&](const char* key, const char* otherwise) {
+        if (!j.contains(key) || j[key].is_null()) return std::string(otherwise);
+        if (!j[key].is_string()) throw bad(fmt::format("an alert's \"{}\" must be a string", key));
+        return j[key].get<std::string>();
+    };
+    std::string title = text("alert", ""), level = text("level", "warning");
+    if (title.empty()) throw bad("an alert needs a title: {\"step\": N, \"alert\": TITLE, \"text\": ...}");
+    if (level == "warn") level = "warning";
+    if (level == "error") level = "critical";
+    if (level != "info" && level != "warning" && level != "critical")
+        throw bad(fmt::format("an alert's level is info, warning or critical, not {}", excerpt(level, 40)));
+    r.event = "alert";
+    r.detail = nlohmann::json{{"title", title.substr(0, 200)}, {"text", text("text", "").substr(0, 10000)},
+                              {"level", level}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+}  // namespace
+
 void LineParser::parse_jsonl(std::string_view line, long number, Record& r) {
     auto bad = [&](const std::string& why) { return IngestError(fmt::format("{}:{}: {}", file_, number, why)); };
     if (json_depth(line) > kMaxJsonDepth) throw bad(fmt::format("nests arrays or objects more than {} deep", kMaxJsonDepth));
     nlohmann::json j = nlohmann::json::parse(quote_bare_nonfinite(line), nullptr, false);
     if (j.is_discarded()) throw bad("not valid JSON: " + excerpt(line));
     if (!j.is_object()) throw bad("not a JSON object");
+    const bool alert = j.contains("alert");
+    if (alert) take_alert(j, r, bad);
     for (auto it = j.begin(); it != j.end(); ++it) {
         double v;
         if (it->is_null()) continue;  // a missing value
+        if (alert && (it.key() == "alert" || it.key() == "text" || it.key() == "level")) continue;
         if ((it.key() == "event" || it.key() == "detail") && it->is_string()) {
             (it.key() == "event" ? r.event : r.detail) = it->get<std::string>();
             continue;
@@ -431,6 +433,17 @@ void LineParser::parse_llmc(std::string_view line, long number, Record& r) {
         r.take(key == "s" ? "step" : rename(name), v);
     }
     return;
+}
+
+// A line of a trainer's console or a loss file: not a record (the banner,
+// the config dump) is skipped and counted, as with a pattern.
+void LineParser::parse_console(std::string_view line, Record& r) {
+    Fields fields;
+    const bool record = format_ == LogFormat::StepLoss     ? parse_steploss_line(line, fields)
+                        : format_ == LogFormat::Torchtitan ? parse_torchtitan_line(line, fields)
+                                                           : parse_megatron_line(line, fields);
+    r.matched = record;
+    for (auto& [name, v] : fields) r.take(name == "step" ? name : rename(name), v);
 }
 
 void LineParser::parse_pattern(std::string_view line, long number, Record& r) {

@@ -1,7 +1,10 @@
 // Records from other trainers, as text lines. Formats:
 //   jsonl    one object per line: an integer "step" >= 0 and any number of
-//            numeric fields, each becoming a metric; "time" (seconds since the
-//            epoch), when present, is the wall time. Values may be numbers,
+//            numeric fields, each becoming a metric; "time", when present,
+//            is the wall time: seconds since the epoch, milliseconds since
+//            it (above 1e11), or seconds since the run's start (below 1e8,
+//            i.e. before 1973: dated from when its first record is read,
+//            keeping the spacing). Values may be numbers,
 //            Python's bare NaN / Infinity / -Infinity, or the strings "nan",
 //            "inf", "-inf"; null is a missing value (the field is skipped). A
 //            line {"step": N, "event": KIND, "detail": TEXT} is an event.
@@ -11,6 +14,8 @@
 //            loss, lr, grad norm), "s:N tel:3.28" (validation loss), "s:N
 //            eval:0.29" (HellaSwag accuracy); other "k:v" pairs keep their
 //            name, a unit suffix joins it (train_time:120ms -> train_time_ms).
+//   steploss, torchtitan, megatron: bare "<step> <loss>" files and those
+//            trainers' console output (telemetry/console_formats.h).
 //   pattern  console lines matched by a pattern such as
 //            "step: {step} loss: {loss} grad_norm: {grad_norm}": {name}
 //            captures a number (thousands separators allowed; {_} matches
@@ -19,6 +24,10 @@
 //            matches any run of white space, ANSI colour codes are ignored and
 //            the pattern may match anywhere in a line. Lines it does not match
 //            are skipped and counted.
+// JSONL alerts: {"step": N, "alert": TITLE, "text": TEXT, "level": "info|
+// warning|critical"} is a trainer's own alert (the client's run.alert), an
+// event of kind "alert" that the run's session stores and routes like a
+// detector's.
 // Steps: a record whose step is below the last one read (a trainer resumed
 // from an earlier checkpoint logs those steps again) is skipped and counted
 // as stale: the first values of a step are kept. Records at the same step
@@ -28,6 +37,7 @@
 
 #include "telemetry/records.h"
 
+#include <cmath>
 #include <map>
 #include <memory>
 #include <optional>
@@ -47,7 +57,7 @@ struct IngestError : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-enum class LogFormat { Jsonl, Csv, Llmc, Pattern, TensorBoard };
+enum class LogFormat { Jsonl, Csv, Llmc, Pattern, TensorBoard, StepLoss, Torchtitan, Megatron };
 
 using KeyMap = std::map<std::string, std::string>;
 
@@ -56,12 +66,13 @@ using KeyMap = std::map<std::string, std::string>;
 // endpoint checks steps with this.
 bool valid_step(double step);
 
-// "jsonl", "csv", "llmc", "pattern", "tensorboard"; throws IngestError otherwise.
+// "jsonl", "csv", "llmc", "pattern", "tensorboard", "steploss", "torchtitan",
+// "megatron"; throws IngestError otherwise.
 LogFormat format_from_name(const std::string& name);
 const char* format_name(LogFormat f);
 // The format of a log from its first bytes (a TFRecord header, llm.c's
-// "s:N", a JSON object, a CSV header with a step column), then from its
-// extension. Throws IngestError naming the file when neither says.
+// "s:N", a JSON object, a CSV header with a step column, lines of "<step>
+// <loss>", a torchtitan or Megatron record line), then from its extension. Throws IngestError naming the file when neither says.
 LogFormat detect_format(const std::string& path, std::string_view head);
 // "a=b,c=d" -> {a: b, c: d}; throws IngestError on a malformed pair.
 KeyMap parse_key_map(const std::string& text);
@@ -114,9 +125,9 @@ class LineParser {
     // numbers in later messages stay right.
     void skip_lines(long n) { next_line_ += n; }
     LogFormat format() const { return format_; }
+    struct Record;  // one line's step, time, values and event (ingest.cpp)
 
   private:
-    struct Record;
     void parse_record(std::string_view line, long number, double default_time, std::vector<std::string>& header,
                       ParsedBatch& out);
     void parse_line(std::string_view line, long number, const std::vector<std::string>& header, Record& out);
@@ -124,7 +135,9 @@ class LineParser {
     void parse_jsonl(std::string_view line, long number, Record& out);
     void parse_llmc(std::string_view line, long number, Record& out);
     void parse_pattern(std::string_view line, long number, Record& out);
+    void parse_console(std::string_view line, Record& out);
     std::string rename(std::string_view name) const;
+    double wall_time_of(double time, double default_time);
 
     std::string file_;
     LogFormat format_;
@@ -134,6 +147,9 @@ class LineParser {
     std::vector<std::string> pattern_names_;
     long next_line_ = 1;
     int64_t last_step_ = -1;
+    // A log whose "time" counts seconds from the run's start (not the epoch):
+    // the wall time its time 0 is read as, set at its first timed record.
+    double time_origin_ = NAN;
     std::set<std::string> keys_at_last_step_;  // what a record at last_step_ may no longer set
 };
 

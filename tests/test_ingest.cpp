@@ -137,7 +137,7 @@ TEST(Ingest, FormatFromContentThenExtension) {
     EXPECT_EQ(detect_format("run/events.out.tfevents.1.host", "\x09"), LogFormat::TensorBoard);
     EXPECT_EQ(detect_format("x.jsonl", "garbage"), LogFormat::Jsonl);
     try {
-        detect_format("console.log", "step: 1 loss: 2\n");
+        detect_format("console.log", "epoch 1 done, loss 2\n");
         FAIL();
     } catch (const IngestError& e) {
         EXPECT_NE(std::string(e.what()).find("--format"), std::string::npos) << e.what();

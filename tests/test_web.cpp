@@ -283,13 +283,38 @@ TEST_F(WebApi, ABatchSentAgainRaisesItsAlertsOnce) {
     EXPECT_EQ(send(steps(40, 50, 45)), 0u) << "the same batch again";
     send(steps(50, 60, -1));
     EXPECT_EQ(send(steps(40, 50, 45)), 0u) << "again, after later steps";
-    EXPECT_EQ(send(steps(55, 70, 65)), 1u) << "a batch that overlaps the last one: its new spike only";
+    EXPECT_EQ(send(steps(55, 70, 68)), 1u) << "a batch that overlaps the last one: its new spike only";
     Reader reader(dir_->file("s.db"));
     auto run = reader.find_run("twice");
     std::vector<int64_t> alerted;
     for (const auto& a : reader.alerts(run->id)) alerted.push_back(a.step);
-    EXPECT_EQ(alerted, (std::vector<int64_t>{45, 65}));
+    EXPECT_EQ(alerted, (std::vector<int64_t>{45, 68}));
     EXPECT_EQ(reader.series(run->id, "grad_norm", 0, 100).size(), 70u) << "every row once";
+}
+
+// A trainer's own alert (the client's run.alert, as wandb.alert): stored with
+// its level, in the reply, on the page's alerts API, and once when the batch
+// comes again.
+TEST_F(WebApi, ATrainersOwnAlertIsRoutedOnce) {
+    ASSERT_EQ(api.handle(post("/api/v1/runs/own/start", "secret-token", "{}")).status, 200);
+    const std::string batch =
+        "{\"step\": 7, \"loss\": 2.0}\n"
+        "{\"step\": 7, \"alert\": \"data\", \"text\": \"shard 12 unreadable, skipped\", \"level\": \"error\"}\n";
+    auto r = api.handle(post("/api/v1/runs/own/ingest", "secret-token", batch));
+    ASSERT_EQ(r.status, 200) << r.body;
+    json alerts = json::parse(r.body)["alerts"];
+    ASSERT_EQ(alerts.size(), 1u);
+    EXPECT_EQ(alerts[0]["kind"], "alert");
+    EXPECT_EQ(alerts[0]["severity"], "critical");
+    EXPECT_EQ(alerts[0]["message"], "data: shard 12 unreadable, skipped");
+    EXPECT_EQ(json::parse(api.handle(post("/api/v1/runs/own/ingest", "secret-token", batch)).body)["alerts"].size(), 0u)
+        << "the same batch again";
+    json listed = json::parse(api.handle(get("/api/v1/runs/own/alerts")).body);
+    ASSERT_EQ(listed["alerts"].size(), 1u) << listed;
+    EXPECT_EQ(listed["alerts"][0]["step"], 7);
+    EXPECT_EQ(api.handle(post("/api/v1/runs/own/ingest", "secret-token",
+                              "{\"step\": 8, \"alert\": \"x\", \"level\": \"loud\"}\n")).status, 400)
+        << "a level hlat does not know";
 }
 
 // An external trainer's life through the API: start with a halt policy, a

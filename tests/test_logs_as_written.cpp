@@ -1,0 +1,203 @@
+// Logs as other trainers write them, read with no flag but the file: a bare
+// "<step> <loss>" file (torchtitan's golden losses), torchtitan's and
+// Megatron's console output, times counted from the run's start or in
+// milliseconds, a run's seed and precision given by --meta, a trainer's own
+// alert lines, and a finished log that went NaN leaving no halt pending.
+#include "report/postmortem.h"
+#include "report/setting_verdict.h"
+#include "telemetry/console_formats.h"
+#include "telemetry/ingest.h"
+#include "telemetry/reader.h"
+#include "test_util.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+
+namespace hlat {
+namespace {
+
+using namespace telemetry;
+
+double value_at(const std::vector<MetricPoint>& pts, const std::string& key, int64_t step) {
+    for (const auto& p : pts)
+        if (p.key == key && p.step == step) return p.value;
+    ADD_FAILURE() << "no " << key << " at step " << step;
+    return -1.0;
+}
+
+// What torchtitan prints (colour codes, the logger's prefix, a validation line).
+const char* kTorchtitanLog =
+    "[rank0]:[titan] 2025-06-01 10:00:00,000 - root - INFO - Starting job: Llama 3 8B training\n"
+    "[rank0]:[titan] 2025-06-01 10:00:01,000 - root - INFO - Training starts at step 1.\n"
+    "[rank0]:[titan] 2025-06-01 10:00:05,000 - root - INFO - \x1b[31mstep:  1  \x1b[32mloss: 12.2365  \x1b[33mgrad_norm: "
+    " 3.9561  \x1b[38;2;54;234;195mmemory: 42.30GiB(44.52%)  \x1b[34mtps: 1,040  \x1b[36mtflops: 0.06  \x1b[35mmfu: "
+    "0.01%\x1b[39m\n"
+    "[rank0]:[titan] 2025-06-01 10:00:06,000 - root - INFO - step:  2  loss: 11.5000  grad_norm:  3.1000  memory: "
+    "42.30GiB(44.52%)  tps: 12,345  tflops: 0.70  mfu: 0.09%\n"
+    "[rank0]:[titan] 2025-06-01 10:00:07,000 - root - INFO - validate step:  2  loss: 11.9000  memory: 40.00GiB(42.00%)\n";
+
+// What Megatron-LM prints, after its argument dump.
+const char* kMegatronLog =
+    "------------------------ arguments ------------------------\n"
+    "  accumulate_allreduce_grads_in_fp32 .............. True\n"
+    "  lr .............................................. 0.00015\n"
+    " [2025-06-01 10:00:00] iteration       10/  500000 | consumed samples:          640 | elapsed time per iteration "
+    "(ms): 1234.5 | learning rate: 1.500000E-05 | global batch size:    64 | lm loss: 1.051355E+01 | loss scale: 1.0 | "
+    "grad norm: 11.234 | number of skipped iterations:   0 | number of nan iterations:   0 |\n"
+    " [2025-06-01 10:00:02] iteration       20/  500000 | consumed samples:         1280 | lm loss: 9.871000E+00 | "
+    "grad norm: 8.5 |\n"
+    "-----------------------------------------------------------------------------------------------\n"
+    " validation loss at iteration 20 | lm loss value: 9.912000E+00 | lm loss PPL: 2.018E+04 | \n";
+
+TEST(LogsAsWritten, FormatsAreToldByContent) {
+    EXPECT_EQ(detect_format("losses.txt", "1 10.8783\n2 10.7123\n3 10.5\n"), LogFormat::StepLoss);
+    EXPECT_EQ(detect_format("losses.txt", "1 10.87\n2 10.7"), LogFormat::StepLoss) << "a head cut mid-line";
+    EXPECT_EQ(detect_format("train.log", kTorchtitanLog), LogFormat::Torchtitan);
+    EXPECT_EQ(detect_format("train.log", kMegatronLog), LogFormat::Megatron);
+    EXPECT_THROW(detect_format("notes.txt", "1 10.8\nhello world\n"), IngestError) << "a stray line: not a loss file";
+    EXPECT_THROW(detect_format("notes.txt", "step 5 done\n"), IngestError);
+}
+
+TEST(LogsAsWritten, StepLossFiles) {
+    LineParser parser("losses.txt", LogFormat::StepLoss);
+    auto b = parser.parse("1 10.8783\n2  10.7123\n3\tnan\n", 42.0);
+    EXPECT_EQ(b.records, 3);
+    EXPECT_EQ(value_at(b.points, "loss", 1), 10.8783);
+    EXPECT_TRUE(std::isnan(value_at(b.points, "loss", 3)));
+}
+
+TEST(LogsAsWritten, TorchtitanConsole) {
+    LineParser parser("train.log", LogFormat::Torchtitan);
+    auto b = parser.parse(kTorchtitanLog, 42.0);
+    EXPECT_EQ(b.records, 3);
+    EXPECT_EQ(b.skipped, 2) << "the banner lines";
+    EXPECT_EQ(value_at(b.points, "loss", 1), 12.2365);
+    EXPECT_EQ(value_at(b.points, "grad_norm", 1), 3.9561);
+    EXPECT_EQ(value_at(b.points, "memory_GiB", 1), 42.30) << "the unit joins the name; the share in parentheses is dropped";
+    EXPECT_EQ(value_at(b.points, "tps", 2), 12345.0) << "thousands separators";
+    EXPECT_EQ(value_at(b.points, "mfu_pct", 2), 0.09);
+    EXPECT_EQ(value_at(b.points, "heldout_loss", 2), 11.9) << "validate step: its loss is the held-out loss";
+}
+
+TEST(LogsAsWritten, MegatronConsole) {
+    LineParser parser("train.log", LogFormat::Megatron);
+    auto b = parser.parse(kMegatronLog, 42.0);
+    EXPECT_EQ(b.records, 3);
+    EXPECT_EQ(value_at(b.points, "lm loss", 10), 10.51355);
+    EXPECT_EQ(value_at(b.points, "grad norm", 10), 11.234);
+    EXPECT_EQ(value_at(b.points, "learning rate", 10), 1.5e-5);
+    EXPECT_EQ(value_at(b.points, "elapsed time per iteration (ms)", 10), 1234.5);
+    EXPECT_EQ(value_at(b.points, "consumed samples", 20), 1280.0);
+    EXPECT_EQ(value_at(b.points, "lm loss validation", 20), 9.912) << "Megatron's own TensorBoard name";
+}
+
+TEST(LogsAsWritten, TimeFromTheRunsStartAndInMilliseconds) {
+    LineParser relative("log.jsonl", LogFormat::Jsonl);
+    auto b = relative.parse("{\"step\": 0, \"loss\": 3, \"time\": 0.5}\n{\"step\": 1, \"loss\": 2, \"time\": 12.5}\n",
+                            1.7e9);
+    ASSERT_EQ(b.points.size(), 2u);
+    EXPECT_EQ(b.points[0].wall_time, 1.7e9) << "time 0.5 since the start is dated when it is read";
+    EXPECT_EQ(b.points[1].wall_time, 1.7e9 + 12.0) << "and the spacing is kept";
+    LineParser millis("log.jsonl", LogFormat::Jsonl);
+    b = millis.parse("{\"step\": 0, \"loss\": 3, \"time\": 1700000000500}\n", 42.0);
+    EXPECT_EQ(b.points[0].wall_time, 1700000000.5);
+    LineParser unix_time("log.jsonl", LogFormat::Jsonl);
+    b = unix_time.parse("{\"step\": 0, \"loss\": 3, \"time\": 1700000000.25}\n", 42.0);
+    EXPECT_EQ(b.points[0].wall_time, 1700000000.25);
+}
+
+TEST(LogsAsWritten, AlertLines) {
+    LineParser parser("log.jsonl", LogFormat::Jsonl);
+    auto b = parser.parse("{\"step\": 3, \"alert\": \"data\", \"text\": \"shard 7 unreadable\", \"level\": \"error\"}\n",
+                          42.0);
+    ASSERT_EQ(b.events.size(), 1u);
+    EXPECT_EQ(b.events[0].kind, "alert");
+    auto detail = nlohmann::json::parse(b.events[0].detail);
+    EXPECT_EQ(detail["level"], "critical") << "error reads as critical";
+    EXPECT_EQ(detail["text"], "shard 7 unreadable");
+    EXPECT_THROW(parser.parse("{\"step\": 4, \"alert\": \"x\", \"level\": \"loud\"}\n", 42.0), IngestError);
+    EXPECT_THROW(parser.parse("{\"step\": 4, \"alert\": \"\"}\n", 42.0), IngestError);
+}
+
+class LogsCli : public ::testing::Test {
+  protected:
+    test::ScratchDir dir{"logs_as_written"};
+    std::string db = dir.file("s.db");
+    test::CommandResult hlat(const std::string& args) {
+        return test::run_command(fmt::format("{} {}", HLAT_BINARY, args));
+    }
+    std::string write(const std::string& name, const std::string& text) {
+        std::ofstream(dir.file(name)) << text;
+        return dir.file(name);
+    }
+};
+
+TEST_F(LogsCli, ALossFileImportsByContent) {
+    std::string text;
+    for (int s = 1; s <= 30; s++) text += fmt::format("{} {:.4f}\n", s, 10.0 - 0.1 * s);
+    auto r = hlat(fmt::format("ingest --store {} --run titan-golden {}", db, write("llama3.txt", text)));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    Reader reader(db);
+    auto series = reader.series(reader.find_run("titan-golden")->id, "loss", 0, 100);
+    ASSERT_EQ(series.size(), 30u);
+    EXPECT_NEAR(series[29].value, 7.0, 1e-9);
+    r = hlat(fmt::format("ingest --store {} --run titan-console {}", db, write("console.log", kTorchtitanLog)));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(Reader(db).series(Reader(db).find_run("titan-console")->id, "tokens_per_s", 0, 10).size(), 2u)
+        << "torchtitan's tps is hlat's tokens_per_s";
+    r = hlat(fmt::format("ingest --store {} --run megatron {}", db, write("megatron.log", kMegatronLog)));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    Reader after(db);
+    const int64_t id = after.find_run("megatron")->id;
+    EXPECT_EQ(after.series(id, "loss", 0, 100).size(), 2u) << "lm loss is hlat's loss";
+    EXPECT_EQ(after.series(id, "heldout_loss", 0, 100).size(), 1u);
+    EXPECT_EQ(after.series(id, "lr", 0, 100).size(), 1u) << "learning rate";
+}
+
+// A finished log that went NaN: its alerts are stored, and no halt is left
+// pending on a run nothing can stop.
+TEST_F(LogsCli, AOneShotImportRequestsNoHalt) {
+    std::string text;
+    for (int s = 0; s < 60; s++)
+        text += s < 40 ? fmt::format("{{\"step\": {}, \"loss\": {}}}\n", s, 3.0 - 0.01 * s)
+                       : fmt::format("{{\"step\": {}, \"loss\": NaN}}\n", s);
+    auto r = hlat(fmt::format("ingest --store {} --run nan {}", db, write("nan.jsonl", text)));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output.find("-> halt"), std::string::npos) << r.output;
+    Reader reader(db);
+    auto run = reader.find_run("nan");
+    EXPECT_EQ(run->status, "finished");
+    EXPECT_EQ(reader.alerts(run->id).size(), 20u) << "each NaN step is stored as an alert";
+    EXPECT_FALSE(reader.pending_halt(run->id).has_value()) << "no halt request on a finished run";
+}
+
+// The seed and precision by --meta (repeatable, or comma-separated): three
+// seeds of bf16 all worse than their fp32 seeds give a paired verdict.
+TEST_F(LogsCli, SeedAndPrecisionByMeta) {
+    const double fp32[] = {3.0, 3.0005, 2.9995}, gaps[] = {0.012, 0.005, 0.017};
+    std::vector<std::string> names;
+    for (int seed = 0; seed < 3; seed++)
+        for (const char* precision : {"fp32", "bf16"}) {
+            const double heldout = fp32[seed] + (precision[0] == 'b' ? gaps[seed] : 0.0);
+            std::string name = fmt::format("{}-s{}", precision, seed);
+            std::string file = write(name + ".jsonl", fmt::format("{{\"step\": 0, \"loss\": 4.0}}\n"
+                                                                  "{{\"step\": 100, \"loss\": 3.1, \"val_loss\": {}}}\n",
+                                                                  heldout));
+            auto r = hlat(fmt::format("ingest --store {} --run {} --meta seed={} --meta precision={} {}", db, name,
+                                      seed, precision, file));
+            ASSERT_EQ(r.exit_code, 0) << r.output;
+            names.push_back(name);
+        }
+    Reader reader(db);
+    auto runs = report::postmortem(reader, names, 50);
+    EXPECT_EQ(runs[1].seed, 0);
+    EXPECT_EQ(runs[5].seed, 2);
+    auto settings = report::summarize_settings(runs);
+    ASSERT_EQ(settings.size(), 2u);
+    EXPECT_TRUE(settings[1].paired) << settings[1].verdict;
+    EXPECT_EQ(settings[1].verdict.rfind("worse in 3 of 3 seeds (+0.0113; the 95% interval ±", 0), 0u) << settings[1].verdict;
+}
+
+}  // namespace
+}  // namespace hlat
