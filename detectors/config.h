@@ -23,6 +23,13 @@ struct GradSpikeConfig {
     SpikeRule rule = SpikeRule::Additive;  // episode rule; the paper's: norm > mean + 0.1
     double threshold = 0.1;
     double alert_ratio = 5.0;             // alert when the norm exceeds this multiple of the mean
+    // Early training's gradient norms swing several-fold from step to step (a
+    // clean nanoGPT run reached 6.4x its running mean at step 48): for the
+    // first warmup_steps norms a spike must exceed warmup_alert_ratio, as
+    // OLMo-core waits for 64-128 values before its 6-sigma rule. Injected
+    // faults and real blow-ups are tens to hundreds of times the mean.
+    int warmup_steps = 100;
+    double warmup_alert_ratio = 20.0;
     int sustained_steps = 50;             // alert when an episode lasts this long
     template <class Fields>
     void fields(Fields& f) {
@@ -31,6 +38,8 @@ struct GradSpikeConfig {
         f.rule(rule);
         f.number("threshold", threshold, false);
         f.number("alert_ratio", alert_ratio, true);
+        f.integer("warmup_steps", warmup_steps, 0);
+        f.number("warmup_alert_ratio", warmup_alert_ratio, true);
         f.integer("sustained_steps", sustained_steps, 1);
     }
 };
@@ -60,12 +69,18 @@ struct LossFloorConfig {
     // for this many steps in a row: a leaking mask keeps the loss down, while
     // an easy stretch of real text (a table, boilerplate) dips it for a few steps
     int heldout_gap_steps = 50;
+    // A held-out loss is compared for this many steps after it was measured,
+    // no longer: in warm-up the training loss falls faster than evaluations
+    // come, and a step-0 held-out loss 50 steps on is no yardstick. Steps
+    // with no recent held-out loss neither count nor break the run above.
+    int heldout_max_age = 25;
     template <class Fields>
     void fields(Fields& f) {
         f.policy(policy);
         f.number("floor", floor, false);
         f.number("heldout_gap", heldout_gap, true);
         f.integer("heldout_gap_steps", heldout_gap_steps, 1);
+        f.integer("heldout_max_age", heldout_max_age, 0);
     }
 };
 

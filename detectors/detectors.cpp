@@ -103,13 +103,15 @@ class GradSpike : public Detector {
     void observe(const StepView& s, std::vector<Alert>& out) override {
         if (!s.has("grad_norm")) return;  // a step of other series (a held-out loss alone) is no step of this one
         const double grad_norm = s.value("grad_norm");
+        if (std::isfinite(grad_norm)) seen_++;
         SpikeTracker::Observation o = tracker_.observe(grad_norm);
         if (!o.in_episode) {
             alerted_ratio_ = alerted_length_ = false;
             return;
         }
         double ratio = grad_norm / o.mean;
-        if (o.window_full && ratio > c_.alert_ratio && !alerted_ratio_) {
+        const double alert_ratio = seen_ <= c_.warmup_steps ? c_.warmup_alert_ratio : c_.alert_ratio;
+        if (o.window_full && ratio > alert_ratio && !alerted_ratio_) {
             alerted_ratio_ = true;
             out.push_back(make_alert(
                 "grad_spike", "warning", s.step,
@@ -129,10 +131,12 @@ class GradSpike : public Detector {
     }
 
     json state() const override {
-        return {{"tracker", tracker_.state()}, {"alerted_ratio", alerted_ratio_}, {"alerted_length", alerted_length_}};
+        return {{"tracker", tracker_.state()}, {"alerted_ratio", alerted_ratio_}, {"alerted_length", alerted_length_},
+                {"seen", seen_}};
     }
     void restore(const json& j) override {
         tracker_.restore(j.at("tracker"));
+        seen_ = j.value("seen", (int64_t)c_.warmup_steps + 1);  // a state saved before it counted: past warm-up
         alerted_ratio_ = j.at("alerted_ratio").get<bool>();
         alerted_length_ = j.at("alerted_length").get<bool>();
     }
@@ -141,6 +145,7 @@ class GradSpike : public Detector {
     GradSpikeConfig c_;
     SpikeTracker tracker_;
     bool alerted_ratio_ = false, alerted_length_ = false;
+    int64_t seen_ = 0;  // finite gradient norms so far: the first warmup_steps are judged by warmup_alert_ratio
 };
 
 class NonFinite : public Detector {
@@ -165,7 +170,7 @@ class LossFloor : public Detector {
   public:
     explicit LossFloor(const LossFloorConfig& c) : c_(c) {}
     void observe(const StepView& s, std::vector<Alert>& out) override {
-        if (std::isfinite(s.value("heldout_loss"))) heldout_ = s.value("heldout_loss");
+        if (std::isfinite(s.value("heldout_loss"))) heldout_ = s.value("heldout_loss"), heldout_step_ = s.step;
         const double loss = s.value("loss");
         if (!std::isfinite(loss)) return;
         ema_ = std::isnan(ema_) ? loss : 0.9 * ema_ + 0.1 * loss;
@@ -180,23 +185,25 @@ class LossFloor : public Detector {
                 {{"smoothed_loss", ema_}, {"floor", c_.floor}}));
         }
         if (!below_floor) floor_alerted_ = false;
-        bool below_heldout = std::isfinite(heldout_) && ema_ < heldout_ - c_.heldout_gap;
+        const bool recent = std::isfinite(heldout_) && s.step - heldout_step_ <= c_.heldout_max_age;
+        if (!recent) return;  // no yardstick at this step: the count neither grows nor breaks
+        bool below_heldout = ema_ < heldout_ - c_.heldout_gap;
         gap_steps_ = below_heldout ? gap_steps_ + 1 : 0;
         if (gap_steps_ >= c_.heldout_gap_steps && !gap_alerted_) {
             gap_alerted_ = true;
             out.push_back(make_alert(
                 "loss_below_heldout", "warning", s.step,
-                fmt::format("training loss {:.4g} is {:.2f} nats below the held-out loss {:.4g}, and has been more "
-                            "than {:.4g} below it for {} steps",
-                            ema_, heldout_ - ema_, heldout_, c_.heldout_gap, gap_steps_),
+                fmt::format("training loss {:.4g} is {:.2f} nats below the held-out loss {:.4g} (of step {}), and "
+                            "has been more than {:.4g} below each recent held-out loss for {} steps",
+                            ema_, heldout_ - ema_, heldout_, heldout_step_, c_.heldout_gap, gap_steps_),
                 {{"smoothed_loss", ema_}, {"heldout_loss", heldout_}, {"gap", c_.heldout_gap}, {"steps", gap_steps_}}));
         }
         if (!below_heldout) gap_alerted_ = false;
     }
 
     json state() const override {
-        return {{"ema", number(ema_)}, {"heldout", number(heldout_)}, {"floor_alerted", floor_alerted_},
-                {"gap_alerted", gap_alerted_}, {"gap_steps", gap_steps_}};
+        return {{"ema", number(ema_)}, {"heldout", number(heldout_)}, {"heldout_step", heldout_step_},
+                {"floor_alerted", floor_alerted_}, {"gap_alerted", gap_alerted_}, {"gap_steps", gap_steps_}};
     }
     void restore(const json& j) override {
         ema_ = number(j.at("ema"));
@@ -204,6 +211,7 @@ class LossFloor : public Detector {
         floor_alerted_ = j.at("floor_alerted").get<bool>();
         gap_alerted_ = j.at("gap_alerted").get<bool>();
         gap_steps_ = j.value("gap_steps", 0);  // absent from the state of checkpoints before it counted
+        heldout_step_ = j.value("heldout_step", (int64_t)0);
     }
 
   private:
@@ -211,41 +219,80 @@ class LossFloor : public Detector {
     double ema_ = NAN, heldout_ = NAN;
     bool floor_alerted_ = false, gap_alerted_ = false;
     int gap_steps_ = 0;  // steps in a row below the held-out loss by more than the gap
+    int64_t heldout_step_ = 0;  // where heldout_ was measured
 };
 
+// A loss above its recent maximum by the margin is judged at the next step:
+// back down there, it was a one-step outlier (a hard batch; a rank-0 loss
+// that is not all-reduced), kept as one info-level event at its step and
+// left out of the window; still up, it is a jump, and warns.
 class LossJump : public Detector {
   public:
     explicit LossJump(const LossJumpConfig& c) : c_(c) {}
     void observe(const StepView& s, std::vector<Alert>& out) override {
         const double loss = s.value("loss");
         if (!std::isfinite(loss)) return;
-        if ((int)recent_.size() == c_.window) {
-            double max = *std::max_element(recent_.begin(), recent_.end());
-            bool jump = loss > max + c_.margin;
+        if (!std::isnan(pending_)) {
+            judge_pending(s.step, loss, out);
+        } else if ((int)recent_.size() == c_.window) {
+            const double max = *std::max_element(recent_.begin(), recent_.end());
+            const bool jump = loss > max + c_.margin;
             if (jump && !alerted_) {
-                alerted_ = true;
-                out.push_back(make_alert(
-                    "loss_jump", "warning", s.step,
-                    fmt::format("loss {:.4g} is {:.2f} nats above its maximum of the last {} steps ({:.4g})", loss,
-                                loss - max, c_.window, max),
-                    {{"loss", loss}, {"recent_max", max}, {"window", c_.window}}));
+                pending_ = loss, pending_step_ = s.step, pending_max_ = max;
+                return;
             }
             if (!jump) alerted_ = false;
         }
+        remember(loss);
+    }
+
+    json state() const override {
+        return {{"recent", numbers(recent_)}, {"alerted", alerted_}, {"pending", number(pending_)},
+                {"pending_step", pending_step_}, {"pending_max", number(pending_max_)}};
+    }
+    void restore(const json& j) override {
+        recent_ = numbers(j.at("recent"), c_.window);
+        alerted_ = j.at("alerted").get<bool>();
+        pending_ = number(j.value("pending", json(nullptr)));  // absent from states saved before it judged outliers
+        pending_step_ = j.value("pending_step", (int64_t)0);
+        pending_max_ = number(j.value("pending_max", json(nullptr)));
+    }
+
+  private:
+    void remember(double loss) {
         recent_.push_back(loss);
         if ((int)recent_.size() > c_.window) recent_.pop_front();
     }
 
-    json state() const override { return {{"recent", numbers(recent_)}, {"alerted", alerted_}}; }
-    void restore(const json& j) override {
-        recent_ = numbers(j.at("recent"), c_.window);
-        alerted_ = j.at("alerted").get<bool>();
+    void judge_pending(int64_t step, double loss, std::vector<Alert>& out) {
+        const double up = pending_, max = pending_max_;
+        pending_ = NAN;
+        if (loss > max + c_.margin) {
+            alerted_ = true;
+            out.push_back(make_alert(
+                "loss_jump", "warning", step,
+                fmt::format("loss {:.4g} is {:.2f} nats above its maximum of the last {} steps ({:.4g}), and has been "
+                            "since step {} ({:.4g})",
+                            loss, loss - max, c_.window, max, pending_step_, up),
+                {{"loss", loss}, {"recent_max", max}, {"window", c_.window}, {"since_step", pending_step_}}));
+            remember(up);
+            remember(loss);
+            return;
+        }
+        out.push_back(make_alert(
+            "loss_jump", "info", pending_step_,
+            fmt::format("a one-step loss outlier: {:.4g} is {:.2f} nats above the maximum of the {} steps before "
+                        "({:.4g}), and the next step is back at {:.4g}",
+                        up, up - max, c_.window, max, loss),
+            {{"loss", up}, {"recent_max", max}, {"window", c_.window}, {"next_loss", loss}, {"outlier", true}}));
+        remember(loss);  // the outlier stays out of the window: it would mask a real jump for `window` steps
     }
 
-  private:
     LossJumpConfig c_;
     std::deque<double> recent_;
     bool alerted_ = false;
+    double pending_ = NAN, pending_max_ = NAN;  // a loss over the margin, judged at the next step
+    int64_t pending_step_ = 0;
 };
 
 class Divergence : public Detector {
@@ -473,7 +520,10 @@ std::vector<Fired> DetectorSuite::observe(const StepView& s) {
     for (Entry& e : detectors_) {
         std::vector<Alert> alerts;
         e.detector->observe(s, alerts);
-        for (Alert& a : alerts) out.push_back({std::move(a), e.policy});
+        for (Alert& a : alerts) {
+            const Policy p = a.severity == "info" && e.policy == Policy::Halt ? Policy::Warn : e.policy;  // a note halts nothing
+            out.push_back({std::move(a), p});
+        }
     }
     return out;
 }

@@ -78,12 +78,13 @@ TEST(Detectors, EachRuleFiresOnItsPattern) {
     for (int i = 400; i < 405; i++) jump[i].values["loss"] += 3.0;
     fired = replay(jump, {});
     ASSERT_EQ(kinds(fired), std::vector<std::string>{"loss_jump"});
-    EXPECT_EQ(fired[0].alert.step, 400);
+    EXPECT_EQ(fired[0].alert.step, 401) << "a jump is known once the next step is still up";
+    EXPECT_EQ(fired[0].alert.severity, "warning");
     auto slide = run;
     for (int i = 300; i < 600; i++) slide[i].values["loss"] = 1.5 * std::exp(-(i - 300) / 20.0);
     EXPECT_EQ(kinds(replay(slide, {})), std::vector<std::string>{"loss_floor"});
     auto gap = run;
-    gap[500].values["heldout_loss"] = 6.0;
+    for (int i = 500; i < 600; i += 10) gap[i].values["heldout_loss"] = 6.0;  // evaluated every 10 steps
     fired = replay(gap, {});
     ASSERT_EQ(kinds(fired), std::vector<std::string>{"loss_below_heldout"});
     EXPECT_EQ(fired[0].alert.step, 549) << "the gap has to hold for 50 steps in a row";
@@ -103,6 +104,77 @@ TEST(Detectors, EachRuleFiresOnItsPattern) {
     EXPECT_EQ(fired.back().alert.kind, "divergence");
     nlohmann::json evidence = nlohmann::json::parse(fired.back().alert.data);
     EXPECT_GT(evidence["grad_trend_now"].get<double>(), 3.0 * evidence["grad_trend_then"].get<double>());
+}
+
+// Healthy runs, as real logs have them, raise no warning: a held-out loss
+// measured at step 0 while the training loss falls through warm-up, one-step
+// loss outliers (a rank-0 loss that is not all-reduced), and early
+// training's gradient-norm swings. Each fixture fires under the old rule
+// (the control), so the quiet is the rule's doing.
+TEST(Detectors, AStaleHeldOutLossIsNoYardstick) {
+    std::vector<StepView> warmup;
+    for (int i = 0; i < 400; i++) {
+        StepView r;
+        r.step = i;
+        r.values["loss"] = 7.0 * std::exp(-i / 15.0) + 4.0;  // 11 nats at step 0, 4.3 by step 50
+        r.values["grad_norm"] = 1.0;
+        if (i % 250 == 0) r.values["heldout_loss"] = r.values["loss"] + 0.05;  // steps 0 and 250
+        warmup.push_back(r);
+    }
+    EXPECT_TRUE(replay(warmup, {}).empty()) << ::testing::PrintToString(kinds(replay(warmup, {})));
+    DetectorsConfig old_rule;
+    old_rule.loss_floor.heldout_max_age = 1000;
+    auto fired = replay(warmup, old_rule);
+    ASSERT_EQ(kinds(fired), std::vector<std::string>{"loss_below_heldout"}) << "the control: compared 50+ steps on";
+    EXPECT_GE(fired[0].alert.step, 50);
+}
+
+TEST(Detectors, OneStepLossOutliersAreNotesAndAJumpWarns) {
+    for (unsigned seed : {1u, 2u, 3u}) {
+        auto run = noisy_run(5100, seed);
+        for (int i = 100; i < 5100; i += 50) run[i].values["loss"] += 3.0;  // 100 outliers, each back at the next step
+        auto fired = replay(run, {});
+        ASSERT_EQ(fired.size(), 100u) << seed;
+        for (const Fired& f : fired) {
+            EXPECT_EQ(f.alert.kind, "loss_jump");
+            EXPECT_EQ(f.alert.severity, "info") << "step " << f.alert.step;
+            EXPECT_EQ(f.alert.step % 50, 0) << "dated at the outlier's own step";
+        }
+        auto jump = run;
+        for (int i = 2620; i < 2630; i++) jump[i].values["loss"] += 3.0;  // ten steps up: sustained
+        int warnings = 0;
+        for (const Fired& f : replay(jump, {}))
+            if (f.alert.severity == "warning") {
+                warnings++;
+                EXPECT_EQ(f.alert.step, 2621);
+            }
+        EXPECT_EQ(warnings, 1) << seed;
+    }
+    DetectorsConfig halting;
+    halting.loss_jump.policy = Policy::Halt;
+    auto run = noisy_run(600, 7);
+    run[300].values["loss"] += 3.0;
+    auto fired = replay(run, halting);
+    ASSERT_EQ(fired.size(), 1u);
+    EXPECT_EQ(fired[0].policy, Policy::Warn) << "a note halts nothing, whatever the detector's policy";
+}
+
+TEST(Detectors, WarmUpGradientSwingsAreNotSpikes) {
+    for (unsigned seed : {1u, 2u, 3u}) {
+        auto run = noisy_run(600, seed);
+        run[48].values["grad_norm"] *= 6.0;  // early training's swing (nanoGPT, clean: 6.4x at step 48)
+        EXPECT_TRUE(replay(run, {}).empty()) << seed << ": " << ::testing::PrintToString(kinds(replay(run, {})));
+        DetectorsConfig no_warmup;
+        no_warmup.grad_spike.warmup_steps = 0;
+        EXPECT_EQ(kinds(replay(run, no_warmup)), std::vector<std::string>{"grad_spike"}) << "the control";
+        run[300].values["grad_norm"] *= 20.0;  // after warm-up
+        auto fired = replay(run, {});
+        ASSERT_EQ(kinds(fired), std::vector<std::string>{"grad_spike"}) << seed;
+        EXPECT_EQ(fired[0].alert.step, 300);
+    }
+    auto early = noisy_run(600, 4);
+    early[40].values["grad_norm"] *= 200.0;  // an injected fault in warm-up is still caught at once
+    ASSERT_EQ(kinds(replay(early, {})), std::vector<std::string>{"grad_spike"});
 }
 
 TEST(Detectors, SustainedSpikeAndScaleFreeRules) {
