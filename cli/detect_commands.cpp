@@ -164,7 +164,9 @@ nlohmann::json settings_json(const std::vector<report::SettingSummary>& settings
         out[s.name] = {{"precision", s.precision}, {"runs", s.runs},           {"seeds", s.seeds},
                        {"final_heldout", heldout}, {"mean", number(s.mean)},   {"spread", number(s.spread)},
                        {"gap", number(s.gap)},     {"margin95", number(s.margin)}, {"paired", s.paired},
-                       {"baseline", s.baseline},   {"verdict", s.verdict}, {"lost_updates", number(s.lost_updates)}};
+                       {"baseline", s.baseline},   {"verdict", s.verdict}, {"lost_updates", number(s.lost_updates)},
+                       {"worse", s.worse},         {"compared", s.compared},
+                       {"seeds_to_resolve", number(s.seeds_to_resolve)}};
     }
     return out;
 }
@@ -206,6 +208,7 @@ nlohmann::json compare_json(const std::vector<report::RunPostmortem>& runs) {
 
 // The verdict table, when some setting has more than one run (seeds).
 void print_settings(const std::vector<report::SettingSummary>& settings) {
+    if (std::string why = report::no_verdict_reason(settings); !why.empty()) fmt::print("\n{}\n", why);
     if (!report::some_setting_has_seeds(settings)) return;
     size_t w = 7;
     for (const auto& s : settings) w = std::max(w, s.name.size());

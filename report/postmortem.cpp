@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -50,18 +51,50 @@ void flatten(const nlohmann::json& j, const std::string& prefix, std::map<std::s
     }
 }
 
-// The run's seed, and its config without what differs from run to run of
-// one setting (seed, name, folder, store): runs with equal settings are seeds
-// of one experiment.
-void read_setting(const std::string& config, RunPostmortem& p) {
-    nlohmann::json j = nlohmann::json::parse(config, nullptr, false);
-    if (j.is_discarded()) return;
-    flatten(j, "", p.setting);
-    if (auto it = p.setting.find("run.seed"); it != p.setting.end()) {
-        const nlohmann::json seed = nlohmann::json::parse(it->second, nullptr, false);
-        if (seed.is_number_integer()) p.seed = seed.get<int64_t>();  // an imported config may hold anything
+// An integer seed from JSON text ("7", 7.0), or -1: an imported config may hold anything.
+int64_t seed_of(const std::string& text) {
+    const nlohmann::json seed = nlohmann::json::parse(text, nullptr, false);
+    if (seed.is_number_integer()) return seed.get<int64_t>();
+    if (seed.is_number_float() && seed.get<double>() == std::floor(seed.get<double>()) && seed.get<double>() >= 0 &&
+        seed.get<double>() < 9e15)
+        return (int64_t)seed.get<double>();
+    return -1;
+}
+
+// A precision as hlat names it: PyTorch's and Lightning's names read as
+// hlat's ("float32" -> fp32, "bfloat16" -> bf16, "bf16-mixed" -> mixed).
+std::string precision_name(std::string p) {
+    if (p == "float32" || p == "32" || p == "32-true" || p == "fp32") return "fp32";
+    if (p == "bfloat16" || p == "bf16-true") return "bf16";
+    if (p == "bf16-mixed" || p == "amp_bf16" || p == "amp") return "mixed";
+    return p;
+}
+
+// The run's seed and precision, and its config without what differs from run
+// to run of one setting (seed, name, folder, store): runs with equal settings
+// are seeds of one experiment. The seed is the config's run.seed (hlat's
+// trainer) or seed (a script's config), else the run's meta seed (`hlat
+// ingest --meta seed=N`, the client's meta); a precision the run's column
+// lacks is read from the config's precision, precision.mode or run.precision.
+void read_setting(const telemetry::RunRecord& run, RunPostmortem& p) {
+    nlohmann::json j = nlohmann::json::parse(run.config, nullptr, false);
+    if (!j.is_discarded()) flatten(j, "", p.setting);
+    for (const char* key : {"run.seed", "seed"}) {
+        auto it = p.setting.find(key);
+        if (it == p.setting.end()) continue;
+        if (p.seed < 0) p.seed = seed_of(it->second);
         p.setting.erase(it);
     }
+    nlohmann::json meta = nlohmann::json::parse(run.meta, nullptr, false);
+    if (p.seed < 0 && meta.is_object() && meta.contains("seed")) p.seed = seed_of(meta["seed"].dump());
+    for (const char* key : {"precision", "precision.mode", "run.precision"}) {
+        auto it = p.setting.find(key);
+        if (it == p.setting.end()) continue;
+        nlohmann::json named = nlohmann::json::parse(it->second, nullptr, false);
+        if (run.precision.empty() && named.is_string()) p.precision = named.get<std::string>();
+        p.setting.erase(it);  // the precision is the setting's name, not one of its fields
+    }
+    p.precision = precision_name(p.precision);
     p.setting.erase("run.price_per_rank_hour");  // what a run cost is not part of its setting
     for (const char* key : {"run.name", "run.out_dir", "run.store"}) p.setting.erase(key);
 }
@@ -250,7 +283,7 @@ std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vect
         p.name = name;
         p.status = run->status;
         p.precision = run->precision.empty() ? "-" : run->precision;  // an imported log may not say
-        read_setting(run->config, p);
+        read_setting(*run, p);
         std::vector<std::pair<double, double>> loss_points;
         std::vector<double> loss;
         for (const auto& pt : reader.series(run->id, "loss", 0, kAll)) {

@@ -23,7 +23,7 @@ struct EvalPoint {
 
 struct RunPostmortem {
     std::string name, status, precision;  // precision "-" when the run did not say
-    int64_t seed = -1;                    // run.seed of its config; -1 when it has none
+    int64_t seed = -1;                    // run.seed or seed of its config, else its meta seed; -1 when none
     // Its config, flattened ("section.field" -> JSON value), without what
     // tells seeds of one setting apart (seed, name, out_dir, store).
     std::map<std::string, std::string> setting;

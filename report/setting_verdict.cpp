@@ -57,6 +57,27 @@ std::string setting_name(const std::vector<Setting>& settings, size_t g) {
     return extra.empty() ? name : name + " (" + extra + ")";
 }
 
+// How many of `values` came out above `reference` (worse: a higher loss).
+void count_worse(const std::vector<double>& values, double reference, SettingSummary& s) {
+    s.compared = (int)values.size();
+    s.worse = 0;
+    for (double v : values) s.worse += v > reference;
+}
+
+// The smallest number of seeds per setting whose 95% interval, with the
+// spread seen, would be narrower than the gap seen: paired (one spread, of
+// the per-seed gaps) or two independent settings of that many seeds each.
+// NaN for no gap or no spread; 1000 caps the search ("1000+").
+double seeds_to_resolve(double gap, double spread, double other_spread, bool paired) {
+    const double variance = spread * spread + other_spread * other_spread;
+    if (!(std::abs(gap) > 0) || !(variance > 0)) return NAN;
+    for (int n = 2; n <= 1000; n++) {
+        const double df = paired ? n - 1 : 2.0 * (n - 1);
+        if (margin95(df, std::sqrt(variance / n)) < std::abs(gap)) return n;
+    }
+    return 1000;
+}
+
 // The gap to the baseline with its 95% margin: paired by seed when every
 // run of the setting has the baseline's run of its seed (the same initial
 // weights and data order, so the seed's own luck cancels), else Welch's
@@ -79,25 +100,46 @@ void judge_gap(const std::vector<RunPostmortem>& runs, const std::vector<size_t>
     if (s.paired) {
         s.gap = mean_of(gaps);
         s.margin = margin95(gaps.size() - 1, spread_of(gaps) / std::sqrt(gaps.size()));
+        count_worse(gaps, 0.0, s);
+        s.seeds_to_resolve = seeds_to_resolve(s.gap, spread_of(gaps), 0.0, true);
         return;
     }
     s.gap = s.mean - b.mean;
+    count_worse(s.heldout, b.mean, s);
     if (s.heldout.size() < 2 || b.heldout.size() < 2) return;
     const double va = s.spread * s.spread / s.heldout.size(), vb = b.spread * b.spread / b.heldout.size();
     const double df = (va + vb) * (va + vb) /
                       (va * va / (s.heldout.size() - 1) + vb * vb / (b.heldout.size() - 1));  // Welch-Satterthwaite
     s.margin = va + vb > 0 ? margin95(df, std::sqrt(va + vb)) : 0.0;
+    s.seeds_to_resolve = seeds_to_resolve(s.gap, s.spread, b.spread, false);
 }
 
+// "about 7 seeds would", "1000 seeds would not"
+std::string seeds_needed(double n) {
+    return n >= 1000 ? "not 1000 seeds" : fmt::format("about {:.0f} seeds would", n);
+}
+
+// What the seeds say, first: "worse in 3 of 3 seeds" reads true even when
+// the interval is too wide to call the gap (3 seeds give t = 4.3), and then
+// the sentence says so and how many seeds would resolve it.
 std::string verdict(const SettingSummary& s, const std::string& baseline) {
     if (s.baseline) return "the baseline";
     if (!std::isfinite(s.gap)) return "no final held-out loss to judge by";
     if (!std::isfinite(s.margin))
         return fmt::format("gap {:+.4f}; one seed, no spread to judge it by", s.gap);
-    if (std::abs(s.gap) <= s.margin)
-        return fmt::format("indistinguishable from {} ({:+.4f} ± {:.4f})", baseline, s.gap, s.margin);
-    return fmt::format("{} by {:.4f} ± {:.4f}, beyond the seed spread", s.gap > 0 ? "worse" : "better",
-                       std::abs(s.gap), s.margin);
+    const char* unit = s.paired ? "seeds" : "runs";
+    const std::string tally = s.worse == s.compared ? fmt::format("worse in {0} of {0} {1}", s.compared, unit)
+                              : s.worse == 0        ? fmt::format("better in {0} of {0} {1}", s.compared, unit)
+                                                    : fmt::format("worse in {} of {} {}", s.worse, s.compared, unit);
+    if (std::abs(s.gap) > s.margin)
+        return fmt::format("{} by {:.4f} ± {:.4f}, beyond the seed spread ({})", s.gap > 0 ? "worse" : "better",
+                           std::abs(s.gap), s.margin, tally);
+    const std::string resolve = std::isfinite(s.seeds_to_resolve)
+                                    ? fmt::format("the 95% interval ±{:.4f} does not resolve it: {}", s.margin,
+                                                  seeds_needed(s.seeds_to_resolve))
+                                    : fmt::format("95% interval ±{:.4f}", s.margin);
+    if (s.worse == s.compared || s.worse == 0) return fmt::format("{} ({:+.4f}; {})", tally, s.gap, resolve);
+    return fmt::format("indistinguishable from {} ({:+.4f}, {}; {})", baseline, s.gap, tally, resolve);
 }
 
 std::string cell(double v, const char* spec = "{:.4f}") {
@@ -161,7 +203,15 @@ bool some_setting_has_seeds(const std::vector<SettingSummary>& settings) {
     return false;
 }
 
+std::string no_verdict_reason(const std::vector<SettingSummary>& settings) {
+    if (settings.size() < 2 || some_setting_has_seeds(settings)) return "";
+    return "No verdict by setting: no two runs share a setting (the same precision and config but for the seed). "
+           "Seeds of one setting give the verdict: tell each run its seed (hlat ingest --meta seed=N, or run.seed or "
+           "seed in its config) and keep what differs between seeds out of the config.";
+}
+
 std::string settings_html(const std::vector<SettingSummary>& settings) {
+    if (std::string why = no_verdict_reason(settings); !why.empty()) return "<p>" + html_escape(why) + "</p>";
     if (!some_setting_has_seeds(settings)) return "";
     std::string h = "<h2>Verdict by setting</h2><table><tr><th>setting</th><th>runs</th><th>final held-out loss by seed</th>"
                     "<th>mean</th><th>seed spread</th><th>gap</th><th>verdict</th><th>lost updates</th></tr>";
@@ -178,8 +228,9 @@ std::string settings_html(const std::vector<SettingSummary>& settings) {
                "run's last held-out evaluation. Seed spread: the standard deviation of those losses across seeds, the "
                "noise floor. Gap: the setting's loss minus the baseline's, ± the half-width of its 95% confidence "
                "interval (Student's t; paired by seed when every seed has a baseline run, which cancels each seed's "
-               "luck of initial weights and data order; Welch's interval otherwise). A gap inside its margin is "
-               "indistinguishable from the baseline. Lost updates: the share of weight elements whose non-zero "
+               "luck of initial weights and data order; Welch's interval otherwise). The verdict says first in how many "
+               "seeds the setting came out worse; a gap inside its margin is not resolved, and the verdict says about "
+               "how many seeds would resolve a gap of that size with the spread seen. Lost updates: the share of weight elements whose non-zero "
                "update rounded away, mean over the last 50 steps (pure bf16 modes only).</p>";
 }
 

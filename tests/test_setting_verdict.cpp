@@ -57,12 +57,15 @@ TEST(SettingVerdict, GapsAgainstTheSeedSpread) {
     EXPECT_TRUE(bf16.paired);
     EXPECT_NEAR(bf16.gap, 0.20, 1e-9);
     EXPECT_NEAR(bf16.margin, 4.302653 * 0.01 / std::sqrt(3.0), 1e-6);
-    EXPECT_EQ(bf16.verdict, "worse by 0.2000 ± 0.0248, beyond the seed spread");
+    EXPECT_EQ(bf16.verdict, "worse by 0.2000 ± 0.0248, beyond the seed spread (worse in 3 of 3 seeds)");
 
     // Gaps 0.001, 0.005, -0.004: inside their margin.
     const SettingSummary& sr = find(settings, "bf16_sr");
     EXPECT_NEAR(sr.gap, 0.000666667, 1e-8);
-    EXPECT_EQ(sr.verdict.rfind("indistinguishable from fp32 (+0.0007 ± ", 0), 0u) << sr.verdict;
+    EXPECT_EQ(sr.verdict.rfind("indistinguishable from fp32 (+0.0007, worse in 2 of 3 seeds; the 95% interval ±", 0), 0u)
+        << sr.verdict;
+    EXPECT_EQ(sr.worse, 2);
+    EXPECT_EQ(sr.compared, 3);
 
     EXPECT_EQ(find(settings, "bf16 (optimizer.beta2=0.99)").verdict, "gap +0.5000; one seed, no spread to judge it by");
     EXPECT_EQ(find(settings, "mixed").verdict, "gap -0.1000; one seed, no spread to judge it by");
@@ -80,6 +83,37 @@ TEST(SettingVerdict, GapsAgainstTheSeedSpread) {
     std::vector<size_t> of = setting_of_runs(runs);
     EXPECT_EQ(of[0], of[4]);
     EXPECT_NE(of[0], of[9]) << "another beta2 is another setting";
+}
+
+// Three seeds of bf16 against three of fp32, every bf16 seed worse than its
+// fp32 seed (H100 runs of issue 34: paired gaps +0.012, +0.005, +0.017), yet
+// 3 seeds give t(2) = 4.30 and an interval wider than the gap. The verdict
+// says what the seeds say first, then that the interval does not resolve it
+// and how many seeds would: sd of the gaps 0.00603, and t(3) * 0.00603 / 2 =
+// 0.0096 < 0.0113 at 4 seeds, while t(2) * 0.00603 / sqrt(3) = 0.0150 > 0.0113 at 3.
+TEST(SettingVerdict, AllSeedsWorseWithAWideInterval) {
+    std::vector<RunPostmortem> runs = {
+        run("fp32-1", "fp32", 1, 3.0),   run("fp32-2", "fp32", 2, 3.0005), run("fp32-3", "fp32", 3, 2.9995),
+        run("bf16-1", "bf16", 1, 3.012), run("bf16-2", "bf16", 2, 3.0055), run("bf16-3", "bf16", 3, 3.0165),
+    };
+    auto settings = summarize_settings(runs);
+    const SettingSummary& bf16 = find(settings, "bf16");
+    EXPECT_TRUE(bf16.paired);
+    EXPECT_NEAR(bf16.gap, 0.011333, 1e-6);
+    EXPECT_GT(bf16.margin, bf16.gap) << "the interval does not resolve the gap";
+    EXPECT_EQ(bf16.worse, 3);
+    EXPECT_EQ(bf16.seeds_to_resolve, 4);
+    EXPECT_EQ(bf16.verdict, fmt::format("worse in 3 of 3 seeds (+0.0113; the 95% interval ±{:.4f} does not resolve it: "
+                                        "about 4 seeds would)",
+                                        bf16.margin));
+    EXPECT_EQ(settings_html(settings).find("indistinguishable"), std::string::npos) << "the report says the same";
+    EXPECT_NE(settings_html(settings).find("worse in 3 of 3 seeds"), std::string::npos);
+}
+
+TEST(SettingVerdict, RunsWithoutSeedsSayWhyThereIsNoVerdict) {
+    auto settings = summarize_settings({run("a", "fp32", -1, 3.0), run("b", "bf16", -1, 3.1)});
+    EXPECT_NE(no_verdict_reason(settings).find("--meta seed=N"), std::string::npos);
+    EXPECT_NE(settings_html(settings).find("No verdict by setting"), std::string::npos);
 }
 
 TEST(SettingVerdict, WithoutFp32TheFirstSettingIsTheBaseline) {
@@ -130,7 +164,7 @@ TEST(SettingVerdict, ComparedRunsFromAStore) {
     EXPECT_TRUE(settings[1].paired);
     EXPECT_NEAR(settings[1].gap, 0.3, 1e-9);
     EXPECT_NEAR(settings[1].margin, 0.0, 1e-9) << "the same gap at both seeds";
-    EXPECT_EQ(settings[1].verdict, "worse by 0.3000 ± 0.0000, beyond the seed spread");
+    EXPECT_EQ(settings[1].verdict, "worse by 0.3000 ± 0.0000, beyond the seed spread (worse in 2 of 2 seeds)");
     const std::string html = postmortem_html(runs, {});
     EXPECT_NE(html.find("Verdict by setting"), std::string::npos);
     EXPECT_NE(html.find("50.0%"), std::string::npos) << "the lost-update share";
