@@ -419,7 +419,8 @@ int ingest_command(int argc, char** argv) {
          "gives one run per folder, NAME/FOLDER")
         ("file", po::value<std::string>()->default_value(""), "the log: a file, or a TensorBoard log directory")
         ("format", po::value<std::string>()->default_value("auto"),
-         "auto (from the content, then the extension), jsonl, csv, llmc, tensorboard or pattern")
+         "auto (from the content, then the extension), jsonl, csv, llmc, tensorboard, steploss, torchtitan, megatron "
+         "or pattern")
         ("pattern", po::value<std::string>()->default_value(""),
          "for console logs: e.g. \"step: {step} loss: {loss} grad_norm: {grad_norm}\" (implies --format pattern)")
         ("map", po::value<std::string>()->default_value(""), "rename keys: LOG_NAME=HLAT_NAME,... e.g. train_loss=loss")
@@ -449,7 +450,8 @@ int ingest_command(int argc, char** argv) {
                                 "to the\nwebhook and counted as for hlat train). JSONL: {\"step\": 10, \"loss\": 2.31, "
                                 "\"time\": 1700000000.5},\nbare NaN/Infinity allowed, null is a missing value. CSV: a "
                                 "header with a step column. llm.c's\nmain.log, TensorBoard event files (a file or a log "
-                                "directory), console lines with --pattern.\nNo good line is lost: at a bad line an import "
+                                "directory), torchtitan's and Megatron's console\noutput and \"<step> <loss>\" files "
+                                "(read by content), other console lines with --pattern.\nNo good line is lost: at a bad line an import "
                                 "keeps every line before it and stops (exit 1),\n--follow records it and goes on (see "
                                 "--on-bad-line); a partial last line waits under --follow.\nA step below the last one "
                                 "read (a resumed trainer logging steps again) is skipped and counted.\nLimits: run names "
