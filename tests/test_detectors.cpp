@@ -159,6 +159,16 @@ TEST(Detectors, OneStepLossOutliersAreNotesAndAJumpWarns) {
     EXPECT_EQ(fired[0].policy, Policy::Warn) << "a note halts nothing, whatever the detector's policy";
 }
 
+TEST(Detectors, AStretchOfNonFiniteStepsIsOneAlert) {
+    auto run = noisy_run(600, 5);
+    for (int i = 200; i < 500; i++) run[i].values["loss"] = NAN;  // a log that went NaN and stayed there
+    run[550].values["grad_norm"] = INFINITY;                          // a later, separate one
+    auto fired = replay(run, {});
+    ASSERT_EQ(kinds(fired), (std::vector<std::string>{"nonfinite", "nonfinite"}));
+    EXPECT_EQ(fired[0].alert.step, 200);
+    EXPECT_EQ(fired[1].alert.step, 550) << "a finite step in between re-arms it";
+}
+
 TEST(Detectors, WarmUpGradientSwingsAreNotSpikes) {
     for (unsigned seed : {1u, 2u, 3u}) {
         auto run = noisy_run(600, seed);
