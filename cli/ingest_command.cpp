@@ -371,6 +371,30 @@ int follow_lines(const Options& o, LineParser& parser, std::ifstream& in) {
     return halted ? kExitHalted : 0;
 }
 
+// The log's format from its first MB (a console log's banner and config dump
+// come first). A file being followed may still be empty: JSONL, the client's
+// format. A followed log whose lines do not tell yet (a trainer still
+// printing its banner) is read again every 200 ms until they do.
+LogFormat format_of(const Options& o, std::ifstream& in) {
+    std::signal(SIGINT, stop_ingesting);
+    std::signal(SIGTERM, stop_ingesting);
+    for (bool said = false;; said = true) {
+        std::string head(1 << 20, '\0');
+        in.read(head.data(), (std::streamsize)head.size());
+        head.resize((size_t)in.gcount());
+        in.clear();
+        in.seekg(0);
+        if (o.follow && head.empty()) return LogFormat::Jsonl;
+        try {
+            return detect_format(o.file, head);
+        } catch (const IngestError& e) {
+            if (!o.follow || g_ingest_stop) throw;
+            if (!said) spdlog::info("{}: no line tells its format yet; waiting for one (or name it with --format)", o.file);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+}
+
 Options parse_ingest_options(const po::variables_map& vm) {
     Options o;
     o.store = vm["store"].as<std::string>();
@@ -469,13 +493,7 @@ int ingest_command(int argc, char** argv) {
     std::ifstream in(o.file, std::ios::binary);
     if (!in) throw std::runtime_error(fmt::format("cannot open {}", o.file));
     if (o.auto_format) {
-        std::string head(1 << 20, '\0');  // a console log's banner and config dump come first
-        in.read(head.data(), (std::streamsize)head.size());
-        head.resize((size_t)in.gcount());
-        in.clear();
-        in.seekg(0);
-        // A file being followed may still be empty: JSONL, the client's format, unless it says otherwise.
-        o.format = o.follow && head.empty() ? LogFormat::Jsonl : detect_format(o.file, head);
+        o.format = format_of(o, in);
         if (o.format == LogFormat::TensorBoard) return import_tensorboard(o);
     }
     LineParser parser(o.file, o.format, o.pattern, o.rename);

@@ -12,7 +12,9 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <fstream>
+#include <thread>
 
 namespace hlat {
 namespace {
@@ -153,6 +155,28 @@ TEST_F(LogsCli, ALossFileImportsByContent) {
     EXPECT_EQ(after.series(id, "loss", 0, 100).size(), 2u) << "lm loss is hlat's loss";
     EXPECT_EQ(after.series(id, "heldout_loss", 0, 100).size(), 1u);
     EXPECT_EQ(after.series(id, "lr", 0, 100).size(), 1u) << "learning rate";
+}
+
+// `--follow` started with the trainer, before its first step line: it waits
+// for a line that tells the format, then reads from the top.
+TEST_F(LogsCli, AFollowedConsoleLogWaitsForItsFormat) {
+    std::string log = write("live.log", "[rank0]:[titan] 2025-06-01 10:00:00,000 - root - INFO - Starting job\n");
+    const std::string cmd = fmt::format("{} ingest --store {} --run live --follow --idle-exit 3 {} > {} 2>&1 &",
+                                        HLAT_BINARY, db, log, dir.file("out.txt"));
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    std::ofstream(log, std::ios::app) << kTorchtitanLog;
+    std::string out;
+    for (int i = 0; i < 200 && out.find("ingested") == std::string::npos; i++) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        std::ifstream f(dir.file("out.txt"));
+        out.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    }
+    EXPECT_NE(out.find("no line tells its format yet"), std::string::npos) << out;
+    Reader reader(db);
+    auto run = reader.find_run("live");
+    ASSERT_TRUE(run.has_value()) << out;
+    EXPECT_EQ(reader.series(run->id, "loss", 0, 10).size(), 2u) << out;
 }
 
 // A finished log that went NaN: its alerts are stored, and no halt is left
