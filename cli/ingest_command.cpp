@@ -6,6 +6,7 @@
 #include "cli/options.h"
 #include "session/run_session.h"
 #include "telemetry/ingest.h"
+#include "telemetry/log_text.h"
 #include "telemetry/reader.h"
 #include "telemetry/tensorboard.h"
 #include "telemetry/untrusted_text.h"
@@ -80,7 +81,7 @@ struct Options {
 void parse_meta(const std::string& text, Options& o) {
     for (auto& [key, value] : parse_key_map(text)) {
         if (key == "precision") {
-            o.precision = value;
+            o.precision = telemetry::precision_name(value);
             continue;
         }
         char* end = nullptr;

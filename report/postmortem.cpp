@@ -3,6 +3,7 @@
 #include "detectors/detector.h"
 #include "report/report_chart.h"
 #include "report/setting_verdict.h"
+#include "telemetry/log_text.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -61,15 +62,6 @@ int64_t seed_of(const std::string& text) {
     return -1;
 }
 
-// A precision as hlat names it: PyTorch's and Lightning's names read as
-// hlat's ("float32" -> fp32, "bfloat16" -> bf16, "bf16-mixed" -> mixed).
-std::string precision_name(std::string p) {
-    if (p == "float32" || p == "32" || p == "32-true" || p == "fp32") return "fp32";
-    if (p == "bfloat16" || p == "bf16-true") return "bf16";
-    if (p == "bf16-mixed" || p == "amp_bf16" || p == "amp") return "mixed";
-    return p;
-}
-
 // The run's seed and precision, and its config without what differs from run
 // to run of one setting (seed, name, folder, store): runs with equal settings
 // are seeds of one experiment. The seed is the config's run.seed (hlat's
@@ -94,7 +86,7 @@ void read_setting(const telemetry::RunRecord& run, RunPostmortem& p) {
         if (run.precision.empty() && named.is_string()) p.precision = named.get<std::string>();
         p.setting.erase(it);  // the precision is the setting's name, not one of its fields
     }
-    p.precision = precision_name(p.precision);
+    p.precision = telemetry::precision_name(p.precision);
     p.setting.erase("run.price_per_rank_hour");  // what a run cost is not part of its setting
     for (const char* key : {"run.name", "run.out_dir", "run.store"}) p.setting.erase(key);
 }

@@ -52,4 +52,11 @@ std::string strip_ansi(std::string_view s) {
     return out;
 }
 
+std::string precision_name(const std::string& p) {
+    if (p == "float32" || p == "32" || p == "32-true" || p == "fp32" || p == "torch.float32") return "fp32";
+    if (p == "bfloat16" || p == "bf16-true" || p == "torch.bfloat16") return "bf16";
+    if (p == "bf16-mixed" || p == "amp_bf16" || p == "amp") return "mixed";
+    return p;
+}
+
 }  // namespace hlat::telemetry

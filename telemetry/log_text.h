@@ -15,5 +15,9 @@ bool parse_number(std::string_view s, double* out, bool commas = false);
 // Without ANSI colour codes (ESC [ ... m), which console loggers such as
 // torchtitan's put between a label and its number.
 std::string strip_ansi(std::string_view s);
+// A precision as hlat names it (fp32, bf16, bf16_sr, bf16_kahan, mixed):
+// PyTorch's and Lightning's names read as hlat's ("float32" -> fp32,
+// "bfloat16" -> bf16, "bf16-mixed" -> mixed); any other name as written.
+std::string precision_name(const std::string& name);
 
 }  // namespace hlat::telemetry

@@ -138,9 +138,11 @@ class LogsCli : public ::testing::Test {
 TEST_F(LogsCli, ALossFileImportsByContent) {
     std::string text;
     for (int s = 1; s <= 30; s++) text += fmt::format("{} {:.4f}\n", s, 10.0 - 0.1 * s);
-    auto r = hlat(fmt::format("ingest --store {} --run titan-golden {}", db, write("llama3.txt", text)));
+    auto r = hlat(fmt::format("ingest --store {} --run titan-golden --meta precision=bfloat16 {}", db,
+                              write("llama3.txt", text)));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     Reader reader(db);
+    EXPECT_EQ(reader.find_run("titan-golden")->precision, "bf16") << "PyTorch's name read as hlat's";
     auto series = reader.series(reader.find_run("titan-golden")->id, "loss", 0, 100);
     ASSERT_EQ(series.size(), 30u);
     EXPECT_NEAR(series[29].value, 7.0, 1e-9);

@@ -2,6 +2,7 @@
 
 #include "session/run_session.h"
 #include "telemetry/ingest.h"
+#include "telemetry/log_text.h"
 #include "telemetry/reader.h"
 #include "telemetry/untrusted_text.h"
 #include "telemetry/writer.h"
@@ -104,7 +105,7 @@ Response IngestEndpoints::start(const std::string& name, const std::string& body
     r.source = "client";
     r.started_at = now_seconds();
     r.config = j.value("config", json::object()).dump();
-    r.precision = j.value("precision", "");
+    r.precision = telemetry::precision_name(j.value("precision", ""));
     const int64_t step = step_of(j);
     json meta = j.value("meta", json::object());
     if (!meta.is_object()) throw BadRequest("meta must be a JSON object");
