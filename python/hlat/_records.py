@@ -80,10 +80,25 @@ def _one_value(tensor):
         return tensor
 
 
-def _merge(items):
-    """Consecutive records of one step as one (events and alerts stay records of their own)."""
+def _step(step):
+    """The step as the int hlat stores (an int, a float, a 0-d tensor or numpy int given), or None."""
+    try:
+        step = int(step)
+    except Exception:
+        return None
+    return step if valid_step(step) else None
+
+
+def _merge(items, dropped):
+    """Consecutive records of one step as one (events and alerts stay records of their own);
+    a record whose step hlat cannot keep is left out, said in `dropped`."""
     merged = []
-    for step, values in items:
+    for given, values in items:
+        step = _step(given)
+        if step is None:
+            dropped.append((f"step {short(given)}", given, f"a step is an integer from 0 to {MAX_STEP:.0e}; the "
+                                                            "values of this step are not stored"))
+            continue
         special = any(k in values for k in _SPECIAL)
         if merged and merged[-1][0] == step and not special and not merged[-1][2]:
             merged[-1][1].update(values)
@@ -93,14 +108,16 @@ def _merge(items):
 
 
 def to_lines(items, stamp=None):
-    """One JSON line per step, the values counted, and what was left out as (key, step, why):
+    """One JSON line per step, the values counted, what was left out as (key, step, why), and
+    the largest step (-1 for none):
     a value hlat cannot store (None, a list, a string that is no number, a tensor of many values,
     a key that is no name) is left out and the rest of its step sent. With `stamp` (Unix time),
     each line without a time of its own gets that one: lines kept in a spool are dated when
     they were logged, not when they are uploaded."""
-    merged = _merge(items)
+    dropped = []
+    merged = _merge(items, dropped)
     _tensors_to_floats(merged)
-    lines, values, dropped = [], 0, []
+    lines, values = [], 0
     for step, v in merged:
         record = {"step": step}
         if "event" in v:  # an event record (event(), or log() with an "event" key): kind and detail as text
@@ -122,4 +139,4 @@ def to_lines(items, stamp=None):
         if stamp is not None and "time" not in record:
             record["time"] = stamp
         lines.append(json.dumps(record) + "\n")  # NaN and Infinity bare: hlat reads them
-    return lines, values, dropped
+    return lines, values, dropped, max((step for step, _ in merged), default=-1)

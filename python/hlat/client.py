@@ -20,16 +20,31 @@ import time
 from . import _ends, _meta, _spool, _system
 from ._http import HttpTransport
 from ._local import HALT_EXIT_CODE, LocalStore  # noqa: F401  (HALT_EXIT_CODE: the documented name)
-from ._records import MAX_STEP, short, valid_step
+from ._records import MAX_STEP, short
 from ._sender import Sender
 
 _log = logging.getLogger("hlat")
 MODES = ("online", "offline", "disabled")
 DEFAULT_URL = "http://127.0.0.1:8080"  # `hlat serve`'s default port
+SEND_INTERVAL_S = 0.02         # how often the sender looks at the queue by default
+PROMPT_SEND_INTERVAL_S = 0.002  # with max_lag_steps, or given: a step's answer (and a halt) back within ms
 START_TIMEOUT_S = 5.0   # init's own try at the server: not the whole HTTP timeout before step 0
 DYING_FLUSH_S = 2.0     # how long a dying process waits for its queue before it reports the run's end
 DYING_REQUEST_S = 2.0   # and for the server's answer to that report (both well inside the 5 s the issue asks)
 EXIT_FLUSH_S = _ends.EXIT_FLUSH_S
+
+
+def _references_when(alone):
+    return sys.getrefcount(alone)
+
+
+# What sys.getrefcount says in log() of a dict only its argument holds (2 in CPython 3.11: the
+# argument and getrefcount's own), and of one the caller holds too. Where they cannot be told
+# apart, nothing passes for alone and every dict is copied.
+_refcount = sys.getrefcount
+_held = {}
+_ALONE = _references_when({}) if _references_when({}) < _references_when(_held) else -1
+del _held
 
 
 class HaltRequested(Exception):
@@ -88,7 +103,9 @@ class Run:
         self._raise_in_log = self.world_size == 1
         self._halt_reason = None   # set by the sender thread on rank 0
         self._halted = None        # the reason every rank agreed on
-        self._last_step = self._top_step = 0
+        self._last_step = 0
+        self._queue = None  # rank 0: the sender's queue
+        self._after = None  # what log() does after queueing: max_lag_steps's wait, or a halt's check
         self._closed = self._finishing = False
         self._stop_checked = self._halt_unheard_said = self._unwatched_said = False
         self._pid = os.getpid()    # a forked child (a DataLoader worker) must not end its parent's run
@@ -98,6 +115,7 @@ class Run:
         precision = _meta.precision_name(precision)  # on every rank: a typo fails everywhere alike
         resume = _resume_flag(resume)
         if self.rank != 0:
+            self.log = self._log_elsewhere
             return  # only rank 0 talks to hlat; the others take part in should_stop's agreement
         self._open(name, url, token, store, mode, dir, config, precision, meta, detectors, resume,
                    send_interval, timeout, system_interval, hlat_binary)
@@ -113,7 +131,7 @@ class Run:
         if url and store:
             raise ValueError("hlat.init: give url= (a running hlat serve) or store= (a local store), not both")
         if send_interval is None:  # max_lag_steps: every step goes out at once, so its answer is back in time
-            send_interval = 0.0 if self.max_lag_steps is not None else 0.02
+            send_interval = PROMPT_SEND_INTERVAL_S if self.max_lag_steps is not None else SEND_INTERVAL_S
         transport = local = None
         if store:
             local = LocalStore(name, store, config, precision, meta, resume, hlat_binary)
@@ -125,7 +143,9 @@ class Run:
                  "host": socket.gethostname(), "time": time.time()}
         self._sender = Sender(self, transport, local, start, dir or _spool.default_dir(), mode == "offline",
                               send_interval)
-        self._queue, self._wake = self._sender.queue, self._sender.wake
+        self._queue = self._sender.queue
+        if self.max_lag_steps is not None:
+            self._after = self._lagging
         self._sender.start(min(timeout, START_TIMEOUT_S))
         _ends.watch(self)
         if interval > 0:
@@ -151,30 +171,34 @@ class Run:
         Never waits on the network and never does a collective (with max_lag_steps it may
         wait, at most 1 s, while the server is answering but behind). In a single process it
         raises HaltRequested once a halt is known; in a job of several ranks it does not (see
-        should_stop).
+        should_stop). The step and the values are checked on the sender thread: what hlat
+        cannot store is left out there, with a warning.
         """
-        step = int(step)
+        # The training thread's few microseconds. After a step the caches are cold and every
+        # bytecode costs (a call that does nothing takes ~2 us there), so this is all there is:
+        # other ranks, max_lag_steps and a halt come in through self.log and self._after.
+        # A dict no one else holds (the literal of run.log({...}, step)) is queued as it is:
+        # the caller cannot change it any more; any other is copied (the caller may reuse it).
         self._last_step = step
-        if self._sender is not None:
-            self.record(values, step)
-            if self.max_lag_steps is not None:
-                self._sender.wait_for_answers(step - self.max_lag_steps - 1)
-        if self._halt_reason is not None:
-            self._halt_in_log()
+        self._queue.append((step, values if _refcount(values) == _ALONE else dict(values)))
+        if self._after is not None:
+            self._after(step)
+
+    def _log_elsewhere(self, values, step):
+        """log() on a rank that does not send (only rank 0 does): the step, for should_stop()."""
+        self._last_step = step
 
     def record(self, values, step):
         """Queues values like log() without the halt check: for probes and threads. Every rank
         may call it; only rank 0's values are sent."""
-        if self._sender is not None:
-            step = int(step)
-            if not valid_step(step):
-                self._drop(f"step {step}", step, f"a step is an integer from 0 to {MAX_STEP:.0e}; its values are not stored")
-                return
-            if step > self._top_step:
-                self._top_step = step
+        if self._queue is not None:
             self._queue.append((step, dict(values)))
-            if not self._wake.is_set():
-                self._wake.set()
+
+    def _lagging(self, step):
+        """After log() with max_lag_steps: waits while the server lags, then the halt check."""
+        self._sender.wait_for_answers(int(step) - self.max_lag_steps - 1)
+        if self._halt_reason is not None:
+            self._halt_in_log()
 
     def event(self, kind, detail, step):
         """Records an event (e.g. a replica_mismatch with the ranks and tensor)."""
@@ -198,7 +222,7 @@ class Run:
         step that is a multiple of sync_every, and all get the same answer:
             if run.should_stop(step): break      # on every rank, after run.log on rank 0
         """
-        step = self._last_step if step is None else int(step)
+        step = int(self._last_step if step is None else step)
         self._stop_checked = True
         if self._halted:
             return True
@@ -237,7 +261,7 @@ class Run:
                 self._stop_sampler()
                 self._sender.flush(timeout)
                 self._closed = True
-                self._sender.close(status, self._last_step, (detail or self._halted or "")[:2000])
+                self._sender.close(status, self._end_step(), (detail or self._halted or "")[:2000])
         finally:
             self._finishing = False
         self._closed = True
@@ -256,13 +280,20 @@ class Run:
                     self._sender.flush(flush_s)
                 except TimeoutError:
                     detail = f"{detail} ({len(self._queue)} records unsent after {flush_s:g} s)".strip()
-                self._sender.close(status, self._last_step, detail[:2000], join_s=0.5, request_s=DYING_REQUEST_S)
+                self._sender.close(status, self._end_step(), detail[:2000], join_s=0.5, request_s=DYING_REQUEST_S)
         except Exception as e:  # the process is dying of something else: say this, do not mask that
             print(f"hlat: could not record run {self.name!r} as {status}: {e}", file=sys.stderr)
         finally:
             self._finishing = False
             self._closed = True
             _ends.forget(self)
+
+    def _end_step(self):
+        """The step the run's end is recorded at: the last one logged (0 if it was no step)."""
+        try:
+            return min(max(int(self._last_step), 0), MAX_STEP)
+        except Exception:
+            return 0
 
     def _stop_sampler(self):
         if self._sampler is not None:
@@ -283,7 +314,7 @@ class Run:
 
     # -- halts -------------------------------------------------------------
 
-    def _halt_in_log(self):
+    def _halt_in_log(self, step=None):
         if self._raise_in_log:
             self._halted = self._halt_reason
             raise HaltRequested(self._halted)
@@ -317,8 +348,11 @@ class Run:
         if len(self._dropped_keys) > 20:
             _log.warning("hlat: values of more keys are not stored; the others are no longer named")
             return
-        _log.warning("hlat: %s at step %d is not stored: %s (the rest of the step is; said once for this key)",
-                     short(key), step, why)
+        if isinstance(key, str) and key.startswith("step "):
+            _log.warning("hlat: %s is not stored: %s (said once)", key, why)
+        else:
+            _log.warning("hlat: %s at step %s is not stored: %s (the rest of the step is; said once for this key)",
+                         short(key), step, why)
 
     def _take_reply(self, reply):
         for alert in reply.get("alerts", []):
@@ -331,11 +365,14 @@ class Run:
             self._unwatched_said = True
             _log.warning("hlat: %s", unwatched)
         if reply.get("state") == "halt" and self._halt_reason is None:
-            self._halt_reason = reply.get("halt", {}).get("reason", "halt requested")
+            self._halted_by(reply.get("halt", {}).get("reason", "halt requested"))
 
-    def _local_halted(self, reason):
+    def _halted_by(self, reason):
+        """A halt from the server (or store='s follower): log() checks from now on."""
         if self._halt_reason is None:
             self._halt_reason = reason
+            if self._after is None:
+                self._after = self._halt_in_log
 
 
 class DisabledRun:
