@@ -143,6 +143,10 @@ std::string console_format_of(std::string_view head) {
         pos = nl == std::string_view::npos ? head.size() : nl + 1;
         if (trim(line).empty()) continue;
         Fields ignored;
+        std::string_view t = trim(line);
+        if (t.rfind("step:", 0) == 0 && t.size() > 5 && std::isdigit((unsigned char)t[5]) &&
+            t.find('/') < t.find_first_of(" \t"))
+            return "llmc";  // modded-nanogpt: "step:12/3200 train_loss:3.28", after its own source code
         if (parse_torchtitan_line(line, ignored)) return "torchtitan";
         if (parse_megatron_line(line, ignored)) return "megatron";
         any_line = true;

@@ -33,7 +33,8 @@ bool parse_megatron_line(std::string_view line, Fields& out);
 
 // What the first lines of a log say about its format: "steploss" when every
 // line is "<integer> <number>", "torchtitan" or "megatron" when a line is
-// one of their records; "" otherwise.
+// one of their records, "llmc" for modded-nanogpt's "step:N/M key:value"
+// lines (ingest.h); "" otherwise.
 std::string console_format_of(std::string_view head);
 
 }  // namespace hlat::telemetry

@@ -401,7 +401,9 @@ void LineParser::parse_jsonl(std::string_view line, long number, Record& r) {
 void LineParser::parse_llmc(std::string_view line, long number, Record& r) {
     auto bad = [&](const std::string& why) { return IngestError(fmt::format("{}:{}: {}", file_, number, why)); };
     std::string_view s = trim(line);
-    if (s.rfind("s:", 0) != 0) {
+    // modded-nanogpt, llm.c's descendant, writes "step:12/3200 train_loss:3.28 train_time:1234ms".
+    const bool modded = s.rfind("step:", 0) == 0 && s.size() > 5 && std::isdigit((unsigned char)s[5]);
+    if (s.rfind("s:", 0) != 0 && !modded) {
         r.matched = false;  // llm.c-style logs may carry other text (modded-nanogpt puts its code first)
         return;
     }
@@ -414,6 +416,7 @@ void LineParser::parse_llmc(std::string_view line, long number, Record& r) {
         size_t colon = token.find(':');
         if (colon == std::string_view::npos || colon == 0) throw bad(fmt::format("{} is not KEY:VALUE", excerpt(token, 64)));
         std::string_view key = token.substr(0, colon), value = token.substr(colon + 1);
+        if (modded && key == "step") value = value.substr(0, value.find('/'));  // "12/3200": step 12 of 3200
         // A unit after the number (120ms, 3.5%) joins the name: train_time_ms.
         std::string lower_value = lowercase(value);
         size_t unit = value.size();
@@ -430,7 +433,7 @@ void LineParser::parse_llmc(std::string_view line, long number, Record& r) {
             name += '_';
             name += suffix == "%" ? std::string_view("pct") : suffix;
         }
-        r.take(key == "s" ? "step" : rename(name), v);
+        r.take(key == "s" || (modded && key == "step") ? "step" : rename(name), v);
     }
     return;
 }

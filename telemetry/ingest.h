@@ -13,7 +13,9 @@
 //   llmc     llm.c's main.log: "s:N trl:2.31 lr:0.0006 norm:1.2" (train
 //            loss, lr, grad norm), "s:N tel:3.28" (validation loss), "s:N
 //            eval:0.29" (HellaSwag accuracy); other "k:v" pairs keep their
-//            name, a unit suffix joins it (train_time:120ms -> train_time_ms).
+//            name, a unit suffix joins it (train_time:120ms -> train_time_ms);
+//            modded-nanogpt's "step:12/3200 train_loss:3.28 val_loss:3.30"
+//            likewise (its names are read as hlat's by the aliases).
 //   steploss, torchtitan, megatron: bare "<step> <loss>" files and those
 //            trainers' console output (telemetry/console_formats.h).
 //   pattern  console lines matched by a pattern such as

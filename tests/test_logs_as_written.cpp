@@ -52,7 +52,16 @@ const char* kMegatronLog =
     "-----------------------------------------------------------------------------------------------\n"
     " validation loss at iteration 20 | lm loss value: 9.912000E+00 | lm loss PPL: 2.018E+04 | \n";
 
+// modded-nanogpt's log: its own source code, then llm.c-like step lines.
+const char* kModdedNanogptLog =
+    "import os\nimport sys\nwith open(sys.argv[0]) as f:\n    code = f.read()\n"
+    "====================================================================================================\n"
+    "step:0/3200 val_loss:10.8258 train_time:0ms step_avg:nanms\n"
+    "step:1/3200 train_loss:10.8258 train_time:29785ms step_avg:nanms\n"
+    "step:2/3200 train_loss:10.1234 train_time:30112ms step_avg:nanms\n";
+
 TEST(LogsAsWritten, FormatsAreToldByContent) {
+    EXPECT_EQ(detect_format("train.txt", kModdedNanogptLog), LogFormat::Llmc);
     EXPECT_EQ(detect_format("losses.txt", "1 10.8783\n2 10.7123\n3 10.5\n"), LogFormat::StepLoss);
     EXPECT_EQ(detect_format("losses.txt", "1 10.87\n2 10.7"), LogFormat::StepLoss) << "a head cut mid-line";
     EXPECT_EQ(detect_format("train.log", kTorchtitanLog), LogFormat::Torchtitan);
@@ -67,6 +76,15 @@ TEST(LogsAsWritten, StepLossFiles) {
     EXPECT_EQ(b.records, 3);
     EXPECT_EQ(value_at(b.points, "loss", 1), 10.8783);
     EXPECT_TRUE(std::isnan(value_at(b.points, "loss", 3)));
+}
+
+TEST(LogsAsWritten, ModdedNanogpt) {
+    LineParser parser("train.txt", LogFormat::Llmc);
+    auto b = parser.parse(kModdedNanogptLog, 42.0);
+    EXPECT_EQ(b.records, 3);
+    EXPECT_EQ(value_at(b.points, "val_loss", 0), 10.8258);
+    EXPECT_EQ(value_at(b.points, "train_loss", 2), 10.1234) << "step 2 of 3200";
+    EXPECT_EQ(value_at(b.points, "train_time_ms", 1), 29785.0);
 }
 
 TEST(LogsAsWritten, TorchtitanConsole) {
