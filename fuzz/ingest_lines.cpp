@@ -1,5 +1,6 @@
 // Fuzz target: the ingest line parsers. The first byte picks the format
-// (JSONL, CSV, llm.c, pattern), the rest is the log. Every line is parsed
+// (JSONL, CSV, llm.c, pattern, steploss, torchtitan, Megatron), the rest is
+// the log, whose format is also detected (detect_format must not crash). Every line is parsed
 // with bad lines skipped, as `hlat ingest --on-bad-line=skip` does; an
 // exception other than a bad line's, or a message that is not bounded,
 // escaped UTF-8, is a crash.
@@ -17,9 +18,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // Built once (the pattern's regex is costly), copied fresh for each input.
     static const LineParser kParsers[] = {
         {"fuzz.log", LogFormat::Jsonl}, {"fuzz.log", LogFormat::Csv}, {"fuzz.log", LogFormat::Llmc, "", {{"trl", "loss"}}},
-        {"fuzz.log", LogFormat::Pattern, "step {step} loss: {loss} norm {grad_norm} {_}"}};
-    LineParser parser = kParsers[data[0] % 4];
+        {"fuzz.log", LogFormat::Pattern, "step {step} loss: {loss} norm {grad_norm} {_}"},
+        {"fuzz.log", LogFormat::StepLoss}, {"fuzz.log", LogFormat::Torchtitan}, {"fuzz.log", LogFormat::Megatron}};
+    LineParser parser = kParsers[data[0] % 7];
     std::string_view text((const char*)data + 1, size - 1);
+    try {
+        detect_format("fuzz.log", text);
+    } catch (const IngestError&) {  // a log no format claims: said, not a crash
+    }
     for (size_t pos = 0; pos < text.size();) {
         std::optional<BadLine> bad;
         ParsedBatch batch = parser.parse_until_bad(text.substr(pos), 0.0, &bad);
