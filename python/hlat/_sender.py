@@ -39,13 +39,14 @@ class Sender:
         self.offline = offline
         self.local_only = "offline (HLAT_MODE=offline)" if offline else None  # why records go to the spool only
         self.spool = None
+        self.spool_error = None            # why the spool cannot be written, once it could not
         self.answered = self.spilled_top = self.top_step = -1
         self.failures = 0
         self.outage_said = False
         self.stats = {"batches": 0, "values": 0, "retries": 0, "alerts": 0, "dropped_values": 0,
                       "dropped_lines": 0, "spooled_lines": 0}
-        if offline:
-            self._open_spool()
+        if offline and not self._open_spool():
+            raise OSError(f"hlat.init: offline, and the spool cannot be written in {spool_dir}: {self.spool_error}")
         self.thread = threading.Thread(target=self._loop, name="hlat-sender", daemon=True)
 
     # -- the training thread's side ------------------------------------------------------
@@ -120,11 +121,11 @@ class Sender:
                 if not self.abandoned:
                     self._spill()
             if self.local_only:
-                return True
+                return self.spool_error is None  # a spool that cannot be written: wait, do not spin
         if not self.started and not self._try_start(self.transport.timeout):
             return False
         if self.local_only:
-            return True
+            return self.spool_error is None
         if self.spool is not None and self.spool.unsent():
             return self._drain_spool()
         return self._send_queue()
@@ -175,10 +176,10 @@ class Sender:
                 self.stats["retries"] += 1
                 print(f"hlat: writing for hlat ingest --follow failed ({error}); retrying", file=sys.stderr)
                 return False
-            for _ in items:
-                self.queue.popleft()
             text, _, _, top = to_lines(items, time.time())  # dated; the drops were said already
-            self._to_spool(text, top)
+            if self._to_spool(text, top):  # else they stay queued, for the next try
+                for _ in items:
+                    self.queue.popleft()
         if unreachable(error):
             self._lost(error)
             return False
@@ -237,7 +238,8 @@ class Sender:
         self.failures = 0
         if self.outage_said:
             self.outage_said = False
-            _log.warning("hlat: %s answers again; sending the records kept in %s", self.url, self.spool.path)
+            _log.warning("hlat: %s answers again; sending the records kept in %s", self.url,
+                         self.spool.path if self.spool is not None else "memory")
 
     def _lost(self, error):
         self.connected = False
@@ -246,16 +248,16 @@ class Sender:
         if not self.outage_said:
             self.outage_said = True
             with self.lock:
-                self._open_spool()
+                where = self.spool.path if self._open_spool() else "memory"
             _log.warning("hlat: %s does not answer (%s: %s); the run goes on, its records are kept in %s and "
-                         "sent when it answers", self.url, type(error).__name__, error, self.spool.path)
+                         "sent when it answers", self.url, type(error).__name__, error, where)
 
     def _go_local(self, reason):
         with self.lock:
-            self._open_spool()
+            where = self.spool.path if self._open_spool() else None
             self.local_only = reason
         _log.warning("hlat: %s; the run's records go to %s (upload them with: python3 -m hlat sync %s)",
-                     reason, self.spool.path, self.spool.path)
+                     reason, where or "memory, as the spool cannot be written", where or "")
 
     def _backoff(self):
         """Waits before the next try (a flush or close cuts it short; log() does not)."""
@@ -263,28 +265,50 @@ class Sender:
             self.hurry.clear()
 
     def _open_spool(self):
+        """Whether there is a spool file; one that cannot be made (a folder not writable, a
+        full disk) is said once, and the records wait in memory for the server instead."""
         if self.spool is None:
-            self.spool = _spool.Spool(_spool.new_path(self.spool_dir, self.name), self.name, self.url,
-                                      self.start_body, "offline" if self.offline else "online")
-            if self.started:
-                self.spool.save_started(self.name)
+            try:
+                self.spool = _spool.Spool(_spool.new_path(self.spool_dir, self.name), self.name, self.url,
+                                          self.start_body, "offline" if self.offline else "online")
+                if self.started:
+                    self.spool.save_started(self.name)
+            except OSError as e:
+                self._spool_failed(e)
+        return self.spool is not None and self.spool_error is None
+
+    def _spool_failed(self, error):
+        if self.spool_error is None:
+            self.spool_error = str(error)
+            _log.warning("hlat: the spool cannot be written (%s); records wait in memory until the server takes "
+                         "them", error)
 
     def _to_spool(self, lines, top):
-        self._open_spool()
-        self.spool.append(lines)
+        """Appends lines to the spool; False when it cannot (the caller keeps the records)."""
+        if not self._open_spool():
+            return False
+        try:
+            self.spool.append(lines)
+        except OSError as e:
+            self._spool_failed(e)
+            return False
         self.spilled_top = max(self.spilled_top, top)
         self.stats["spooled_lines"] += len(lines)
+        return True
 
     def _spill(self):
-        """Everything queued to the spool (the lock held)."""
-        if not self.queue:
+        """Everything queued to the spool (the lock held); left queued when it cannot be written."""
+        if not self.queue or self.spool_error is not None:
             return
-        items = [self.queue.popleft() for _ in range(len(self.queue))]
+        items = list(self.queue)
         text, _, dropped, top = to_lines(items, time.time())
+        if not self._to_spool(text, top):
+            return
+        for _ in items:
+            self.queue.popleft()
         for key, step, why in dropped:
             self.run._drop(key, step, why)
         self.top_step = max(self.top_step, top)
-        self._to_spool(text, top)
 
     # -- replies -------------------------------------------------------------------------
 
@@ -318,8 +342,15 @@ class Sender:
                 self.spool.remove()
             return
         with self.lock:
-            self._open_spool()
-            self.spool.end(status, step, detail)
+            if not self._open_spool():
+                print(f"hlat: run {self.name!r}: {len(self.queue)} records and the run's end could not be sent to "
+                      f"{self.url} nor written to a spool ({self.spool_error}); they are lost", file=sys.stderr)
+                return
+            try:
+                self.spool.end(status, step, detail)
+            except OSError as e:
+                print(f"hlat: run {self.name!r}: its end could not be written to {self.spool.path} ({e})",
+                      file=sys.stderr)
         self._say_sync(reported)
 
     def _report_end(self, status, step, detail, request_s):

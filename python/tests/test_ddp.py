@@ -12,6 +12,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 import unittest
 import urllib.request
 
@@ -72,7 +73,7 @@ def worker(rank, world, port, url, name, scenario, out_dir):
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     run = hlat.init(name, url=url, token=TOKEN, max_lag_steps=1)  # every rank; only rank 0 talks to hlat
     g = torch.Generator().manual_seed(100 + rank)  # each rank its own data, as in data parallelism
-    stopped = None
+    stopped, agree_s = None, []
     for step in range(STEPS):
         state["step"] = step
         x = torch.randn(64, 16, generator=g)
@@ -87,12 +88,15 @@ def worker(rank, world, port, url, name, scenario, out_dir):
             if scenario == "halt" and step == HALT_AT:
                 press_halt(url, name)
             run.log({"loss": loss.detach(), "grad_norm": norm}, step=step)
-        if run.should_stop(step):  # every rank: the ranks agree, and all leave at this step
+        t0 = time.perf_counter()
+        stop = run.should_stop(step)  # every rank: the ranks agree, and all leave at this step
+        agree_s.append(time.perf_counter() - t0)
+        if stop:
             stopped = step
             break
     run.finish()
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump({"stopped": stopped}, f)
+        json.dump({"stopped": stopped, "should_stop_us": 1e6 * sorted(agree_s)[len(agree_s) // 2]}, f)
     dist.destroy_process_group()
     # Interpreter teardown of a spawned gloo worker hung about one run in three (after
     # this function returned, in torch's spawn wrapper); the results are written.
@@ -106,7 +110,9 @@ class RankZeroLogging(ServerTestCase):
         result = []
         for r in range(2):
             with open(os.path.join(out, f"rank{r}.json")) as f:
-                result.append(json.load(f)["stopped"])
+                ended = json.load(f)
+            result.append(ended["stopped"])
+            print(f"\n    {name} rank {r}: should_stop took {ended['should_stop_us']:.0f} us (median)", file=sys.stderr)
         return result
 
     def test_a_clean_job_logging_from_rank_0_only_runs_to_its_end(self):

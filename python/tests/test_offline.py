@@ -163,6 +163,10 @@ class Modes(unittest.TestCase):
         run.alert("t", "x", level="warn")
         run.finish()
 
+    def test_offline_with_a_spool_that_cannot_be_written_fails_at_init(self):
+        with self.assertRaisesRegex(OSError, "spool cannot be written in /proc/hlat"):
+            hlat.init("nowhere", mode="offline", dir="/proc/hlat")
+
     def test_a_mode_hlat_does_not_know_is_an_error_naming_the_modes(self):
         with self.assertRaisesRegex(ValueError, "online, offline, disabled"):
             hlat.init("x", mode="dryrun")
