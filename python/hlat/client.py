@@ -196,7 +196,10 @@ class Run:
 
     def _lagging(self, step):
         """After log() with max_lag_steps: waits while the server lags, then the halt check."""
-        self._sender.wait_for_answers(int(step) - self.max_lag_steps - 1)
+        try:
+            self._sender.wait_for_answers(int(step) - self.max_lag_steps - 1)
+        except (TypeError, ValueError):  # a step that is no integer: the sender says so, nothing to wait for
+            pass
         if self._halt_reason is not None:
             self._halt_in_log()
 
