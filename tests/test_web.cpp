@@ -317,6 +317,26 @@ TEST_F(WebApi, ATrainersOwnAlertIsRoutedOnce) {
         << "a level hlat does not know";
 }
 
+// A run synced from the client's spool keeps its own dates, and the git
+// revision the client found at init fills the run's column.
+TEST_F(WebApi, AStartAndEndKeepTheTimesTheClientGives) {
+    json start = {{"meta", {{"git_revision", "0123abcd"}}}, {"time", 1.7e9}};
+    ASSERT_EQ(api.handle(post("/api/v1/runs/synced/start", "secret-token", start.dump())).status, 200);
+    ASSERT_EQ(api.handle(post("/api/v1/runs/synced/ingest", "secret-token", "{\"step\": 0, \"loss\": 2.0}\n")).status, 200);
+    json end = {{"status", "finished"}, {"step", 0}, {"time", 1.7e9 + 60}};
+    ASSERT_EQ(api.handle(post("/api/v1/runs/synced/finish", "secret-token", end.dump())).status, 200);
+    Reader reader(dir_->file("s.db"));
+    auto run = reader.find_run("synced");
+    EXPECT_EQ(run->git_revision, "0123abcd");
+    EXPECT_EQ(run->started_at, 1.7e9);
+    auto events = reader.events(run->id);
+    ASSERT_GE(events.size(), 2u);
+    EXPECT_EQ(events.front().wall_time, 1.7e9) << events.front().kind;
+    EXPECT_EQ(events.back().wall_time, 1.7e9 + 60) << events.back().kind;
+    EXPECT_EQ(api.handle(post("/api/v1/runs/late/start", "secret-token", R"({"time": 4e12})")).status, 400)
+        << "a time in the future (milliseconds?) is refused";
+}
+
 // An external trainer's life through the API: start with a halt policy, a
 // batch whose spike the detectors halt on (the reply says so), a person's
 // halt reaching a clean run, finish, and a run that goes silent turning stale.

@@ -43,6 +43,17 @@ int64_t step_of(const json& j) {
     return s.is_number_unsigned() ? (int64_t)s.get<uint64_t>() : s.is_number_integer() ? s.get<int64_t>() : (int64_t)v;
 }
 
+// A request's "time": when the client says the start or end happened (a
+// run synced from a spool keeps its own dates), Unix seconds; 0 (now) when absent.
+double time_of(const json& j) {
+    if (!j.contains("time") || j.at("time").is_null()) return 0.0;
+    const json& t = j.at("time");
+    const double v = t.is_number() ? t.get<double>() : NAN;
+    if (!(v >= 1e8 && v <= now_seconds() + 86400))
+        throw BadRequest(fmt::format("time {} is not Unix seconds up to now", excerpt(t.dump(), 40)));
+    return v;
+}
+
 }  // namespace
 
 std::optional<std::string> halt_route(const RunRecord& run) {
@@ -112,6 +123,10 @@ Response IngestEndpoints::start(const std::string& name, const std::string& body
     meta["halt"] = "client";
     r.meta = meta.dump();
     r.host = j.value("host", "");
+    if (meta.contains("git_revision") && meta["git_revision"].is_string())  // what the client found at init
+        r.git_revision = meta["git_revision"].get<std::string>().substr(0, 64);
+    const double time = time_of(j);
+    if (time > 0) r.started_at = time;
     try {
         session::detectors_of(r);  // a bad detectors section is the client's error, now
     } catch (const std::exception& e) {
@@ -125,7 +140,7 @@ Response IngestEndpoints::start(const std::string& name, const std::string& body
         return error(409, fmt::format("run \"{}\" already exists; resume it (resume=True) or choose another name", name));
     // The config (and its detectors) may have changed: a new session.
     std::unique_ptr<session::RunSession> s =
-        session::RunSession::open(writer_.get(), r, {resume, "", step, 0.0, "hlat python client"});
+        session::RunSession::open(writer_.get(), r, {resume, "", step, time, "hlat python client"});
     sessions_[s->run_id()] = std::move(s);
     return reply(200, {{"run", name}, {"state", "running"}, {"resumed", existing.has_value()}});
 }
@@ -186,7 +201,7 @@ Response IngestEndpoints::finish(const std::string& name, const std::string& bod
     if (!run) return error(404, fmt::format("no run named {}", excerpt(name, 100)));
     std::string detail = j.value("detail", "");
     if (detail.size() > 10000) throw BadRequest("detail must be at most 10,000 bytes");
-    end_run(*run, status, step, detail);
+    end_run(*run, status, step, detail, time_of(j));
     return reply(200, {{"run", name}, {"state", status}});
 }
 

@@ -1,7 +1,9 @@
 // The endpoints of runs that hlat does not train (the Python client, curl):
-//   POST /api/v1/runs/{run}/start   {"config": {...}, "precision": "bf16", "meta": {...}, "resume": false}
+//   POST /api/v1/runs/{run}/start   {"config": {...}, "precision": "bf16", "meta": {...}, "resume": false,
+//                                    "time": UNIX_S (optional: a run synced from a spool keeps its date)}
 //   POST /api/v1/runs/{run}/ingest  JSON lines as `hlat ingest` reads them; the reply carries the run's state
-//   POST /api/v1/runs/{run}/finish  {"status": "finished|halted|crashed|stopped", "step": N, "detail": "..."}
+//   POST /api/v1/runs/{run}/finish  {"status": "finished|halted|crashed|stopped", "step": N, "detail": "...",
+//                                    "time": UNIX_S (optional)}
 //   GET  /api/v1/runs/{run}/state   {"state": "running|halt|<status>", "halt": {"by", "reason"}}
 // Every batch goes through the run's session (session/run_session.h): stored,
 // detected, its alerts routed; a reply names the alerts and the run's state,

@@ -433,10 +433,5 @@ class HostileValues(ServerTestCase):
             server.server_close()
 
 
-# ctest runs test_client, test_ddp and test_tensorboard (tests/CMakeLists.txt): the client's
-# other test files run with this one there (each also runs alone: python3 -m unittest test_offline).
-from test_offline import Modes, Spooled  # noqa: E402,F401
-from test_run_options import CausalityProbe, RunOptions  # noqa: E402,F401
-
 if __name__ == "__main__":
     unittest.main()
