@@ -165,7 +165,7 @@ nlohmann::json settings_json(const std::vector<report::SettingSummary>& settings
                        {"final_heldout", heldout}, {"mean", number(s.mean)},   {"spread", number(s.spread)},
                        {"gap", number(s.gap)},     {"margin95", number(s.margin)}, {"paired", s.paired},
                        {"baseline", s.baseline},   {"verdict", s.verdict}, {"lost_updates", number(s.lost_updates)},
-                       {"worse", s.worse},         {"compared", s.compared},
+                       {"worse", s.worse},         {"better", s.better}, {"compared", s.compared},
                        {"seeds_to_resolve", number(s.seeds_to_resolve)}};
     }
     return out;

@@ -373,23 +373,26 @@ int follow_lines(const Options& o, LineParser& parser, std::ifstream& in) {
 }
 
 // The log's format from its first MB (a console log's banner and config dump
-// come first). A file being followed may still be empty: JSONL, the client's
-// format. A followed log whose lines do not tell yet (a trainer still
-// printing its banner) is read again every 200 ms until they do.
+// come first). A followed log whose lines do not tell yet (empty, or a
+// trainer still printing its banner) is read again every 200 ms until they
+// do, --idle-exit passes, or a signal; the client's JSONL tells by its first
+// line.
 LogFormat format_of(const Options& o, std::ifstream& in) {
+    constexpr size_t kHead = 1 << 20;
     std::signal(SIGINT, stop_ingesting);
     std::signal(SIGTERM, stop_ingesting);
+    const auto started = std::chrono::steady_clock::now();
     for (bool said = false;; said = true) {
-        std::string head(1 << 20, '\0');
+        std::string head(kHead, '\0');
         in.read(head.data(), (std::streamsize)head.size());
         head.resize((size_t)in.gcount());
         in.clear();
         in.seekg(0);
-        if (o.follow && head.empty()) return LogFormat::Jsonl;
         try {
             return detect_format(o.file, head);
         } catch (const IngestError& e) {
-            if (!o.follow || g_ingest_stop) throw;
+            const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+            if (!o.follow || g_ingest_stop || head.size() == kHead || (o.idle_exit > 0 && waited >= o.idle_exit)) throw;
             if (!said) spdlog::info("{}: no line tells its format yet; waiting for one (or name it with --format)", o.file);
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(200));

@@ -57,25 +57,27 @@ std::string setting_name(const std::vector<Setting>& settings, size_t g) {
     return extra.empty() ? name : name + " (" + extra + ")";
 }
 
-// How many of `values` came out above `reference` (worse: a higher loss).
+// How many of `values` came out above `reference` (worse: a higher loss)
+// and how many below it.
 void count_worse(const std::vector<double>& values, double reference, SettingSummary& s) {
     s.compared = (int)values.size();
-    s.worse = 0;
-    for (double v : values) s.worse += v > reference;
+    s.worse = s.better = 0;
+    for (double v : values) s.worse += v > reference, s.better += v < reference;
 }
 
-// The smallest number of seeds per setting whose 95% interval, with the
-// spread seen, would be narrower than the gap seen: paired (one spread, of
-// the per-seed gaps) or two independent settings of that many seeds each.
-// NaN for no gap or no spread; 1000 caps the search ("1000+").
-double seeds_to_resolve(double gap, double spread, double other_spread, bool paired) {
-    const double variance = spread * spread + other_spread * other_spread;
-    if (!(std::abs(gap) > 0) || !(variance > 0)) return NAN;
-    for (int n = 2; n <= 1000; n++) {
-        const double df = paired ? n - 1 : 2.0 * (n - 1);
-        if (margin95(df, std::sqrt(variance / n)) < std::abs(gap)) return n;
+// The smallest number of seeds per setting, above the `have` already run,
+// whose 95% interval with the spread seen would be narrower than the gap
+// seen: paired (one spread, of the per-seed gaps, n - 1 degrees of freedom)
+// or two independent settings of n seeds each (Welch's degrees of freedom,
+// as the interval itself). NaN for no gap or no spread; past 1000, 1001.
+double seeds_to_resolve(double gap, double spread, double other_spread, bool paired, size_t have) {
+    const double a = spread * spread, b = other_spread * other_spread;
+    if (!(std::abs(gap) > 0) || !(a + b > 0)) return NAN;
+    for (int n = std::max<int>(2, (int)have + 1); n <= 1000; n++) {
+        const double df = paired ? n - 1 : (n - 1) * (a + b) * (a + b) / (a * a + b * b);
+        if (margin95(df, std::sqrt((a + b) / n)) < std::abs(gap)) return n;
     }
-    return 1000;
+    return 1001;
 }
 
 // The gap to the baseline with its 95% margin: paired by seed when every
@@ -101,7 +103,7 @@ void judge_gap(const std::vector<RunPostmortem>& runs, const std::vector<size_t>
         s.gap = mean_of(gaps);
         s.margin = margin95(gaps.size() - 1, spread_of(gaps) / std::sqrt(gaps.size()));
         count_worse(gaps, 0.0, s);
-        s.seeds_to_resolve = seeds_to_resolve(s.gap, spread_of(gaps), 0.0, true);
+        s.seeds_to_resolve = seeds_to_resolve(s.gap, spread_of(gaps), 0.0, true, gaps.size());
         return;
     }
     s.gap = s.mean - b.mean;
@@ -111,12 +113,13 @@ void judge_gap(const std::vector<RunPostmortem>& runs, const std::vector<size_t>
     const double df = (va + vb) * (va + vb) /
                       (va * va / (s.heldout.size() - 1) + vb * vb / (b.heldout.size() - 1));  // Welch-Satterthwaite
     s.margin = va + vb > 0 ? margin95(df, std::sqrt(va + vb)) : 0.0;
-    s.seeds_to_resolve = seeds_to_resolve(s.gap, s.spread, b.spread, false);
+    s.seeds_to_resolve = seeds_to_resolve(s.gap, s.spread, b.spread, false, std::max(s.heldout.size(), b.heldout.size()));
 }
 
 // "about 7 seeds would", "1000 seeds would not"
+// "about 7 seeds would", "more than 1000 seeds would"
 std::string seeds_needed(double n) {
-    return n >= 1000 ? "not 1000 seeds" : fmt::format("about {:.0f} seeds would", n);
+    return n > 1000 ? "more than 1000 seeds would" : fmt::format("about {:.0f} seeds would", n);
 }
 
 // What the seeds say, first: "worse in 3 of 3 seeds" reads true even when
@@ -128,9 +131,9 @@ std::string verdict(const SettingSummary& s, const std::string& baseline) {
     if (!std::isfinite(s.margin))
         return fmt::format("gap {:+.4f}; one seed, no spread to judge it by", s.gap);
     const char* unit = s.paired ? "seeds" : "runs";
-    const std::string tally = s.worse == s.compared ? fmt::format("worse in {0} of {0} {1}", s.compared, unit)
-                              : s.worse == 0        ? fmt::format("better in {0} of {0} {1}", s.compared, unit)
-                                                    : fmt::format("worse in {} of {} {}", s.worse, s.compared, unit);
+    const bool one_side = s.worse == s.compared || s.better == s.compared;
+    const std::string tally = s.better == s.compared ? fmt::format("better in {0} of {0} {1}", s.compared, unit)
+                                                     : fmt::format("worse in {} of {} {}", s.worse, s.compared, unit);
     if (std::abs(s.gap) > s.margin)
         return fmt::format("{} by {:.4f} ± {:.4f}, beyond the seed spread ({})", s.gap > 0 ? "worse" : "better",
                            std::abs(s.gap), s.margin, tally);
@@ -138,7 +141,7 @@ std::string verdict(const SettingSummary& s, const std::string& baseline) {
                                     ? fmt::format("the 95% interval ±{:.4f} does not resolve it: {}", s.margin,
                                                   seeds_needed(s.seeds_to_resolve))
                                     : fmt::format("95% interval ±{:.4f}", s.margin);
-    if (s.worse == s.compared || s.worse == 0) return fmt::format("{} ({:+.4f}; {})", tally, s.gap, resolve);
+    if (one_side) return fmt::format("{} ({:+.4f}; {})", tally, s.gap, resolve);
     return fmt::format("indistinguishable from {} ({:+.4f}, {}; {})", baseline, s.gap, tally, resolve);
 }
 
@@ -204,7 +207,8 @@ bool some_setting_has_seeds(const std::vector<SettingSummary>& settings) {
 }
 
 std::string no_verdict_reason(const std::vector<SettingSummary>& settings) {
-    if (settings.size() < 2 || some_setting_has_seeds(settings)) return "";
+    // Two runs compared side by side are the common case, not a puzzle: said from three.
+    if (settings.size() < 3 || some_setting_has_seeds(settings)) return "";
     return "No verdict by setting: no two runs share a setting (the same precision and config but for the seed). "
            "Seeds of one setting give the verdict: tell each run its seed (hlat ingest --meta seed=N, or run.seed or "
            "seed in its config) and keep what differs between seeds out of the config.";

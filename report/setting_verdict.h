@@ -22,7 +22,8 @@ struct SettingSummary {
     double gap = NAN;              // mean minus the baseline's mean (paired: mean of the per-seed gaps)
     double margin = NAN;           // half-width of the gap's 95% confidence interval (Student's t)
     bool paired = false;           // every run has the baseline's run of the same seed beside it
-    int worse = 0, compared = 0;   // seeds (paired) or runs (against the baseline's mean) that came out worse, of how many
+    int worse = 0, better = 0, compared = 0;  // seeds (paired) or runs (against the baseline's mean) that came
+                                              // out worse, better, of how many
     double seeds_to_resolve = NAN; // seeds per setting at which a gap this size, with this spread, would clear its margin
     double lost_updates = NAN;     // mean over the runs of their final lost-update fraction
     bool baseline = false;

@@ -82,7 +82,10 @@ void RunSession::catch_up(telemetry::Reader& reader) {
     }
     open_ = OpenStep{*last, suite_.state(), {}};
     for (const telemetry::Alert& a : reader.alerts(run_.id))
-        if (a.step == last->step) open_->raised.insert(a.kind);
+        if (a.step >= last->step - 1) {  // a loss-jump note at the step before was raised by the open step
+            open_->raised.insert({a.kind, a.step});
+            if (a.kind == "alert" && a.step >= last->step) trainer_alerts_seen_.insert({a.step, a.data});
+        }
     suite_.observe(*last);
 }
 
@@ -101,22 +104,43 @@ void RunSession::rename_aliases(std::vector<telemetry::MetricPoint>& points) {
     }
 }
 
-// A trainer's own alerts (the client's run.alert, JSONL "alert" lines; the
-// event's detail is {"title", "text", "level"}) out of `events`, raised as
-// alerts of kind "alert" and routed as a detector's. A batch sent again
-// raises none again: not below the steps detected, nor twice at one step.
+namespace {
+
+// A trainer alert's detail as the parser writes it (ingest.h): its title,
+// text and level, each read only if it is a string of bounded size, the level
+// one of info, warning, critical (else warning).
+telemetry::Alert trainer_alert(const telemetry::Event& e) {
+    nlohmann::json d = nlohmann::json::parse(e.detail, nullptr, false);
+    auto text = [&](const char* key, const char* otherwise, size_t limit) {
+        return d.is_object() && d.contains(key) && d[key].is_string() ? d[key].get<std::string>().substr(0, limit)
+                                                                        : std::string(otherwise);
+    };
+    const std::string title = text("title", "alert", 200), body = text("text", "", 10000);
+    std::string level = text("level", "warning", 20);
+    if (level != "info" && level != "critical") level = "warning";
+    nlohmann::json data = {{"title", title}, {"text", body}, {"level", level}};
+    return {"alert", level, e.step, body.empty() ? title : title + ": " + body,
+            data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), 0.0};
+}
+
+constexpr size_t kTrainerAlertsKept = 10000;
+
+}  // namespace
+
+// A trainer's own alerts (the client's run.alert, JSONL "alert" lines) out of
+// `events`, raised as alerts of kind "alert" and routed as a detector's. A
+// batch sent again raises none again: not below the steps detected, nor
+// twice at one step (catch_up refills what the store has at the open step).
 std::vector<Fired> RunSession::trainer_alerts(std::vector<telemetry::Event>& events) {
     std::vector<Fired> out;
     std::erase_if(trainer_alerts_seen_, [&](const auto& seen) { return seen.first < detected_below_; });
     std::erase_if(events, [&](const telemetry::Event& e) {
         if (e.kind != "alert") return false;
-        if (e.step < detected_below_ || !trainer_alerts_seen_.insert({e.step, e.detail}).second) return true;
-        nlohmann::json d = nlohmann::json::parse(e.detail, nullptr, false);
-        if (!d.is_object()) d = {{"title", "alert"}, {"text", e.detail}, {"level", "warning"}};
-        const std::string title = d.value("title", "alert"), text = d.value("text", "");
-        out.push_back({{"alert", d.value("level", "warning"), e.step, text.empty() ? title : title + ": " + text,
-                        d.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), 0.0},
-                       detectors::Policy::Warn});
+        if (e.step < detected_below_) return true;
+        telemetry::Alert a = trainer_alert(e);
+        if (!trainer_alerts_seen_.insert({e.step, a.data}).second) return true;
+        if (trainer_alerts_seen_.size() > kTrainerAlertsKept) trainer_alerts_seen_.erase(trainer_alerts_seen_.begin());
+        out.push_back({std::move(a), detectors::Policy::Warn});
         return true;
     });
     return out;
@@ -181,7 +205,7 @@ std::vector<Fired> RunSession::detect(std::vector<detectors::StepView> steps) {
         detected_below_ = std::max(detected_below_, steps.back().step + 1);
         return fired;
     }
-    std::set<std::string> raised;
+    std::set<std::pair<std::string, int64_t>> raised;
     if (open_ && steps.front().step == open_->view.step) {
         suite_.restore(open_->before);
         open_->view.merge(steps.front());
@@ -193,7 +217,7 @@ std::vector<Fired> RunSession::detect(std::vector<detectors::StepView> steps) {
         nlohmann::json before = last ? suite_.state() : nlohmann::json();
         if (i > 0) raised.clear();
         for (Fired& f : suite_.observe(steps[i]))
-            if (raised.insert(f.alert.kind).second) fired.push_back(std::move(f));
+            if (raised.insert({f.alert.kind, f.alert.step}).second) fired.push_back(std::move(f));
         if (last) open_ = OpenStep{std::move(steps[i]), std::move(before), std::move(raised)};
     }
     detected_below_ = std::max(detected_below_, open_->view.step);  // the open step may get more of it
@@ -207,10 +231,11 @@ void RunSession::route(Fired& f, const std::string& halt_reason) {
     telemetry::Alert& a = f.alert;
     a.wall_time = now_seconds();
     const bool halt = f.policy == detectors::Policy::Halt && options_.halts;
-    spdlog::log(a.severity == "critical" ? spdlog::level::err : spdlog::level::warn, "ALERT {} at step {}: {}{}",
-                a.kind, a.step, a.message, halt ? " -> halt" : "");
+    const bool note = a.severity == "info";  // a one-step outlier, a trainer's info alert: stored and drawn, not pushed
+    spdlog::log(a.severity == "critical" ? spdlog::level::err : note ? spdlog::level::info : spdlog::level::warn,
+                "{} {} at step {}: {}{}", note ? "note" : "ALERT", a.kind, a.step, a.message, halt ? " -> halt" : "");
     if (writer_) writer_->alert(run_.id, a);
-    if (webhook_) webhook_->post(a);
+    if (webhook_ && !note) webhook_->post(a);
     if (options_.on_alert) options_.on_alert(a);
     if (!halt || !halt_reason_.empty()) return;
     if (!halt_reason.empty()) {

@@ -148,7 +148,7 @@ class RunSession {
     struct OpenStep {
         detectors::StepView view;
         nlohmann::json before;
-        std::set<std::string> raised;
+        std::set<std::pair<std::string, int64_t>> raised;  // (kind, step): a note may be dated a step back
     };
 
     telemetry::Writer* writer_;
@@ -168,7 +168,9 @@ class RunSession {
     // client's batch re-sent after a timeout, a follower re-reading its log),
     // they are stored again but not detected again.
     int64_t detected_below_ = -1;
-    std::set<std::pair<int64_t, std::string>> trainer_alerts_seen_;  // (step, detail) at steps not yet below it
+    // (step, detail) of trainer alerts raised at steps not yet below
+    // detected_below_ (at most kTrainerAlertsKept: a client sending far-future steps)
+    std::set<std::pair<int64_t, std::string>> trainer_alerts_seen_;
     std::string unwatched_notice_;
     double last_heartbeat_ = 0.0;
 };

@@ -131,6 +131,12 @@ bool parse_megatron_line(std::string_view raw, Fields& out) {
     return true;
 }
 
+bool is_modded_nanogpt_line(std::string_view line) {
+    std::string_view t = trim(line);
+    return t.rfind("step:", 0) == 0 && t.size() > 5 && std::isdigit((unsigned char)t[5]) &&
+           t.find('/') < t.find_first_of(" \t");
+}
+
 std::string console_format_of(std::string_view head) {
     // The head may end mid-line: that line is left out when others are there.
     if (!head.empty() && head.back() != '\n' && head.find('\n') != std::string_view::npos)
@@ -143,10 +149,7 @@ std::string console_format_of(std::string_view head) {
         pos = nl == std::string_view::npos ? head.size() : nl + 1;
         if (trim(line).empty()) continue;
         Fields ignored;
-        std::string_view t = trim(line);
-        if (t.rfind("step:", 0) == 0 && t.size() > 5 && std::isdigit((unsigned char)t[5]) &&
-            t.find('/') < t.find_first_of(" \t"))
-            return "llmc";  // modded-nanogpt: "step:12/3200 train_loss:3.28", after its own source code
+        if (is_modded_nanogpt_line(line)) return "llmc";  // after its own source code
         if (parse_torchtitan_line(line, ignored)) return "torchtitan";
         if (parse_megatron_line(line, ignored)) return "megatron";
         any_line = true;

@@ -24,9 +24,9 @@ namespace hlat::telemetry {
 
 using Fields = std::vector<std::pair<std::string, double>>;
 
-// Whether the line is a record; its pairs into `out`. Throws IngestError
-// (without the file and line, which the caller adds) for a record line whose
-// numbers do not read.
+// Whether the line is a record; its pairs into `out`. None throws: a line
+// that is no record is the caller's to judge (a steploss file has no other
+// lines, a console has many).
 bool parse_steploss_line(std::string_view line, Fields& out);
 bool parse_torchtitan_line(std::string_view line, Fields& out);
 bool parse_megatron_line(std::string_view line, Fields& out);
@@ -36,5 +36,9 @@ bool parse_megatron_line(std::string_view line, Fields& out);
 // one of their records, "llmc" for modded-nanogpt's "step:N/M key:value"
 // lines (ingest.h); "" otherwise.
 std::string console_format_of(std::string_view head);
+
+// modded-nanogpt's record line: "step:12/3200 train_loss:3.28 ..." (the
+// step and its total joined by '/', no space after the colon).
+bool is_modded_nanogpt_line(std::string_view line);
 
 }  // namespace hlat::telemetry

@@ -148,8 +148,10 @@ LogFormat detect_format(const std::string& path, std::string_view head) {
     if (ends_with(".jsonl") || ends_with(".json")) return LogFormat::Jsonl;
     if (ends_with(".csv")) return LogFormat::Csv;
     if (head.empty())
-        throw IngestError(fmt::format("{} is empty: name its format with --format (jsonl, csv, llmc, pattern)", path));
-    throw IngestError(fmt::format("{}: cannot tell its format from its first line \"{}\"; name it with --format "
+        throw IngestError(fmt::format("{} is empty: name its format with --format (jsonl, csv, llmc, steploss, "
+                                      "torchtitan, megatron, pattern)",
+                                      path));
+    throw IngestError(fmt::format("{}: cannot tell its format from its first MB (first line \"{}\"); name it with --format "
                                   "(jsonl, csv, llmc, tensorboard, steploss, torchtitan, megatron, or pattern with --pattern)",
                                   path, std::string(line.substr(0, 80))));
 }
@@ -311,10 +313,14 @@ void LineParser::parse_record(std::string_view line, long number, double default
 }
 
 // A record's "time" as seconds since the epoch (see ingest.h): 1e8 s is
-// 1973, 1e11 s the year 5138, so each unit is told by its size.
+// 1973 and 1e11 s the year 5138, so each unit is told by its size (ms, us
+// and ns since the epoch are above 1e11, 1e14 and 1e17 until the year 5138).
 double LineParser::wall_time_of(double time, double default_time) {
+    if (time > 1e17) return time / 1e9;     // nanoseconds (Python's time.time_ns())
+    if (time > 1e14) return time / 1e6;     // microseconds
     if (time > 1e11) return time / 1000.0;  // milliseconds (JavaScript's Date.now(), many loggers)
     if (time >= 1e8) return time;
+    relative_time_ = true;
     if (std::isnan(time_origin_)) time_origin_ = default_time - time;
     return time_origin_ + time;
 }
@@ -327,7 +333,7 @@ void LineParser::parse_line(std::string_view line, long number, const std::vecto
         case LogFormat::Pattern: return parse_pattern(line, number, r);
         case LogFormat::StepLoss:
         case LogFormat::Torchtitan:
-        case LogFormat::Megatron: return parse_console(line, r);
+        case LogFormat::Megatron: return parse_console(line, number, r);
         case LogFormat::TensorBoard: break;
     }
 }
@@ -378,12 +384,14 @@ void LineParser::parse_jsonl(std::string_view line, long number, Record& r) {
     nlohmann::json j = nlohmann::json::parse(quote_bare_nonfinite(line), nullptr, false);
     if (j.is_discarded()) throw bad("not valid JSON: " + excerpt(line));
     if (!j.is_object()) throw bad("not a JSON object");
-    const bool alert = j.contains("alert");
+    const bool alert = j.contains("alert") && j["alert"].is_string();  // a number named "alert" is a metric
     if (alert) take_alert(j, r, bad);
     for (auto it = j.begin(); it != j.end(); ++it) {
         double v;
         if (it->is_null()) continue;  // a missing value
-        if (alert && (it.key() == "alert" || it.key() == "text" || it.key() == "level")) continue;
+        if (alert && (it.key() == "alert" || it.key() == "text" || it.key() == "level" || it.key() == "event" ||
+                      it.key() == "detail"))
+            continue;
         if ((it.key() == "event" || it.key() == "detail") && it->is_string()) {
             (it.key() == "event" ? r.event : r.detail) = it->get<std::string>();
             continue;
@@ -395,14 +403,16 @@ void LineParser::parse_jsonl(std::string_view line, long number, Record& r) {
         }
         r.take(rename(it.key()), v);
     }
-    return;
+    if (!alert && r.event == "alert")
+        throw bad("event kind \"alert\" is a trainer's alert: write {\"step\": N, \"alert\": TITLE, \"text\": ..., "
+                  "\"level\": ...}");
 }
 
 void LineParser::parse_llmc(std::string_view line, long number, Record& r) {
     auto bad = [&](const std::string& why) { return IngestError(fmt::format("{}:{}: {}", file_, number, why)); };
     std::string_view s = trim(line);
     // modded-nanogpt, llm.c's descendant, writes "step:12/3200 train_loss:3.28 train_time:1234ms".
-    const bool modded = s.rfind("step:", 0) == 0 && s.size() > 5 && std::isdigit((unsigned char)s[5]);
+    const bool modded = is_modded_nanogpt_line(s);
     if (s.rfind("s:", 0) != 0 && !modded) {
         r.matched = false;  // llm.c-style logs may carry other text (modded-nanogpt puts its code first)
         return;
@@ -440,11 +450,14 @@ void LineParser::parse_llmc(std::string_view line, long number, Record& r) {
 
 // A line of a trainer's console or a loss file: not a record (the banner,
 // the config dump) is skipped and counted, as with a pattern.
-void LineParser::parse_console(std::string_view line, Record& r) {
+// A "<step> <loss>" file has no other lines: one is a bad line, as in JSONL.
+void LineParser::parse_console(std::string_view line, long number, Record& r) {
     Fields fields;
     const bool record = format_ == LogFormat::StepLoss     ? parse_steploss_line(line, fields)
                         : format_ == LogFormat::Torchtitan ? parse_torchtitan_line(line, fields)
                                                            : parse_megatron_line(line, fields);
+    if (!record && format_ == LogFormat::StepLoss)
+        throw IngestError(fmt::format("{}:{}: not \"<step> <loss>\": {}", file_, number, excerpt(line, 100)));
     r.matched = record;
     for (auto& [name, v] : fields) r.take(name == "step" ? name : rename(name), v);
 }

@@ -1,10 +1,11 @@
 // Records from other trainers, as text lines. Formats:
 //   jsonl    one object per line: an integer "step" >= 0 and any number of
 //            numeric fields, each becoming a metric; "time", when present,
-//            is the wall time: seconds since the epoch, milliseconds since
-//            it (above 1e11), or seconds since the run's start (below 1e8,
-//            i.e. before 1973: dated from when its first record is read,
-//            keeping the spacing). Values may be numbers,
+//            is the wall time: seconds since the epoch, milli-, micro- or
+//            nanoseconds since it (above 1e11, 1e14, 1e17), or seconds since
+//            the run's start (below 1e8, i.e. before 1973: dated from when
+//            its first record is read, or from the run's start where the
+//            caller knows it, keeping the spacing). Values may be numbers,
 //            Python's bare NaN / Infinity / -Infinity, or the strings "nan",
 //            "inf", "-inf"; null is a missing value (the field is skipped). A
 //            line {"step": N, "event": KIND, "detail": TEXT} is an event.
@@ -127,6 +128,12 @@ class LineParser {
     // numbers in later messages stay right.
     void skip_lines(long n) { next_line_ += n; }
     LogFormat format() const { return format_; }
+    // Relative times (seconds since the run's start) are dated from
+    // `origin`, the run's start when the caller knows it (the HTTP endpoint:
+    // a parser per batch must not date each batch from its arrival).
+    void set_time_origin(double origin) { time_origin_ = origin; }
+    // Whether a record's time was read as seconds since the run's start.
+    bool read_relative_time() const { return relative_time_; }
     struct Record;  // one line's step, time, values and event (ingest.cpp)
 
   private:
@@ -137,7 +144,7 @@ class LineParser {
     void parse_jsonl(std::string_view line, long number, Record& out);
     void parse_llmc(std::string_view line, long number, Record& out);
     void parse_pattern(std::string_view line, long number, Record& out);
-    void parse_console(std::string_view line, Record& out);
+    void parse_console(std::string_view line, long number, Record& out);
     std::string rename(std::string_view name) const;
     double wall_time_of(double time, double default_time);
 
@@ -152,6 +159,7 @@ class LineParser {
     // A log whose "time" counts seconds from the run's start (not the epoch):
     // the wall time its time 0 is read as, set at its first timed record.
     double time_origin_ = NAN;
+    bool relative_time_ = false;
     std::set<std::string> keys_at_last_step_;  // what a record at last_step_ may no longer set
 };
 

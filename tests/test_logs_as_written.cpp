@@ -72,10 +72,16 @@ TEST(LogsAsWritten, FormatsAreToldByContent) {
 
 TEST(LogsAsWritten, StepLossFiles) {
     LineParser parser("losses.txt", LogFormat::StepLoss);
-    auto b = parser.parse("1 10.8783\n2  10.7123\n3\tnan\n", 42.0);
+    auto b = parser.parse("1 10.8783\n2  10.7123\n3\tnan\n\n", 42.0);
     EXPECT_EQ(b.records, 3);
     EXPECT_EQ(value_at(b.points, "loss", 1), 10.8783);
     EXPECT_TRUE(std::isnan(value_at(b.points, "loss", 3)));
+    try {
+        parser.parse("4 10.1\n5 10.0.1\n", 42.0);
+        ADD_FAILURE() << "a line that is no <step> <loss> is a bad line, as in JSONL";
+    } catch (const IngestError& e) {
+        EXPECT_NE(std::string(e.what()).find("losses.txt:6: not \"<step> <loss>\""), std::string::npos) << e.what();
+    }
 }
 
 TEST(LogsAsWritten, ModdedNanogpt) {
@@ -119,6 +125,13 @@ TEST(LogsAsWritten, TimeFromTheRunsStartAndInMilliseconds) {
     ASSERT_EQ(b.points.size(), 2u);
     EXPECT_EQ(b.points[0].wall_time, 1.7e9) << "time 0.5 since the start is dated when it is read";
     EXPECT_EQ(b.points[1].wall_time, 1.7e9 + 12.0) << "and the spacing is kept";
+    LineParser nanos("log.jsonl", LogFormat::Jsonl);
+    b = nanos.parse("{\"step\": 0, \"loss\": 3, \"time\": 1700000000250000000}\n", 42.0);
+    EXPECT_NEAR(b.points[0].wall_time, 1700000000.25, 1e-6) << "time.time_ns()";
+    LineParser started("log.jsonl", LogFormat::Jsonl);
+    started.set_time_origin(1.6e9);
+    b = started.parse("{\"step\": 0, \"loss\": 3, \"time\": 30}\n", 1.7e9);
+    EXPECT_EQ(b.points[0].wall_time, 1.6e9 + 30) << "dated from the run's start where the caller knows it";
     LineParser millis("log.jsonl", LogFormat::Jsonl);
     b = millis.parse("{\"step\": 0, \"loss\": 3, \"time\": 1700000000500}\n", 42.0);
     EXPECT_EQ(b.points[0].wall_time, 1700000000.5);
@@ -138,6 +151,11 @@ TEST(LogsAsWritten, AlertLines) {
     EXPECT_EQ(detail["text"], "shard 7 unreadable");
     EXPECT_THROW(parser.parse("{\"step\": 4, \"alert\": \"x\", \"level\": \"loud\"}\n", 42.0), IngestError);
     EXPECT_THROW(parser.parse("{\"step\": 4, \"alert\": \"\"}\n", 42.0), IngestError);
+    EXPECT_THROW(parser.parse("{\"step\": 4, \"event\": \"alert\", \"detail\": \"{\\\"title\\\": 5}\"}\n", 42.0),
+                 IngestError)
+        << "the event kind alert is only written as an alert line";
+    b = parser.parse("{\"step\": 5, \"loss\": 2, \"alert\": 0}\n", 42.0);
+    EXPECT_EQ(value_at(b.points, "alert", 5), 0.0) << "a number named alert is a metric, as it always was";
 }
 
 class LogsCli : public ::testing::Test {
@@ -197,6 +215,25 @@ TEST_F(LogsCli, AFollowedConsoleLogWaitsForItsFormat) {
     auto run = reader.find_run("live");
     ASSERT_TRUE(run.has_value()) << out;
     EXPECT_EQ(reader.series(run->id, "loss", 0, 10).size(), 2u) << out;
+}
+
+// Imported again with --resume (the open last step read again): the loss
+// jump's note dated a step back and the trainer's alert at the last step are
+// not stored twice.
+TEST_F(LogsCli, AResumedImportRaisesNoAlertTwice) {
+    std::string text;
+    for (int s = 0; s < 60; s++) text += fmt::format("{{\"step\": {}, \"loss\": 2.0}}\n", s);
+    text += "{\"step\": 60, \"loss\": 5.0}\n{\"step\": 61, \"loss\": 2.0}\n"
+            "{\"step\": 61, \"alert\": \"data\", \"text\": \"a shard skipped\", \"level\": \"info\"}\n";
+    std::string file = write("r.jsonl", text);
+    for (int i = 0; i < 2; i++) {
+        auto r = hlat(fmt::format("ingest --store {} --run r {} {}", db, i ? "--resume" : "", file));
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+    }
+    Reader reader(db);
+    std::vector<std::pair<std::string, int64_t>> alerts;
+    for (const auto& a : reader.alerts(reader.find_run("r")->id)) alerts.push_back({a.kind, a.step});
+    EXPECT_EQ(alerts, (std::vector<std::pair<std::string, int64_t>>{{"loss_jump", 60}, {"alert", 61}}));
 }
 
 // A finished log that went NaN: its alerts are stored, and no halt is left

@@ -111,9 +111,35 @@ TEST(SettingVerdict, AllSeedsWorseWithAWideInterval) {
 }
 
 TEST(SettingVerdict, RunsWithoutSeedsSayWhyThereIsNoVerdict) {
-    auto settings = summarize_settings({run("a", "fp32", -1, 3.0), run("b", "bf16", -1, 3.1)});
+    auto settings = summarize_settings({run("a", "fp32", -1, 3.0), run("b", "bf16", -1, 3.1), run("c", "mixed", -1, 3.0)});
     EXPECT_NE(no_verdict_reason(settings).find("--meta seed=N"), std::string::npos);
     EXPECT_NE(settings_html(settings).find("No verdict by setting"), std::string::npos);
+    EXPECT_EQ(no_verdict_reason(summarize_settings({run("a", "fp32", -1, 3.0), run("b", "bf16", -1, 3.1)})), "")
+        << "two runs side by side are no puzzle";
+}
+
+// Unpaired (no baseline run of the same seeds): the seeds that would
+// resolve the gap are counted with Welch's degrees of freedom, as the
+// interval is, so the sentence never names the seeds already run.
+TEST(SettingVerdict, SeedsToResolveAgreeWithTheInterval) {
+    auto settings = summarize_settings({run("f1", "fp32", 1, 3.0), run("f2", "fp32", 2, 3.0), run("f3", "fp32", 3, 3.0),
+                                        run("b4", "bf16", 4, 3.01), run("b5", "bf16", 5, 3.02), run("b6", "bf16", 6, 3.03)});
+    const SettingSummary& bf16 = find(settings, "bf16");
+    ASSERT_FALSE(bf16.paired);
+    EXPECT_NEAR(bf16.gap, 0.02, 1e-9);
+    EXPECT_GT(bf16.margin, bf16.gap) << "df 2: t = 4.30 x 0.00577";
+    EXPECT_GT(bf16.seeds_to_resolve, 3) << bf16.verdict;
+    EXPECT_EQ(bf16.verdict.rfind("worse in 3 of 3 runs (+0.0200; the 95% interval ±", 0), 0u) << bf16.verdict;
+}
+
+TEST(SettingVerdict, EqualSeedsAreNeitherWorseNorBetter) {
+    auto settings = summarize_settings({run("f1", "fp32", 1, 3.0), run("f2", "fp32", 2, 3.1),
+                                        run("b1", "bf16_kahan", 1, 3.0), run("b2", "bf16_kahan", 2, 3.1)});
+    const SettingSummary& kahan = find(settings, "bf16_kahan");
+    EXPECT_EQ(kahan.worse, 0);
+    EXPECT_EQ(kahan.better, 0);
+    EXPECT_EQ(kahan.verdict.find("better"), std::string::npos) << kahan.verdict;
+    EXPECT_NE(kahan.verdict.find("worse in 0 of 2 seeds"), std::string::npos) << kahan.verdict;
 }
 
 TEST(SettingVerdict, WithoutFp32TheFirstSettingIsTheBaseline) {

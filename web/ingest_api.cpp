@@ -149,6 +149,12 @@ Response IngestEndpoints::ingest(const std::string& name, const std::string& bod
     // All lines are parsed before anything is written: a bad line rejects the request whole.
     LineParser parser("request", LogFormat::Jsonl);
     ParsedBatch batch = parser.parse(body, now_seconds());
+    if (parser.read_relative_time()) {  // seconds since the run's start: dated from its start, not this batch
+        auto run = Reader(store_).find_run(name);
+        LineParser again("request", LogFormat::Jsonl);
+        again.set_time_origin(run ? run->started_at : now_seconds());
+        batch = again.parse(body, now_seconds());
+    }
     // A failing store takes nothing new: a 503 now, rather than a request
     // waiting behind the others on the lock and queuing lines the client
     // would send again anyway.
