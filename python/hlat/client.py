@@ -361,6 +361,9 @@ class Run:
         for alert in reply.get("alerts", []):
             self.alerts.append(alert)
             self.stats["alerts"] += 1
+            if alert.get("severity") == "info":  # a note (a one-step loss outlier): kept in run.alerts, logged quietly
+                _log.info("hlat: note %s at step %s: %s", alert.get("kind"), alert.get("step"), alert.get("message"))
+                continue
             print(f"hlat: ALERT {alert.get('kind')} at step {alert.get('step')}: {alert.get('message')}",
                   file=sys.stderr)
         unwatched = reply.get("unwatched")
