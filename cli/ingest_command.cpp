@@ -246,6 +246,11 @@ int import_lines(const Options& o, LineParser& parser, std::ifstream& in) {
         for (Event& e : ingest_errors(parser, bad_lines, o.skip_bad_lines, "line skipped")) b.events.push_back(std::move(e));
         if (!o.skip_bad_lines && !bad_lines.empty()) stopped_at = bad_lines.back();
         if (b.points.empty() && b.events.empty() && b.records == 0) continue;
+        // A log that stops at a bad line before its first record leaves no run behind: the
+        // retry its message suggests (--on-bad-line=skip) must not find the name taken.
+        if (!run && counts.records == 0 && stopped_at)
+            throw IngestError(fmt::format("{}; nothing is stored (--on-bad-line=skip passes over bad lines)",
+                                          stopped_at->message));
         if (!run) writer.emplace(o.store), run.emplace(*writer, o, o.run);
         run->add(std::move(b.points), std::move(b.events));
     }

@@ -91,11 +91,12 @@ void judge_gap(const std::vector<RunPostmortem>& runs, const std::vector<size_t>
         if (of[i] == base && runs[i].seed >= 0 && std::isfinite(runs[i].final_heldout))
             base_by_seed[runs[i].seed] = runs[i].final_heldout;
     std::vector<double> gaps;
+    std::set<int64_t> seeds;  // two runs of one seed are repeats, not two seeds: no pairing then
     bool paired = true;
     for (size_t i = 0; i < runs.size() && paired; i++) {
         if (of[i] != g || !std::isfinite(runs[i].final_heldout)) continue;
         auto it = base_by_seed.find(runs[i].seed);
-        if (it == base_by_seed.end()) paired = false;
+        if (it == base_by_seed.end() || !seeds.insert(runs[i].seed).second) paired = false;
         else gaps.push_back(runs[i].final_heldout - it->second);
     }
     s.paired = paired && gaps.size() >= 2;

@@ -152,6 +152,9 @@ std::vector<Fired> RunSession::ingest(std::vector<telemetry::MetricPoint> points
     std::vector<Fired> trainers = trainer_alerts(events);
     std::vector<Fired> fired = detect(steps_from(points, events, suite_));
     for (Fired& f : trainers) fired.push_back(std::move(f));
+    if (!trainers.empty())  // routed (stored, listed) in step order, as the detectors' own are
+        std::stable_sort(fired.begin(), fired.end(),
+                         [](const Fired& a, const Fired& b) { return a.alert.step < b.alert.step; });
     const int64_t step = points.empty() ? last_step_ : points.back().step;
     if (writer_ && !points.empty()) writer_->metrics(run_.id, std::move(points));
     for (telemetry::Event& e : events) store_event(std::move(e));

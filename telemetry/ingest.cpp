@@ -151,9 +151,9 @@ LogFormat detect_format(const std::string& path, std::string_view head) {
         throw IngestError(fmt::format("{} is empty: name its format with --format (jsonl, csv, llmc, steploss, "
                                       "torchtitan, megatron, pattern)",
                                       path));
-    throw IngestError(fmt::format("{}: cannot tell its format from its first MB (first line \"{}\"); name it with --format "
+    throw IngestError(fmt::format("{}: cannot tell its format from its first MB (first line {}); name it with --format "
                                   "(jsonl, csv, llmc, tensorboard, steploss, torchtitan, megatron, or pattern with --pattern)",
-                                  path, std::string(line.substr(0, 80))));
+                                  path, excerpt(line, 80)));
 }
 
 KeyMap parse_key_map(const std::string& text) {

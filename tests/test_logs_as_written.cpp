@@ -20,6 +20,7 @@ namespace hlat {
 namespace {
 
 using namespace telemetry;
+using namespace std::string_literals;
 
 double value_at(const std::vector<MetricPoint>& pts, const std::string& key, int64_t step) {
     for (const auto& p : pts)
@@ -234,6 +235,21 @@ TEST_F(LogsCli, AResumedImportRaisesNoAlertTwice) {
     std::vector<std::pair<std::string, int64_t>> alerts;
     for (const auto& a : reader.alerts(reader.find_run("r")->id)) alerts.push_back({a.kind, a.step});
     EXPECT_EQ(alerts, (std::vector<std::pair<std::string, int64_t>>{{"loss_jump", 60}, {"alert", 61}}));
+}
+
+// A log that stops at a bad line before any record leaves no run: the retry
+// its message suggests finds the name free. A binary file's error is escaped.
+TEST_F(LogsCli, ABadFirstLineLeavesNoRun) {
+    auto r = hlat(fmt::format("ingest --store {} --run nul {}", db, write("nul.jsonl", "\0\x01{\"step\":1}\n{\"step\": 2, \"loss\": 1}\n"s)));
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("nothing is stored"), std::string::npos) << r.output;
+    r = hlat(fmt::format("ingest --store {} --run nul --on-bad-line=skip {}", db, dir.file("nul.jsonl")));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(Reader(db).series(Reader(db).find_run("nul")->id, "loss", 0, 10).size(), 1u);
+    r = hlat(fmt::format("ingest --store {} --run bin {}", db, write("bin.log", "\x7f" "ELF\x02\x01\0\0\x03 x"s)));
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.output.find("\\x7fELF"), std::string::npos) << "escaped: " << r.output;
+    EXPECT_NE(r.output.find("--format"), std::string::npos) << "the whole message, past the NUL: " << r.output;
 }
 
 // A finished log that went NaN: its alerts are stored, and no halt is left

@@ -132,6 +132,16 @@ TEST(SettingVerdict, SeedsToResolveAgreeWithTheInterval) {
     EXPECT_EQ(bf16.verdict.rfind("worse in 3 of 3 runs (+0.0200; the 95% interval ±", 0), 0u) << bf16.verdict;
 }
 
+// Two runs of one seed (a log imported twice, two trainers' logs given the
+// same --meta seed) are no spread across seeds: not paired, and with one
+// baseline run no interval at all.
+TEST(SettingVerdict, RunsOfOneSeedAreNotTwoSeeds) {
+    auto settings = summarize_settings({run("f1", "fp32", 1, 3.0), run("b1", "bf16", 1, 4.7), run("b1-again", "bf16", 1, 4.71)});
+    const SettingSummary& bf16 = find(settings, "bf16");
+    EXPECT_FALSE(bf16.paired);
+    EXPECT_NE(bf16.verdict.find("no spread to judge it by"), std::string::npos) << bf16.verdict;
+}
+
 TEST(SettingVerdict, EqualSeedsAreNeitherWorseNorBetter) {
     auto settings = summarize_settings({run("f1", "fp32", 1, 3.0), run("f2", "fp32", 2, 3.1),
                                         run("b1", "bf16_kahan", 1, 3.0), run("b2", "bf16_kahan", 2, 3.1)});
