@@ -69,7 +69,7 @@ int runs_command(int argc, char** argv) {
         for (const RunSummary& r : runs)
             fmt::print("{}\n", nlohmann::json{{"name", r.run.name},
                                               {"status", r.run.status},
-                                              {"steps", r.last_step + 1},
+                                              {"steps", r.steps()},
                                               {"last_loss", number(r.last_loss)},
                                               {"tokens", number(r.tokens_seen)},
                                               {"alerts", r.alerts},
@@ -94,7 +94,7 @@ int runs_command(int argc, char** argv) {
     for (const RunSummary& r : runs) {
         fmt::print("{:<{}}  {:<9}  {:<9}  {:>8}  {:>9}  {:>10}  {:>7}  {:>6}  {:>8}  {}\n", shown(r.run.name), name_width,
                    r.run.status, r.run.precision.empty() ? "-" : r.run.precision,
-                   r.last_step >= 0 ? std::to_string(r.last_step + 1) : "-", format_number(r.last_loss, "{:.4f}"),
+                   r.last_step >= 0 ? std::to_string(r.steps()) : "-", format_number(r.last_loss, "{:.4f}"),
                    format_number(r.tokens_seen, "{:.4g}"),
                    r.uptime.wall_seconds > 0 ? fmt::format("{:.1f}%", 100.0 * r.uptime.ratio) : "-", r.alerts,
                    format_number(report::run_cost_per_4m_tokens(reader, r.run), "{:.4g}"), format_time(r.run.started_at));

@@ -61,6 +61,7 @@ std::vector<RunSummary> Reader::runs() {
     auto loss = key_id("loss"), tokens = key_id("tokens_seen");
     Statement last = db_.prepare("SELECT step, value FROM metrics WHERE run_id = ?1 AND key_id = ?2 "
                                  "ORDER BY step DESC LIMIT 1");
+    Statement first = db_.prepare("SELECT step FROM metrics WHERE run_id = ?1 AND key_id = ?2 ORDER BY step LIMIT 1");
     Statement alerts = db_.prepare("SELECT count(*) FROM alerts WHERE run_id = ?1");
     for (RunSummary& r : out) {
         if (loss) {
@@ -70,6 +71,9 @@ std::vector<RunSummary> Reader::runs() {
                 r.last_loss = last.column_double_or_nan(1);
             }
             last.reset();
+            first.bind(1, r.run.id).bind(2, *loss);
+            if (first.step()) r.first_step = first.column_int(0);
+            first.reset();
         }
         if (tokens) {
             last.bind(1, r.run.id).bind(2, *tokens);

@@ -43,7 +43,9 @@ struct Uptime {
 
 struct RunSummary {
     RunRecord run;
-    int64_t last_step = -1;     // of the loss series; -1 without one
+    int64_t first_step = -1, last_step = -1;  // of the loss series; -1 without one
+    // Steps the loss series spans: a log that starts at step 1 has 100 in 1..100.
+    int64_t steps() const { return last_step < 0 ? 0 : last_step - first_step + 1; }
     double last_loss = NAN;
     double tokens_seen = NAN;
     int64_t alerts = 0;

@@ -183,6 +183,7 @@ TEST_F(LogsCli, ALossFileImportsByContent) {
     auto series = reader.series(reader.find_run("titan-golden")->id, "loss", 0, 100);
     ASSERT_EQ(series.size(), 30u);
     EXPECT_NEAR(series[29].value, 7.0, 1e-9);
+    EXPECT_EQ(reader.runs()[0].steps(), 30) << "steps 1 to 30 are 30 steps";
     r = hlat(fmt::format("ingest --store {} --run titan-console {}", db, write("console.log", kTorchtitanLog)));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_EQ(Reader(db).series(Reader(db).find_run("titan-console")->id, "tokens_per_s", 0, 10).size(), 2u)

@@ -74,7 +74,7 @@ json run_json(const RunSummary& s) {
             {"status", s.run.status},
             {"precision", s.run.precision},
             {"source", s.run.source},
-            {"steps", s.last_step + 1},
+            {"steps", s.steps()},
             {"last_loss", number(s.last_loss)},
             {"tokens", number(s.tokens_seen)},
             {"uptime", s.uptime.wall_seconds > 0 ? json(s.uptime.ratio) : json(nullptr)},
