@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <set>
 
 namespace hlat::detectors {
 
@@ -94,7 +95,8 @@ std::map<int, long> spike_episode_lengths(const std::vector<double>& grad_norms,
 namespace {
 
 Alert make_alert(const char* kind, const char* severity, int64_t step, std::string message, json data) {
-    return {kind, severity, step, std::move(message), data.dump(), 0.0};
+    // A trainer's title or text cut to size may end mid-character: replaced, never thrown.
+    return {kind, severity, step, std::move(message), data.dump(-1, ' ', false, json::error_handler_t::replace), 0.0};
 }
 
 class GradSpike : public Detector {
@@ -487,6 +489,35 @@ class InformationLeak : public Detector {
     }
 };
 
+// A trainer's own alerts (the client's run.alert, JSONL "alert" lines:
+// telemetry/ingest.h), one for each "alert" event of the step, its detail's
+// title, text and level read only where each is a string, cut to size, the
+// level info, warning or critical (else warning); the same line twice at a
+// step is one alert. A detector like the others,
+// so a stored run replayed raises them as the live one did.
+class TrainerAlert : public Detector {
+  public:
+    void observe(const StepView& s, std::vector<Alert>& out) override {
+        std::set<std::string> said;  // a line sent again (and stored again) is one alert
+        for (const telemetry::Event& e : s.events)
+            if (e.kind == "alert" && said.insert(e.detail).second) out.push_back(alert_of(e));
+    }
+
+  private:
+    static Alert alert_of(const telemetry::Event& e) {
+        json d = json::parse(e.detail, nullptr, false);
+        auto text = [&](const char* key, const char* otherwise, size_t limit) {
+            return d.is_object() && d.contains(key) && d[key].is_string() ? d[key].get<std::string>().substr(0, limit)
+                                                                            : std::string(otherwise);
+        };
+        const std::string title = text("title", "alert", 200), body = text("text", "", 10000);
+        std::string level = text("level", "warning", 20);
+        if (level != "info" && level != "critical") level = "warning";
+        return make_alert("alert", level.c_str(), e.step, body.empty() ? title : title + ": " + body,
+                          {{"title", title}, {"text", body}, {"level", level}});
+    }
+};
+
 }  // namespace
 
 // The detectors, each with the keys and event kinds it reads: the one list
@@ -516,6 +547,7 @@ DetectorSuite::DetectorSuite(const DetectorsConfig& c) {
     add("health_check", {"health_check_failures"}, {"health_check"}, std::make_unique<HealthCheck>(),
         c.health_check.policy);
     add("information_leak", {"causality_leak"}, {}, std::make_unique<InformationLeak>(), c.leak_probe.policy);
+    add("trainer_alert", {}, {"alert"}, std::make_unique<TrainerAlert>(), Policy::Warn);  // the trainer's own say
 }
 
 bool DetectorSuite::reads(const std::string& key) const {

@@ -82,10 +82,8 @@ void RunSession::catch_up(telemetry::Reader& reader) {
     }
     open_ = OpenStep{*last, suite_.state(), {}};
     for (const telemetry::Alert& a : reader.alerts(run_.id))
-        if (a.step >= last->step - 1) {  // a loss-jump note at the step before was raised by the open step
-            open_->raised.insert({a.kind, a.step});
-            if (a.kind == "alert" && a.step >= last->step) trainer_alerts_seen_.insert({a.step, a.data});
-        }
+        if (a.step >= last->step - 1)  // a loss-jump note at the step before was raised by the open step
+            open_->raised.insert(raised_key(a));
     suite_.observe(*last);
 }
 
@@ -104,57 +102,10 @@ void RunSession::rename_aliases(std::vector<telemetry::MetricPoint>& points) {
     }
 }
 
-namespace {
-
-// A trainer alert's detail as the parser writes it (ingest.h): its title,
-// text and level, each read only if it is a string of bounded size, the level
-// one of info, warning, critical (else warning).
-telemetry::Alert trainer_alert(const telemetry::Event& e) {
-    nlohmann::json d = nlohmann::json::parse(e.detail, nullptr, false);
-    auto text = [&](const char* key, const char* otherwise, size_t limit) {
-        return d.is_object() && d.contains(key) && d[key].is_string() ? d[key].get<std::string>().substr(0, limit)
-                                                                        : std::string(otherwise);
-    };
-    const std::string title = text("title", "alert", 200), body = text("text", "", 10000);
-    std::string level = text("level", "warning", 20);
-    if (level != "info" && level != "critical") level = "warning";
-    nlohmann::json data = {{"title", title}, {"text", body}, {"level", level}};
-    return {"alert", level, e.step, body.empty() ? title : title + ": " + body,
-            data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), 0.0};
-}
-
-constexpr size_t kTrainerAlertsKept = 10000;
-
-}  // namespace
-
-// A trainer's own alerts (the client's run.alert, JSONL "alert" lines) out of
-// `events`, raised as alerts of kind "alert" and routed as a detector's. A
-// batch sent again raises none again: not below the steps detected, nor
-// twice at one step (catch_up refills what the store has at the open step).
-std::vector<Fired> RunSession::trainer_alerts(std::vector<telemetry::Event>& events) {
-    std::vector<Fired> out;
-    std::erase_if(trainer_alerts_seen_, [&](const auto& seen) { return seen.first < detected_below_; });
-    std::erase_if(events, [&](const telemetry::Event& e) {
-        if (e.kind != "alert") return false;
-        if (e.step < detected_below_) return true;
-        telemetry::Alert a = trainer_alert(e);
-        if (!trainer_alerts_seen_.insert({e.step, a.data}).second) return true;
-        if (trainer_alerts_seen_.size() > kTrainerAlertsKept) trainer_alerts_seen_.erase(trainer_alerts_seen_.begin());
-        out.push_back({std::move(a), detectors::Policy::Warn});
-        return true;
-    });
-    return out;
-}
-
 std::vector<Fired> RunSession::ingest(std::vector<telemetry::MetricPoint> points, std::vector<telemetry::Event> events) {
     rename_aliases(points);
     note_keys(points);
-    std::vector<Fired> trainers = trainer_alerts(events);
     std::vector<Fired> fired = detect(steps_from(points, events, suite_));
-    for (Fired& f : trainers) fired.push_back(std::move(f));
-    if (!trainers.empty())  // routed (stored, listed) in step order, as the detectors' own are
-        std::stable_sort(fired.begin(), fired.end(),
-                         [](const Fired& a, const Fired& b) { return a.alert.step < b.alert.step; });
     const int64_t step = points.empty() ? last_step_ : points.back().step;
     if (writer_ && !points.empty()) writer_->metrics(run_.id, std::move(points));
     for (telemetry::Event& e : events) store_event(std::move(e));
@@ -196,6 +147,14 @@ void RunSession::note_keys(const std::vector<telemetry::MetricPoint>& points) {
     store_event({"unwatched", last_step_, now_seconds(), unwatched_notice_});
 }
 
+// What tells an alert of the open step from another when it is detected
+// again: its kind and step (a detector raises a kind once a step, its message
+// may change as more of the step comes), and for a trainer's own alerts,
+// many at a step, what it says.
+std::string RunSession::raised_key(const telemetry::Alert& a) {
+    return fmt::format("{}@{}{}", a.kind, a.step, a.kind == "alert" ? ":" + a.data : "");
+}
+
 // The views through the detectors, the open step continued if the first
 // view is more of it.
 std::vector<Fired> RunSession::detect(std::vector<detectors::StepView> steps) {
@@ -208,7 +167,7 @@ std::vector<Fired> RunSession::detect(std::vector<detectors::StepView> steps) {
         detected_below_ = std::max(detected_below_, steps.back().step + 1);
         return fired;
     }
-    std::set<std::pair<std::string, int64_t>> raised;
+    std::set<std::string> raised;
     if (open_ && steps.front().step == open_->view.step) {
         suite_.restore(open_->before);
         open_->view.merge(steps.front());
@@ -220,7 +179,7 @@ std::vector<Fired> RunSession::detect(std::vector<detectors::StepView> steps) {
         nlohmann::json before = last ? suite_.state() : nlohmann::json();
         if (i > 0) raised.clear();
         for (Fired& f : suite_.observe(steps[i]))
-            if (raised.insert({f.alert.kind, f.alert.step}).second) fired.push_back(std::move(f));
+            if (raised.insert(raised_key(f.alert)).second) fired.push_back(std::move(f));
         if (last) open_ = OpenStep{std::move(steps[i]), std::move(before), std::move(raised)};
     }
     detected_below_ = std::max(detected_below_, open_->view.step);  // the open step may get more of it

@@ -141,14 +141,14 @@ class RunSession {
     void route(Fired& fired, const std::string& halt_reason = "");
     void note_keys(const std::vector<telemetry::MetricPoint>& points);
     void store_event(telemetry::Event e);
-    std::vector<Fired> trainer_alerts(std::vector<telemetry::Event>& events);
+    static std::string raised_key(const telemetry::Alert& a);
 
     // The last step seen, which the next batch may carry more of: the
     // detectors' state before it and the alerts it raised (not raised again).
     struct OpenStep {
         detectors::StepView view;
         nlohmann::json before;
-        std::set<std::pair<std::string, int64_t>> raised;  // (kind, step): a note may be dated a step back
+        std::set<std::string> raised;  // raised_key()s: a note may be dated a step back
     };
 
     telemetry::Writer* writer_;
@@ -168,9 +168,6 @@ class RunSession {
     // client's batch re-sent after a timeout, a follower re-reading its log),
     // they are stored again but not detected again.
     int64_t detected_below_ = -1;
-    // (step, detail) of trainer alerts raised at steps not yet below
-    // detected_below_ (at most kTrainerAlertsKept: a client sending far-future steps)
-    std::set<std::pair<int64_t, std::string>> trainer_alerts_seen_;
     std::string unwatched_notice_;
     double last_heartbeat_ = 0.0;
 };

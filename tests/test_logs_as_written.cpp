@@ -236,6 +236,9 @@ TEST_F(LogsCli, AResumedImportRaisesNoAlertTwice) {
     std::vector<std::pair<std::string, int64_t>> alerts;
     for (const auto& a : reader.alerts(reader.find_run("r")->id)) alerts.push_back({a.kind, a.step});
     EXPECT_EQ(alerts, (std::vector<std::pair<std::string, int64_t>>{{"loss_jump", 60}, {"alert", 61}}));
+    auto r = hlat(fmt::format("detect --store {} --run r --save", db));
+    EXPECT_NE(r.output.find("saved 0 new alerts (2 were stored already)"), std::string::npos)
+        << "replay raises the trainer's alert as the import did: " << r.output;
 }
 
 // A log that stops at a bad line before any record leaves no run: the retry
