@@ -27,20 +27,6 @@ bool all_digits(std::string_view s) {
     return true;
 }
 
-// "42.30GiB(44.52%)" -> 42.3 with unit "GiB" (the aside in parentheses
-// dropped); "1,040" -> 1040; "0.01%" -> 0.01 with unit "pct"; "nan" -> NaN.
-bool number_and_unit(std::string_view token, double* v, std::string* unit) {
-    token = token.substr(0, token.find('('));
-    unit->clear();
-    if (parse_number(token, v, true)) return true;
-    size_t end = token.size();
-    while (end > 0 && (std::isalpha((unsigned char)token[end - 1]) || token[end - 1] == '%')) end--;
-    if (end == token.size() || !parse_number(token.substr(0, end), v, true)) return false;
-    std::string_view u = token.substr(end);
-    *unit = u == "%" ? "pct" : std::string(u);
-    return true;
-}
-
 // The position of `word` where it starts a word (at the line's start or
 // after white space), or npos.
 size_t find_word(std::string_view line, std::string_view word) {
@@ -89,7 +75,8 @@ bool parse_torchtitan_line(std::string_view raw, Fields& out) {
         if (w[i].size() < 2 || w[i].back() != ':') continue;
         std::string name(w[i].substr(0, w[i].size() - 1)), unit;
         double v;
-        if (!number_and_unit(w[i + 1], &v, &unit)) continue;  // a label of something else
+        // "42.30GiB(44.52%)": the share in parentheses is dropped
+        if (!number_and_unit(w[i + 1].substr(0, w[i + 1].find('(')), &v, &unit, true)) continue;  // a label of something else
         i++;
         if (name == "step" && (!unit.empty() || has_step)) return false;
         has_step |= name == "step", has_loss |= name == "loss";

@@ -428,21 +428,12 @@ void LineParser::parse_llmc(std::string_view line, long number, Record& r) {
         std::string_view key = token.substr(0, colon), value = token.substr(colon + 1);
         if (modded && key == "step") value = value.substr(0, value.find('/'));  // "12/3200": step 12 of 3200
         // A unit after the number (120ms, 3.5%) joins the name: train_time_ms.
-        std::string lower_value = lowercase(value);
-        size_t unit = value.size();
-        if (lower_value.rfind("nan", 0) == 0 || lower_value.rfind("inf", 0) == 0) unit = 3;
-        else if (lower_value.rfind("-inf", 0) == 0) unit = 4;
-        else
-            while (unit > 0 && (std::isalpha((unsigned char)value[unit - 1]) || value[unit - 1] == '%')) unit--;
-        std::string_view suffix = value.substr(unit);
         double v;
-        if (!parse_number(value.substr(0, unit), &v))
+        std::string unit;
+        if (!number_and_unit(value, &v, &unit))
             throw bad(fmt::format("{} is not a number in {}", excerpt(value, 64), excerpt(token, 64)));
         std::string name(key);
-        if (!suffix.empty()) {
-            name += '_';
-            name += suffix == "%" ? std::string_view("pct") : suffix;
-        }
+        if (!unit.empty()) name += "_" + unit;
         r.take(key == "s" || (modded && key == "step") ? "step" : rename(name), v);
     }
     return;

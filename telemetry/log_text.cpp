@@ -36,6 +36,21 @@ bool parse_number(std::string_view s, double* out, bool commas) {
     return ec == std::errc() && end == s.data() + s.size();
 }
 
+bool number_and_unit(std::string_view token, double* v, std::string* unit, bool commas) {
+    unit->clear();
+    if (parse_number(token, v, commas)) return true;
+    const std::string lower = lowercase(token);
+    size_t end = token.size();
+    if (lower.rfind("nan", 0) == 0 || lower.rfind("inf", 0) == 0) end = 3;
+    else if (lower.rfind("-inf", 0) == 0) end = 4;
+    else
+        while (end > 0 && (std::isalpha((unsigned char)token[end - 1]) || token[end - 1] == '%')) end--;
+    if (end == token.size() || !parse_number(token.substr(0, end), v, commas)) return false;
+    const std::string_view u = token.substr(end);
+    *unit = u == "%" ? "pct" : std::string(u);
+    return true;
+}
+
 std::string strip_ansi(std::string_view s) {
     std::string out;
     for (size_t i = 0; i < s.size(); i++) {
