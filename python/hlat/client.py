@@ -34,19 +34,6 @@ DYING_REQUEST_S = 2.0   # and for the server's answer to that report (both well 
 EXIT_FLUSH_S = _ends.EXIT_FLUSH_S
 
 
-def _references_when(alone):
-    return sys.getrefcount(alone)
-
-
-# What sys.getrefcount says in log() of a dict only its argument holds (2 in CPython 3.11: the
-# argument and getrefcount's own), and of one the caller holds too. Where they cannot be told
-# apart, nothing passes for alone and every dict is copied.
-_refcount = sys.getrefcount
-_held = {}
-_ALONE = _references_when({}) if _references_when({}) < _references_when(_held) else -1
-del _held
-
-
 class HaltRequested(Exception):
     """The run must stop: a detector with the halt policy fired, or a person asked.
 
@@ -177,10 +164,9 @@ class Run:
         # The training thread's few microseconds. After a step the caches are cold and every
         # bytecode costs (a call that does nothing takes ~2 us there), so this is all there is:
         # other ranks, max_lag_steps and a halt come in through self.log and self._after.
-        # A dict no one else holds (the literal of run.log({...}, step)) is queued as it is:
-        # the caller cannot change it any more; any other is copied (the caller may reuse it).
+        # The dict is copied: the caller may reuse or change it after log() returns.
         self._last_step = step
-        self._queue.append((step, values if _refcount(values) == _ALONE else dict(values)))
+        self._queue.append((step, dict(values)))
         if self._after is not None:
             self._after(step)
 
