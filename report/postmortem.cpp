@@ -56,10 +56,8 @@ void flatten(const nlohmann::json& j, const std::string& prefix, std::map<std::s
 int64_t seed_of(const std::string& text) {
     const nlohmann::json seed = nlohmann::json::parse(text, nullptr, false);
     if (seed.is_number_integer()) return seed.get<int64_t>();
-    if (seed.is_number_float() && seed.get<double>() == std::floor(seed.get<double>()) && seed.get<double>() >= 0 &&
-        seed.get<double>() < 9e15)
-        return (int64_t)seed.get<double>();
-    return -1;
+    const double v = seed.is_number_float() ? seed.get<double>() : NAN;
+    return v == std::floor(v) && v >= 0 && v < 9e15 ? (int64_t)v : -1;  // 7.0 from a float-typed config
 }
 
 // The run's seed and precision, and its config without what differs from run

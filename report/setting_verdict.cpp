@@ -117,7 +117,6 @@ void judge_gap(const std::vector<RunPostmortem>& runs, const std::vector<size_t>
     s.seeds_to_resolve = seeds_to_resolve(s.gap, s.spread, b.spread, false, std::max(s.heldout.size(), b.heldout.size()));
 }
 
-// "about 7 seeds would", "1000 seeds would not"
 // "about 7 seeds would", "more than 1000 seeds would"
 std::string seeds_needed(double n) {
     return n > 1000 ? "more than 1000 seeds would" : fmt::format("about {:.0f} seeds would", n);
