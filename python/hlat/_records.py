@@ -48,6 +48,85 @@ def number(key, x):
     return value, None
 
 
+def _element(x):
+    """One element of a vector as a float, or None: numbers (and 0-d tensors) only; strings,
+    None, lists and dicts are no element."""
+    if x is None or isinstance(x, (str, bytes, list, tuple, dict)):
+        return None
+    try:
+        return float(x)
+    except Exception:
+        return None
+
+
+def _label_problem(label):
+    """Why `label` cannot name a vector's element, or None (the rules of a key's name)."""
+    if not isinstance(label, str):
+        return f"label {short(label)} is not a string"
+    why = key_problem(label) if label != "step" else None
+    return why and f"label {short(label)}: " + why.replace("its name ", "")
+
+
+def value(key, x):
+    """(what is sent, None) or (None, why not): a number (a float); a vector, as a dict of
+    label -> number, a list of numbers (labelled by index) or a list of equally long lists of
+    numbers (a matrix, flattened row-major by hlat); a 1-d or 2-d tensor or array of more than
+    one element as the list. NaN and infinities are kept, in vectors too."""
+    if hasattr(x, "tolist") and hasattr(x, "ndim") and not isinstance(x, (str, bytes)):
+        if x.ndim in (1, 2) and _size(x) > 1:
+            x = x.tolist()  # then checked as the list it is
+        elif x.ndim > 2:
+            return None, f"a tensor of shape {tuple(x.shape)} is no vector or matrix (1-d or 2-d only)"
+    if isinstance(x, dict):
+        return _dict_vector(key, x)
+    if isinstance(x, (list, tuple)):
+        return _list_vector(key, x)
+    return number(key, x)
+
+
+def _size(x):
+    try:
+        return int(x.numel()) if hasattr(x, "numel") else int(x.size)
+    except Exception:
+        return 0
+
+
+def _dict_vector(key, x):
+    if key == "time":
+        return None, "a time must be a number"
+    if not x:
+        return None, "an empty dict is no vector"
+    out = {}
+    for label, element in x.items():
+        why = _label_problem(label)
+        if why:
+            return None, f"a vector's {why}"
+        v = _element(element)
+        if v is None:
+            return None, f"a vector's element {short(label)} is {type(element).__name__} {short(element)}, not a number"
+        out[label] = v
+    return out, None
+
+
+def _list_vector(key, x):
+    if key == "time":
+        return None, "a time must be a number"
+    if not x:
+        return None, "an empty list is no vector"
+    if all(isinstance(row, (list, tuple)) for row in x):
+        width = len(x[0])
+        if width == 0 or any(len(row) != width for row in x):
+            return None, f"a list of lists must be a matrix (rows of one length > 0): {short(x)}"
+        rows = [[_element(e) for e in row] for row in x]
+        if any(e is None for row in rows for e in row):
+            return None, f"a matrix holds something that is not a number: {short(x)}"
+        return rows, None
+    out = [_element(e) for e in x]
+    if any(e is None for e in out):
+        return None, f"list {short(x)} holds something that is not a number (a vector is numbers, a matrix lists of them)"
+    return out, None
+
+
 def short(x):
     text = repr(x)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -59,9 +138,11 @@ def text(x, limit):
 
 
 def _tensors_to_floats(merged):
-    """0-d tensors to Python floats in one transfer; any tensor that is not one value (or on a
-    device that cannot stack with the rest) is left as it is, for number() to refuse."""
-    tensors = [(i, k) for i, (_, v) in enumerate(merged) for k, x in v.items() if hasattr(x, "detach")]
+    """Tensors of one element to Python floats in one transfer; any other tensor (a vector or a
+    matrix, for value() to read with tolist(); one that cannot stack with the rest) is left as
+    it is."""
+    tensors = [(i, k) for i, (_, v) in enumerate(merged) for k, x in v.items()
+               if hasattr(x, "detach") and _one_element(x)]
     if not tensors:
         return
     import torch
@@ -73,11 +154,31 @@ def _tensors_to_floats(merged):
         merged[i][1][k] = x
 
 
-def _one_value(tensor):
+def _one_element(tensor):
     try:
-        return tensor.detach().float().reshape(()).item()
+        return tensor.numel() == 1
     except Exception:
-        return tensor
+        return False
+
+
+def _resolve_deferred(merged, dropped):
+    """Values measured on a device and read here, on the sender thread (hlat.torch.watch's):
+    each Deferred is replaced by the values it resolves to."""
+    for step, v in merged:
+        for k in [k for k, x in v.items() if isinstance(x, Deferred)]:
+            deferred = v.pop(k)
+            try:
+                v.update(deferred.resolve())
+            except Exception as e:
+                dropped.append((k, step, f"its values could not be read ({type(e).__name__}: {e})"))
+
+
+class Deferred:
+    """A record's values still on their way (a device-to-host copy): resolve() waits for them
+    and returns key -> value, on the sender thread."""
+
+    def resolve(self):
+        raise NotImplementedError
 
 
 def _step(step):
@@ -110,12 +211,14 @@ def _merge(items, dropped):
 def to_lines(items, stamp=None):
     """One JSON line per step, the values counted, what was left out as (key, step, why), and
     the largest step (-1 for none):
-    a value hlat cannot store (None, a list, a string that is no number, a tensor of many values,
-    a key that is no name) is left out and the rest of its step sent. With `stamp` (Unix time),
+    a value hlat cannot store (a string that is no number, a list that is no vector or matrix,
+    a tensor of more than 2 dimensions, a key that is no name) is left out and the rest of its
+    step sent; None is a missing value. With `stamp` (Unix time),
     each line without a time of its own gets that one: lines kept in a spool are dated when
     they were logged, not when they are uploaded."""
     dropped = []
     merged = _merge(items, dropped)
+    _resolve_deferred(merged, dropped)
     _tensors_to_floats(merged)
     lines, values = [], 0
     for step, v in merged:
@@ -130,9 +233,9 @@ def to_lines(items, stamp=None):
                 continue  # a missing value, as in hlat's JSONL
             why = key_problem(k)
             if why is None:
-                value, why = number(k, x)
+                kept, why = value(k, x)
             if why is None:
-                record[k] = value
+                record[k] = kept
                 values += 1
             else:
                 dropped.append((k, step, why))

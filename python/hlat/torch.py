@@ -4,6 +4,7 @@
     run.log({"loss": loss, **norms, **hlat.torch.param_norm(model)}, step=step)
     hlat.torch.check_replicas(run, model, step)     # every N steps, on every DP rank
     hlat.torch.probe_causality(run, model_fn, vocab_size, seq_len)  # before step 1 and every N
+    hlat.torch.watch(run, model, optimizer)         # the model's internals, every step (docs/internals.md)
 
 Every probe runs on every rank at the same step (they use collectives); only
 rank 0 sends. Norms and hashes are computed on the device and moved to the
@@ -12,7 +13,26 @@ host once per call (one stacked tensor), never once per tensor.
 import torch
 import torch.distributed as dist
 
+from ._watch import Watch, attention_logits  # noqa: F401  (attention_logits: the helper's arithmetic)
 from .client import HaltRequested, _dist
+
+
+def watch(run, model, optimizer, every=1, step=0, **options):
+    """Measures the model's internals every `every` steps (docs/internals.md's keys) and sends
+    them through `run` at the step they belong to: per block the residual stream's RMS and
+    largest value; per layer and head the largest attention logit and the attention entropy;
+    the output logits' log Z (mean, max) and largest logit; per parameter tensor (labelled by
+    its name in named_parameters, DDP's "module." left out) the gradient norm before clipping,
+    the weight norm, the update norm, the update-to-weight ratio and Adam's epsilon share.
+
+    Call it once, after the optimizer is made, on every rank (only rank 0 measures). Steps are
+    counted by optimizer.step() calls from `step` (set watch.step to follow the loop's numbering).
+    Reductions stay on the device; the numbers of a step go to the host in one copy, read by
+    the sender thread. Returns the Watch (close() removes its hooks). Options: logits_module
+    (the module whose output is the logits), blocks (the residual blocks), attention=False (no
+    attention statistics), sdpa_sample (attention logits materialised per
+    scaled_dot_product_attention call, at most; default 4M)."""
+    return Watch(run, model, optimizer, every=every, step=step, **options)
 
 
 def _named(model_or_params):

@@ -1,0 +1,628 @@
+"""hlat.torch.watch: a model's internals every `every` steps, measured on the device and sent
+through the run's queue (docs/internals.md has the keys; docs/external-trainers.md the call).
+
+One watched step, as the hooks see it:
+
+    model forward (training mode, grad on)   residual stream per block, output logits, attention
+                                             logits (softmax / scaled_dot_product_attention patched
+                                             for the forward's length only)
+    loss.backward()
+    clip_grad_norm_ (or watch.before_clip()) per-tensor gradient norms, before clipping
+    optimizer.step(): pre-hook               weights copied, weight norms before the update
+                      post-hook              update norms, weight norms after, Adam's epsilon share;
+                                             every number of the step stacked into one tensor,
+                                             moved to the host once (non_blocking into pinned
+                                             memory on CUDA), and queued: the sender thread
+                                             waits for the copy and makes the vectors
+
+Off-step, the forward hooks are not registered and the optimizer's hooks count the step and
+return; nothing reads a tensor on the training thread at any step.
+"""
+import math
+import threading
+import types
+import weakref
+
+import torch
+import torch.nn.functional as F
+
+from ._records import Deferred
+
+BLOCK_LISTS = ("h", "layers", "blocks")            # nanoGPT, HF LLaMA / torchtitan, many others
+LOGITS_NAMES = ("lm_head", "output", "head", "embed_out")
+PREFIXES = ("module.", "_orig_mod.")              # DDP, torch.compile
+SDPA_SAMPLE_ELEMENTS = 1 << 22   # attention logits materialised per scaled_dot_product_attention call, at most
+
+_live = weakref.WeakSet()        # watches whose clip_grad_norm_ wrapper is wanted
+_active = [None]                 # the watch inside a watched forward (one at a time), for the patches
+_patched = {}                    # (owner, name) -> the original, while patched
+_busy = [False]                  # inside a patched softmax (F.softmax calls Tensor.softmax)
+
+
+def _label(name):
+    changed = True
+    while changed:
+        changed = False
+        for prefix in PREFIXES:
+            if name.startswith(prefix):
+                name, changed = name[len(prefix):], True
+    return name
+
+
+def _find_blocks(model):
+    """The residual blocks: the first ModuleList (or ModuleDict, torchtitan) named h, layers or blocks."""
+    for name, module in model.named_modules():
+        if name.rsplit(".", 1)[-1] in BLOCK_LISTS and isinstance(module, (torch.nn.ModuleList, torch.nn.ModuleDict)):
+            blocks = list(module.values()) if isinstance(module, torch.nn.ModuleDict) else list(module)
+            if blocks:
+                return blocks
+    return []
+
+
+def _vocab_size(model):
+    sizes = [m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+    return max(sizes) if sizes else None
+
+
+def _find_logits_module(model, vocab):
+    """The module whose output is the logits: a Linear named lm_head / output / head / embed_out,
+    else the last Linear with `vocab` outputs; None (then the model's own output is read)."""
+    linears = [(name, m) for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    for name, m in linears:
+        if name.rsplit(".", 1)[-1] in LOGITS_NAMES and (vocab is None or m.out_features == vocab):
+            return m
+    matching = [m for _, m in linears if vocab is not None and m.out_features == vocab]
+    return matching[-1] if matching else None
+
+
+def _first_tensor(out):
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        return out[0]
+    if isinstance(out, dict) or hasattr(out, "logits"):  # Hugging Face's ModelOutput
+        x = out.get("logits") if isinstance(out, dict) else out.logits
+        return x if isinstance(x, torch.Tensor) else None
+    return None
+
+
+def attention_logits(query, key, scale=None, is_causal=False, attn_mask=None, max_elements=None):
+    """The pre-softmax attention logits (..., heads, queries, keys) of
+    F.scaled_dot_product_attention(query, key, ...), float32, -inf where the mask forbids:
+    q.k * scale (default 1/sqrt(head_dim)), a causal mask aligned top-left as PyTorch's, a
+    boolean mask (True takes part) or a float mask added. Keys with fewer heads than the queries
+    (grouped-query attention) are repeated. With max_elements, when the logits of the whole
+    batch would be more, only the first sequence's are computed, at every r-th query (r the
+    smallest that fits): (heads, queries / r, keys)."""
+    q, k = query.detach(), key.detach()
+    if q.dim() < 3:
+        raise ValueError(f"attention_logits: query of shape {tuple(q.shape)}: (..., heads, queries, head_dim) expected")
+    rows = torch.arange(q.shape[-2], device=q.device)
+    if max_elements is not None and q.numel() // q.shape[-1] * k.shape[-2] > max_elements:
+        q = q[(0,) * (q.dim() - 3)]  # the first sequence
+        k = k[(0,) * (k.dim() - 3)]
+        stride = max(1, math.ceil(q.shape[-3] * q.shape[-2] * k.shape[-2] / max_elements))
+        rows = rows[::stride]
+        q = q[..., rows, :]
+        if attn_mask is not None:
+            attn_mask = attn_mask.detach()
+            if attn_mask.dim() > 3:
+                attn_mask = attn_mask[(0,) * (attn_mask.dim() - 3)]
+            if attn_mask.shape[-2] > 1:
+                attn_mask = attn_mask[..., rows, :]
+    if k.shape[-3] != q.shape[-3]:  # grouped-query attention
+        k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    s = torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale
+    if is_causal:
+        allowed = rows[:, None] >= torch.arange(s.shape[-1], device=s.device)[None, :]
+        s = s.masked_fill(~allowed, float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            s = s.masked_fill(~attn_mask, float("-inf"))
+        else:
+            s = s + attn_mask.float()
+    return s
+
+
+def _head_dims(t):
+    """Every dimension of (..., heads, queries[, keys]) but the heads'."""
+    return tuple(i for i in range(t.dim()) if i != t.dim() - 3)
+
+
+class _Step:
+    """What a watched step has gathered so far, on the device: 0-d or 1-d tensors and counts."""
+
+    def __init__(self):
+        self.res_sq, self.res_max, self.res_n = {}, {}, {}     # block -> [tensors], count
+        self.att_max, self.att_ent, self.att_rows = {}, {}, {}  # block -> [(heads,) tensors], rows
+        self.lz_sum, self.lz_max, self.logit_max, self.lz_rows = [], [], [], 0
+        self.grad_norms = None
+        self.before_norms = None
+
+
+class _Values(Deferred):
+    """The step's numbers, one float32 tensor on the host (ready once `event` has happened), and
+    how to make them the step's keys."""
+
+    def __init__(self, flat, event, layout):
+        self.flat, self.event, self.layout = flat, event, layout
+
+    def resolve(self):
+        if self.event is not None:
+            self.event.synchronize()
+        flat = self.flat.tolist()
+        out = {}
+        for key, kind, at, size, extra in self.layout:
+            part = flat[at:at + size]
+            if kind == "scalar":
+                out[key] = part[0]
+            elif kind == "mean":  # a sum over rows
+                out[key] = part[0] / extra if extra else float("nan")
+            elif kind == "named":
+                out[key] = dict(zip(extra, part))
+            elif kind == "rms":  # per block: sum of squares, count
+                labels, counts = extra
+                out[key] = {n: math.sqrt(x / c) if c else float("nan") for n, x, c in zip(labels, part, counts)}
+            elif kind == "per_row":
+                labels, counts = extra
+                out[key] = {n: x / c if c else float("nan") for n, x, c in zip(labels, part, counts)}
+            elif kind == "ratio":  # part holds numerators then denominators
+                labels = extra
+                n = len(labels)
+                out[key] = {lab: (a / b if b > 0 else float("nan")) for lab, a, b in zip(labels, part[:n], part[n:])}
+            elif kind == "share":  # small counts then counted coordinates
+                labels = extra
+                n = len(labels)
+                out[key] = {lab: (a / b if b > 0 else 0.0) for lab, a, b in zip(labels, part[:n], part[n:])}
+        return out
+
+
+class Watch:
+    """See hlat.torch.watch."""
+
+    def __init__(self, run, model, optimizer, every=1, step=0, logits_module=None, blocks=None,
+                 attention=True, sdpa_sample=SDPA_SAMPLE_ELEMENTS):
+        if every < 1:
+            raise ValueError(f"hlat.torch.watch: every must be >= 1, not {every}")
+        self.run, self.model, self.optimizer, self.every = run, model, optimizer, int(every)
+        self.attention_on, self.sdpa_sample = attention, sdpa_sample
+        self._step = int(step)
+        self._key = f"\0watch{id(self)}"
+        self.inert = getattr(run, "disabled", False) or getattr(run, "rank", 0) != 0
+        self._handles, self._forward_handles = [], []
+        self._cur = None
+        self._layer = None
+        self._thread = None
+        self._depth = 0
+        self._closed = False
+        if self.inert:
+            return
+        self.params = [(_label(n), p) for n, p in model.named_parameters() if p.requires_grad]
+        self.labels = [n for n, _ in self.params]
+        self.blocks = list(blocks) if blocks is not None else _find_blocks(model)
+        self.block_labels = [f"layers.{i}" for i in range(len(self.blocks))]
+        self._block_index = {id(b): i for i, b in enumerate(self.blocks)}
+        vocab = _vocab_size(model)
+        self.logits_module = logits_module if logits_module is not None else _find_logits_module(model, vocab)
+        self.vocab = vocab
+        self._bufs = None
+        in_optimizer = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        self._stepped = [i for i, (_, p) in enumerate(self.params) if id(p) in in_optimizer]
+        self._group_of = {id(p): g for g in optimizer.param_groups for p in g["params"]}
+        self._handles.append(model.register_forward_pre_hook(self._model_pre))
+        self._hook_optimizer(optimizer)
+        _live.add(self)
+        _install_clip_wrapper()
+
+    # -- steps -----------------------------------------------------------------------------
+
+    @property
+    def step(self):
+        """The step the next optimizer.step() is numbered (counted from `step=` of watch());
+        set it to follow the loop's own numbering."""
+        return self._step
+
+    @step.setter
+    def step(self, value):
+        self._step = int(value)
+
+    def watched(self):
+        return not self.inert and not self._closed and self._step % self.every == 0
+
+    def _begin(self):
+        if self._cur is None:
+            self._cur = _Step()
+        return self._cur
+
+    # -- forward ----------------------------------------------------------------------------
+
+    def _model_pre(self, module, args):
+        if not (self.watched() and module.training and torch.is_grad_enabled()):
+            return
+        self._begin()
+        if not self._forward_handles:
+            for i, block in enumerate(self.blocks):
+                self._forward_handles.append(block.register_forward_pre_hook(self._block_pre))
+                self._forward_handles.append(block.register_forward_hook(self._block_post))
+            if self.logits_module is not None:
+                self._forward_handles.append(self.logits_module.register_forward_hook(self._logits_post))
+            self._forward_handles.append(self.model.register_forward_hook(self._model_post))
+        self._depth += 1
+        self._thread = threading.get_ident()
+        if self.attention_on and _active[0] is None:
+            _active[0] = self
+            _patch_attention()
+
+    def _model_post(self, module, args, out):
+        if self._depth == 0:
+            return
+        self._depth -= 1
+        if self.logits_module is None:
+            x = _first_tensor(out)
+            if x is not None and x.dim() >= 2 and (self.vocab is None or x.shape[-1] == self.vocab):
+                self._logits(x)
+        if self._depth == 0:
+            self._layer = None
+            if _active[0] is self:
+                _active[0] = None
+                _unpatch_attention()
+
+    def _in_forward(self):
+        return self._depth > 0 and self._cur is not None and threading.get_ident() == self._thread
+
+    def _block_pre(self, module, args):
+        if self._in_forward():
+            self._layer = self._block_index.get(id(module))
+
+    @torch.no_grad()
+    def _block_post(self, module, args, out):
+        if not self._in_forward():
+            return
+        i = self._block_index.get(id(module))
+        self._layer = None
+        x = _first_tensor(out)
+        if x is None or i is None:
+            return
+        x = x.detach()
+        cur = self._cur
+        cur.res_sq.setdefault(i, []).append(torch.linalg.vector_norm(x, dtype=torch.float32).square())
+        lo, hi = torch.aminmax(x)
+        cur.res_max.setdefault(i, []).append(torch.maximum(hi.float(), -lo.float()))
+        cur.res_n[i] = cur.res_n.get(i, 0) + x.numel()
+
+    def _logits_post(self, module, args, out):
+        if self._in_forward():
+            x = _first_tensor(out)
+            if x is not None:
+                self._logits(x)
+
+    @torch.no_grad()
+    def _logits(self, x):
+        x = x.detach()
+        z = torch.logsumexp(x.float(), dim=-1)
+        cur = self._cur
+        cur.lz_sum.append(z.sum())
+        cur.lz_max.append(z.amax())
+        cur.logit_max.append(x.amax().float())
+        cur.lz_rows += z.numel()
+
+    # -- attention ---------------------------------------------------------------------------
+
+    def attention(self, query, key, scale=None, is_causal=False, attn_mask=None, layer=None, sample=None):
+        """For an attention the watch does not see (flash-attn, a fused kernel): call it with the
+        kernel's query and key as (batch, heads, positions, head_dim) before the kernel, inside
+        the block's forward (or give layer=). Does nothing off-step. sample: at most that many
+        logits are computed (the first sequence, every r-th query); default all of them."""
+        layer = self._layer if layer is None else layer
+        if layer is None or not self._in_forward():
+            return
+        with torch.no_grad():
+            s = attention_logits(query, key, scale, is_causal, attn_mask, sample)
+            self._logit_stats(layer, s, None)
+
+    def _logit_stats(self, layer, logits, probs):
+        """Per head: the largest logit and the summed entropy of the rows (probs: the softmax of
+        the logits when the model computed it)."""
+        logits = logits.detach()
+        if probs is None:
+            probs = torch.softmax(logits.float(), dim=-1)
+        probs = probs.detach().float()
+        entropy = -torch.special.xlogy(probs, probs).sum(-1)
+        dims = _head_dims(logits)
+        cur = self._cur
+        cur.att_max.setdefault(layer, []).append(logits.amax(dim=dims).float())
+        cur.att_ent.setdefault(layer, []).append(entropy.sum(dim=dims[:-1]))
+        cur.att_rows[layer] = cur.att_rows.get(layer, 0) + entropy.numel() // logits.shape[-3]
+
+    def _softmax_seen(self, x, dim, out):
+        """A softmax over the last dimension of a 4-d (batch, heads, queries, keys) tensor inside
+        a block: the model's own attention (nanoGPT's non-flash path, HF's eager attention)."""
+        if self._layer is None or not self._in_forward() or not isinstance(x, torch.Tensor) or x.dim() != 4:
+            return
+        if dim not in (-1, 3):
+            return
+        with torch.no_grad():
+            self._logit_stats(self._layer, x, out)
+
+    def _sdpa_seen(self, args, kwargs):
+        if self._layer is None or not self._in_forward():
+            return
+        names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
+        given = dict(zip(names, args))
+        given.update(kwargs)
+        with torch.no_grad():
+            s = attention_logits(given["query"], given["key"], given.get("scale"), bool(given.get("is_causal", False)),
+                                 given.get("attn_mask"), self.sdpa_sample)
+            self._logit_stats(self._layer, s, None)
+
+    # -- gradients and the optimizer --------------------------------------------------------
+
+    @torch.no_grad()
+    def before_clip(self):
+        """Reads the per-tensor gradient norms now: call it between backward() and gradient
+        clipping when the loop clips with something other than torch.nn.utils.clip_grad_norm_
+        (which the watch calls it from). Otherwise they are read at optimizer.step(), after any
+        clipping. Does nothing off-step."""
+        if not self.watched():
+            return
+        cur = self._begin()
+        grads = [p.grad for _, p in self.params]
+        present = [g.detach() for g in grads if g is not None]
+        norms = iter(torch._foreach_norm(present) if present else [])
+        device = self._device()
+        cur.grad_norms = [next(norms).float() if g is not None else torch.zeros((), device=device) for g in grads]
+
+    def _device(self):
+        return self.params[0][1].device if self.params else torch.device("cpu")
+
+    def _hook_optimizer(self, optimizer):
+        if hasattr(optimizer, "register_step_pre_hook"):
+            self._handles.append(optimizer.register_step_pre_hook(lambda opt, args, kwargs: self._pre_step()))
+            self._handles.append(optimizer.register_step_post_hook(lambda opt, args, kwargs: self._post_step()))
+            return
+        # torch < 2.0: the instance's step is wrapped, as a bound method (an LR scheduler made
+        # later wraps it again and needs __self__ and __func__).
+        original = optimizer.step
+        watch = self
+
+        def step(opt, *args, **kwargs):
+            watch._pre_step()
+            out = original(*args, **kwargs)
+            watch._post_step()
+            return out
+
+        optimizer.step = types.MethodType(step, optimizer)
+        self._original_step = original
+
+    @torch.no_grad()
+    def _pre_step(self):
+        if not self.watched():
+            return
+        cur = self._begin()
+        if cur.grad_norms is None:
+            self.before_clip()
+        params = [self.params[i][1].detach() for i in self._stepped]
+        if self._bufs is None:
+            self._bufs = [torch.empty_like(p) for p in params]
+        for b, p in zip(self._bufs, params):
+            b.copy_(p)
+        cur.before_norms = torch._foreach_norm(params) if params else []
+
+    @torch.no_grad()
+    def _post_step(self):
+        try:
+            if self.watched() and self._cur is not None and self._cur.before_norms is not None:
+                self._finish_step()
+        finally:
+            self._cur = None
+            self._remove_forward_hooks()
+            self._step += 1
+
+    def _finish_step(self):
+        cur = self._cur
+        device = self._device()
+        zero = torch.zeros((), device=device)
+        n = len(self.params)
+        params = [self.params[i][1].detach() for i in self._stepped]
+        torch._foreach_sub_(self._bufs, params)                    # before - after
+        update = dict(zip(self._stepped, torch._foreach_norm(self._bufs) if params else []))
+        after = dict(zip(self._stepped, torch._foreach_norm(params) if params else []))
+        before = dict(zip(self._stepped, cur.before_norms))
+        parts, layout = [], []
+
+        def add(key, kind, tensors, extra=None, size=None):
+            at = sum(t.numel() for t in parts)
+            if isinstance(tensors, torch.Tensor):
+                flat = tensors.reshape(-1).float().to(device)
+            elif tensors:
+                flat = torch.stack([t.reshape(()).float().to(device) for t in tensors])
+            else:
+                return
+            parts.append(flat)
+            layout.append((key, kind, at, size or flat.numel(), extra))
+
+        add("tensor_grad_norm", "named", cur.grad_norms, self.labels)
+        add("tensor_param_norm", "named", [after.get(i, zero) for i in range(n)], self.labels)
+        upd = [update.get(i, zero) for i in range(n)]
+        add("tensor_update_norm", "named", upd, self.labels)
+        add("update_ratio", "ratio", upd + [before.get(i, zero) for i in range(n)], self.labels)
+        eps = self._eps_counts(zero)
+        if eps is not None:
+            add("eps_share", "share", eps[0] + eps[1], self.labels)
+        blocks = sorted(cur.res_sq)
+        if blocks and len(blocks) == len(self.blocks):
+            add("residual_rms", "rms", [torch.stack(cur.res_sq[i]).sum() for i in blocks],
+                (self.block_labels, [cur.res_n[i] for i in blocks]))
+            add("residual_max", "named", [torch.stack(cur.res_max[i]).amax() for i in blocks], self.block_labels)
+        self._add_attention(cur, add)
+        if cur.lz_rows:
+            add("logz_mean", "mean", [torch.stack(cur.lz_sum).sum()], cur.lz_rows)
+            add("logz_max", "scalar", [torch.stack(cur.lz_max).amax()])
+            add("logit_max", "scalar", [torch.stack(cur.logit_max).amax()])
+        flat = torch.cat(parts)
+        event = None
+        if flat.is_cuda:
+            host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
+            host.copy_(flat, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            flat = host
+        elif flat.device.type != "cpu":
+            flat = flat.cpu()
+        self.run.record({self._key: _Values(flat, event, layout)}, step=self._step)
+
+    def _add_attention(self, cur, add):
+        layers = sorted(cur.att_max)
+        if not layers:
+            return
+        heads = cur.att_max[layers[0]][0].numel()
+        if any(t.numel() != heads for i in layers for t in cur.att_max[i]):
+            return  # layers with different head counts: no layer x head matrix
+        L = max(len(self.blocks), layers[-1] + 1)
+        nan = torch.full((heads,), float("nan"), device=cur.att_max[layers[0]][0].device)
+        labels = [f"layers.{i}.head.{h}" for i in range(L) for h in range(heads)]
+        maxes = [torch.stack(cur.att_max[i]).amax(0) if i in cur.att_max else nan for i in range(L)]
+        ents = [torch.stack(cur.att_ent[i]).sum(0) if i in cur.att_ent else nan for i in range(L)]
+        rows = [cur.att_rows.get(i, 0) for i in range(L) for _ in range(heads)]
+        add("attn_logit_max", "named", torch.cat(maxes), labels)
+        add("attn_entropy", "per_row", torch.cat(ents), (labels, rows))
+
+    def _eps_counts(self, zero):
+        """Per tensor: Adam coordinates with sqrt(v_hat) < eps (v > 0), and those with v > 0;
+        None for an optimizer without Adam's second moment."""
+        state = self.optimizer.state
+        small, counted, any_adam = [], [], False
+        for _, p in self.params:
+            s = state.get(p) if p in state else None
+            v = None
+            if s:
+                v = s.get("max_exp_avg_sq") if s.get("max_exp_avg_sq") is not None else s.get("exp_avg_sq")
+            group = self._group_of.get(id(p))
+            if v is None or group is None or "eps" not in group or "betas" not in group:
+                small.append(zero)
+                counted.append(zero)
+                continue
+            any_adam = True
+            step = s.get("step", 1)
+            beta2, eps = group["betas"][1], group["eps"]
+            if isinstance(step, torch.Tensor) and step.device.type != "cpu":
+                threshold = (1 - beta2 ** step.float()) * eps * eps  # stays on the device
+            else:
+                threshold = (1 - beta2 ** float(step)) * eps * eps
+            v = v.detach()
+            nonzero = torch.count_nonzero(v)
+            below = (v < threshold).sum()                     # the zeros among them too
+            small.append(below - (v.numel() - nonzero))
+            counted.append(nonzero)
+        return (small, counted) if any_adam else None
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def _remove_forward_hooks(self):
+        for h in self._forward_handles:
+            h.remove()
+        self._forward_handles = []
+        self._depth = 0
+        self._layer = None
+        if _active[0] is self:
+            _active[0] = None
+            _unpatch_attention()
+
+    def close(self):
+        """Removes every hook and patch; the model and optimizer are as they were."""
+        if self._closed:
+            return
+        self._closed = True
+        self._remove_forward_hooks()
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        if getattr(self, "_original_step", None) is not None:
+            try:
+                del self.optimizer.step  # the class's step again
+            except AttributeError:
+                pass
+            if self.optimizer.step != self._original_step:
+                self.optimizer.step = self._original_step
+        self._bufs = None
+        _live.discard(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+# -- patches ----------------------------------------------------------------------------------
+
+def _install_clip_wrapper():
+    """torch.nn.utils.clip_grad_norm_ reads the watched steps' gradient norms before it clips."""
+    import torch.nn.utils as utils
+    import torch.nn.utils.clip_grad as clip_grad
+    original = clip_grad.clip_grad_norm_
+    if getattr(original, "_hlat", False):
+        return
+
+    def clip_grad_norm_(*args, **kwargs):
+        for w in list(_live):
+            if w.watched() and (w._cur is None or w._cur.grad_norms is None):
+                w.before_clip()
+        return original(*args, **kwargs)
+
+    clip_grad_norm_._hlat = True
+    clip_grad_norm_.__doc__ = original.__doc__
+    clip_grad_norm_.__wrapped__ = original
+    for owner in (utils, clip_grad):
+        if getattr(owner, "clip_grad_norm_", None) is original:
+            owner.clip_grad_norm_ = clip_grad_norm_
+
+
+def _softmax_wrapper(original):
+    def softmax(input, *args, **kwargs):
+        if _busy[0]:  # F.softmax calls Tensor.softmax: counted once, by the outer
+            return original(input, *args, **kwargs)
+        _busy[0] = True
+        try:
+            out = original(input, *args, **kwargs)
+        finally:
+            _busy[0] = False
+        w = _active[0]
+        if w is not None:
+            dim = args[0] if args else kwargs.get("dim")
+            w._softmax_seen(input, dim, out)
+        return out
+    return softmax
+
+
+def _sdpa_wrapper(original):
+    def scaled_dot_product_attention(*args, **kwargs):
+        w = _active[0]
+        if w is not None:
+            w._sdpa_seen(args, kwargs)
+        return original(*args, **kwargs)
+    return scaled_dot_product_attention
+
+
+def _patch_attention():
+    targets = [(F, "softmax", _softmax_wrapper), (torch, "softmax", _softmax_wrapper),
+               (torch.Tensor, "softmax", _softmax_wrapper)]
+    if hasattr(F, "scaled_dot_product_attention"):
+        targets.append((F, "scaled_dot_product_attention", _sdpa_wrapper))
+    for owner, name, wrap in targets:
+        if (owner, name) in _patched:
+            continue
+        original = getattr(owner, name)
+        _patched[(owner, name)] = (original, owner.__dict__.get(name) if isinstance(owner, type) else None)
+        setattr(owner, name, wrap(original))
+
+
+def _unpatch_attention():
+    for (owner, name), (original, own) in list(_patched.items()):
+        if isinstance(owner, type) and own is None:
+            delattr(owner, name)  # inherited again (torch.Tensor.softmax is _TensorBase's)
+        else:
+            setattr(owner, name, original)
+        del _patched[(owner, name)]

@@ -1,0 +1,396 @@
+"""hlat.torch.watch: each statistic equals a brute-force computation on a tiny GPT (no server),
+the record cleaning keeps vectors and matrices, and, against a real `hlat serve`, a small GPT
+trained through the client with the watch is flagged (update_ratio) within 2 steps of an lr x30
+fault while 4 clean seeds raise nothing at warn or above (issue 35, "Must show" 2)."""
+import glob
+import json
+import logging
+import math
+import os
+import unittest
+
+import torch
+import torch.nn.functional as F
+
+from support import Server, TOKEN
+import hlat
+import hlat.torch
+from hlat._records import to_lines
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class Attention(torch.nn.Module):
+    """nanoGPT's CausalSelfAttention; sdpa=True calls F.scaled_dot_product_attention instead."""
+
+    def __init__(self, dim, heads, seq, sdpa=False):
+        super().__init__()
+        self.heads, self.sdpa = heads, sdpa
+        self.c_attn = torch.nn.Linear(dim, 3 * dim, bias=False)
+        self.c_proj = torch.nn.Linear(dim, dim, bias=False)
+        self.register_buffer("bias", torch.tril(torch.ones(seq, seq)).view(1, 1, seq, seq))
+
+    def qk(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        return [t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v)]
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qk(x)
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+            att = F.softmax(att, dim=-1)
+            y = att @ v
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class Block(torch.nn.Module):
+    def __init__(self, dim, heads, seq, sdpa=False):
+        super().__init__()
+        self.ln_1, self.ln_2 = torch.nn.LayerNorm(dim), torch.nn.LayerNorm(dim)
+        self.attn = Attention(dim, heads, seq, sdpa)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim, bias=False), torch.nn.GELU(),
+                                       torch.nn.Linear(4 * dim, dim, bias=False))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(torch.nn.Module):
+    """nanoGPT's layout (transformer.wte/wpe/h/ln_f, lm_head tied to wte), forward(idx, targets)
+    returning (logits, loss)."""
+
+    def __init__(self, vocab=96, dim=64, heads=4, layers=3, seq=64, sdpa=False, tie=True):
+        super().__init__()
+        self.transformer = torch.nn.ModuleDict(dict(
+            wte=torch.nn.Embedding(vocab, dim), wpe=torch.nn.Embedding(seq, dim),
+            h=torch.nn.ModuleList(Block(dim, heads, seq, sdpa) for _ in range(layers)), ln_f=torch.nn.LayerNorm(dim)))
+        self.lm_head = torch.nn.Linear(dim, vocab, bias=False)
+        if tie:
+            self.transformer.wte.weight = self.lm_head.weight
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * layers) if name.endswith("c_proj.weight") or name.endswith("mlp.2.weight") \
+                    else 0.02
+                torch.nn.init.normal_(p, 0.0, std)
+
+    def forward(self, idx, targets=None):
+        T = idx.shape[1]
+        x = self.transformer.wte(idx) + self.transformer.wpe(torch.arange(T))
+        for block in self.transformer.h:
+            x = block(x)
+        logits = self.lm_head(self.transformer.ln_f(x))
+        loss = None if targets is None else F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+        return logits, loss
+
+
+class FakeRun:
+    """What the watch needs of a run: record() (resolved and encoded as the sender does)."""
+    disabled, rank = False, 0
+
+    def __init__(self):
+        self.records = []
+
+    def record(self, values, step):
+        self.records.append((step, dict(values)))
+
+    def steps(self):
+        """step -> the keys and values as they go over the wire (JSON lines parsed back)."""
+        lines, _, dropped, _ = to_lines(self.records)
+        assert not dropped, dropped
+        return {r["step"]: r for r in map(json.loads, lines)}
+
+
+def close(test, got, want, rel=1e-4, abs_=1e-6, what=""):
+    test.assertTrue(math.isclose(got, want, rel_tol=rel, abs_tol=abs_), f"{what}: watch {got}, brute force {want}")
+
+
+def brute_attention(block, x):
+    """Per head: the largest causal logit and the mean entropy, from explicit q and k."""
+    with torch.no_grad():
+        q, k, _ = block.attn.qk(block.ln_1(x))
+        s = (q.double() @ k.double().transpose(-2, -1)) / math.sqrt(q.shape[-1])
+        T = s.shape[-1]
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        p = s.softmax(-1)
+        ent = -(p * torch.where(p > 0, p.log(), torch.zeros_like(p))).sum(-1)
+        return s.amax(dim=(0, 2, 3)).tolist(), ent.mean(dim=(0, 2)).tolist()
+
+
+def text_batches(seq, batch, seed):
+    """Character-level batches of this repository's docs (as nanoGPT's shakespeare_char)."""
+    text = ""
+    for path in sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))):
+        with open(path, encoding="utf-8") as f:
+            text += f.read()
+    data = torch.tensor([min(ord(c), 95) for c in text], dtype=torch.long)
+    g = torch.Generator().manual_seed(seed)
+    while True:
+        ix = torch.randint(len(data) - seq - 1, (batch,), generator=g)
+        x = torch.stack([data[i:i + seq] for i in ix])
+        y = torch.stack([data[i + 1:i + 1 + seq] for i in ix])
+        yield x, y
+
+
+class Statistics(unittest.TestCase):
+    """Each key of a watched step against the same quantity computed by brute force (float64)."""
+
+    def setUp(self):
+        torch.manual_seed(0)
+        torch.set_num_threads(1)
+
+    def one_step(self, model, clip=0.5, eps=1e-3, steps=3):
+        """A few steps (Adam's state warm); the last one measured by hand beside the watch."""
+        run = FakeRun()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, eps=eps, weight_decay=0.1)
+        w = hlat.torch.watch(run, model, opt)
+        data = text_batches(32, 4, seed=1)
+        for _ in range(steps):
+            x, y = next(data)
+            x = x.clamp(max=60)  # tokens 61..95 never seen: their embedding rows' v stays 0
+            captured = {}
+            hooks = [b.register_forward_pre_hook(lambda m, a, i=i: captured.__setitem__(("in", i), a[0].detach()))
+                     for i, b in enumerate(model.transformer.h)]
+            hooks += [b.register_forward_hook(lambda m, a, o, i=i: captured.__setitem__(("out", i), o.detach()))
+                      for i, b in enumerate(model.transformer.h)]
+            logits, loss = model(x, y)
+            for h in hooks:
+                h.remove()
+            for i, block in enumerate(model.transformer.h):  # with the weights of this forward
+                captured[("attention", i)] = brute_attention(block, captured[("in", i)])
+            opt.zero_grad()
+            loss.backward()
+            grads = {n: p.grad.detach().double().norm().item() for n, p in model.named_parameters()}
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            before = {n: p.detach().clone().double() for n, p in model.named_parameters()}
+            opt.step()
+        w.close()
+        return run, w, opt, captured, logits.detach(), grads, before
+
+    def test_each_statistic_equals_brute_force(self):
+        model = GPT(tie=False)  # untied: the rows of tokens never seen keep v = 0
+        run, w, opt, captured, logits, grads, before = self.one_step(model)
+        step = run.steps()[2]
+        names = [n for n, _ in model.named_parameters()]
+        self.assertEqual(sorted(step["update_ratio"]), sorted(names), "labelled by named_parameters")
+        params = dict(model.named_parameters())
+        for n in names:
+            after = params[n].detach().double()
+            update = (after - before[n]).norm().item()
+            close(self, step["tensor_grad_norm"][n], grads[n], what=f"grad norm {n} (before clipping)")
+            close(self, step["tensor_param_norm"][n], after.norm().item(), what=f"weight norm {n}")
+            close(self, step["tensor_update_norm"][n], update, rel=1e-3, what=f"update norm {n}")
+            close(self, step["update_ratio"][n], update / before[n].norm().item(), rel=1e-3, what=f"update ratio {n}")
+            state = opt.state[params[n]]
+            beta2, eps = opt.param_groups[0]["betas"][1], opt.param_groups[0]["eps"]
+            v = state["exp_avg_sq"].double()
+            v_hat = v / (1 - beta2 ** float(state["step"]))
+            seen = v > 0
+            want = ((v_hat.sqrt() < eps) & seen).sum().item() / max(seen.sum().item(), 1)
+            close(self, step["eps_share"][n], want, abs_=1e-9, what=f"eps share {n}")
+        shares = [step["eps_share"][n] for n in names]
+        self.assertTrue(any(0 < s < 1 for s in shares), f"a test that measures something: {shares}")
+        wte = opt.state[params["transformer.wte.weight"]]["exp_avg_sq"]
+        self.assertGreater(int((wte == 0).all(dim=1).sum()), 0, "never-seen tokens' rows (left out) are there")
+        for i in range(3):
+            x_out = captured[("out", i)].double()
+            close(self, step["residual_rms"][f"layers.{i}"], x_out.square().mean().sqrt().item(), what="residual rms")
+            close(self, step["residual_max"][f"layers.{i}"], x_out.abs().max().item(), what="residual max")
+            maxes, ents = captured[("attention", i)]
+            for h in range(4):
+                close(self, step["attn_logit_max"][f"layers.{i}.head.{h}"], maxes[h], what=f"attn logit max {i}.{h}")
+                close(self, step["attn_entropy"][f"layers.{i}.head.{h}"], ents[h], what=f"attn entropy {i}.{h}")
+        lz = torch.logsumexp(logits.double(), -1)
+        close(self, step["logz_mean"], lz.mean().item(), what="log Z mean")
+        close(self, step["logz_max"], lz.max().item(), what="log Z max")
+        close(self, step["logit_max"], logits.max().item(), what="logit max")
+        self.assertIs(torch.Tensor.softmax, torch._C._TensorBase.softmax, "the softmax patch is gone after the step")
+        self.assertFalse(model._forward_hooks or model.transformer.h[0]._forward_hooks, "no hooks after close()")
+
+    def test_scaled_dot_product_attention_is_measured(self):
+        """A model calling F.scaled_dot_product_attention (here a reference one on torch 1.13,
+        which has none) gets the same attention statistics as the explicit softmax."""
+        had = hasattr(F, "scaled_dot_product_attention")
+        original = getattr(F, "scaled_dot_product_attention", None)
+
+        def reference(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+            s = (q @ k.transpose(-2, -1)) * (scale or 1 / math.sqrt(q.shape[-1]))
+            if is_causal:
+                s = s.masked_fill(torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool).triu(1), float("-inf"))
+            e = (s - s.amax(-1, keepdim=True)).exp()  # no softmax call: the watch would count that too
+            return (e / e.sum(-1, keepdim=True)) @ v
+        if not had:
+            F.scaled_dot_product_attention = reference
+        try:
+            torch.manual_seed(0)
+            explicit = GPT()
+            torch.manual_seed(0)
+            fused = GPT(sdpa=True)
+            a = self.one_step(explicit)[0].steps()[2]
+            b = self.one_step(fused)[0].steps()[2]
+        finally:
+            if not had:
+                del F.scaled_dot_product_attention
+            else:
+                F.scaled_dot_product_attention = original
+        for key in ("attn_logit_max", "attn_entropy"):
+            for label, value in a[key].items():
+                close(self, b[key][label], value, rel=1e-3, what=f"{key} {label}")
+
+    def test_sampled_sdpa_logits_keep_the_mask(self):
+        """attention_logits with a sample bound: the first sequence, every r-th query, the causal
+        mask at those queries' true positions."""
+        q, k = torch.randn(2, 3, 16, 8), torch.randn(2, 3, 16, 8)
+        full = hlat.torch.attention_logits(q, k, is_causal=True)
+        part = hlat.torch.attention_logits(q, k, is_causal=True, max_elements=3 * 16 * 4)
+        self.assertEqual(tuple(part.shape), (3, 4, 16))
+        self.assertTrue(torch.allclose(part, full[0, :, ::4]))
+        self.assertTrue(torch.isinf(part[:, 1, 5:]).all() and torch.isfinite(part[:, 1, :5]).all(), "query 4's mask")
+        gqa = hlat.torch.attention_logits(q, k[:, :1], attn_mask=torch.ones(16, 16, dtype=torch.bool).tril())
+        self.assertTrue(torch.allclose(gqa[:, 1], hlat.torch.attention_logits(q[:, 1:2], k[:, :1], is_causal=True)[:, 0]))
+
+    def test_off_steps_cost_nothing_and_ddp_labels(self):
+        """every=3: only steps 0, 3, 6 are recorded, the forward has no hooks off-step; a model
+        wrapped as DDP wraps it (module.) is labelled without the prefix."""
+        class Wrapped(torch.nn.Module):
+            def __init__(self, module):
+                super().__init__()
+                self.module = module
+
+            def forward(self, *a):
+                return self.module(*a)
+        model = Wrapped(GPT())
+        run = FakeRun()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        w = hlat.torch.watch(run, model, opt, every=3)
+        data = text_batches(32, 2, seed=2)
+        for step in range(7):
+            x, y = next(data)
+            _, loss = model(x, y)
+            if step % 3:
+                self.assertFalse(model.module.transformer.h[0]._forward_hooks, f"step {step}: no hooks off-step")
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        steps = run.steps()
+        self.assertEqual(sorted(steps), [0, 3, 6])
+        self.assertIn("transformer.h.0.attn.c_attn.weight", steps[3]["update_ratio"])
+        self.assertEqual(len(steps[3]["attn_entropy"]), 3 * 4)
+        w.close()
+        self.assertNotIn("step", opt.__dict__, "the optimizer's step is the class's again")
+
+    def test_eval_forwards_and_other_ranks_are_not_measured(self):
+        model = GPT()
+        run = FakeRun()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        hlat.torch.watch(run, model, opt)
+        x, y = next(text_batches(32, 2, seed=3))
+        model.eval()
+        with torch.no_grad():
+            model(x)  # an evaluation between steps: not the step's
+        model.train()
+        _, loss = model(x, y)
+        loss.backward()
+        opt.step()
+        lz = torch.logsumexp(model(x)[0].detach().double(), -1)  # after the step: not the same
+        self.assertFalse(math.isclose(run.steps()[0]["logz_mean"], lz.mean().item(), rel_tol=1e-9))
+        other = FakeRun()
+        other.rank = 1
+        w = hlat.torch.watch(other, model, opt)
+        self.assertTrue(w.inert)
+
+
+class VectorRecords(unittest.TestCase):
+    """run.log's vectors on the wire (without a server): dicts, lists, matrices and tensors kept,
+    NaN and infinities as hlat reads them, bad ones dropped with one warning naming the key."""
+
+    def test_kept_and_dropped(self):
+        lines, count, dropped, _ = to_lines([(3, {
+            "named": {"a": 1, "b": float("nan")}, "list": [1, 2.5, float("inf")], "matrix": [[1, 2], [3, 4]],
+            "t1": torch.arange(3.0), "t2": torch.ones(2, 2), "one": torch.ones(1),
+            "ragged": [[1], [2, 3]], "nested": {"a": {"b": 1}}, "hole": [None, 1], "word": "x", "cube": torch.ones(2, 2, 2),
+            "empty": [], "time": [1.0]})])
+        self.assertEqual(lines[0], '{"step": 3, "named": {"a": 1.0, "b": NaN}, "list": [1.0, 2.5, Infinity], '
+                                   '"matrix": [[1.0, 2.0], [3.0, 4.0]], "t1": [0.0, 1.0, 2.0], '
+                                   '"t2": [[1.0, 1.0], [1.0, 1.0]], "one": 1.0}\n')
+        self.assertEqual(count, 6)
+        self.assertEqual(sorted(k for k, _, _ in dropped),
+                         ["cube", "empty", "hole", "nested", "ragged", "time", "word"])
+
+
+def train(run, seed, steps=200, fault=None, every=1):
+    """A small GPT (~0.2M parameters, character level) trained with AdamW, warm-up then a
+    constant rate, clipped at 1.0, the watch on; fault=(start, length): lr x30 over those steps."""
+    torch.manual_seed(seed)
+    model = GPT(vocab=96, dim=64, heads=4, layers=3, seq=64)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    hlat.torch.watch(run, model, opt, every=every)
+    data = text_batches(64, 8, seed=100 + seed)
+    for step in range(steps):
+        lr = 1e-3 * min(1.0, (step + 1) / 20)
+        if fault and fault[0] <= step < fault[0] + fault[1]:
+            lr *= 30
+        for group in opt.param_groups:
+            group["lr"] = lr
+        x, y = next(data)
+        _, loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        run.log({"loss": loss.detach(), "grad_norm": norm}, step=step)
+    return model
+
+
+class EndToEnd(unittest.TestCase):
+    """Issue 35, "Must show" 2: against `hlat serve`, an lr x30 fault for 20 steps is flagged by
+    the update_ratio detector within 2 steps of its start; 4 clean seeds raise nothing at warn
+    or above."""
+    FAULT = (120, 20)
+
+    @classmethod
+    def setUpClass(cls):
+        torch.set_num_threads(1)
+        cls.server = Server()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def alerts(self, name):
+        return self.server.get(f"/api/v1/runs/{name}/alerts")["alerts"]
+
+    def test_lr_fault_is_flagged_within_2_steps(self):
+        run = hlat.init("watch-fault", url=self.server.url, token=TOKEN, precision="fp32")
+        train(run, seed=0, fault=self.FAULT)
+        run.finish()
+        self.assertEqual(run.stats["dropped_values"] + run.stats["dropped_lines"], 0, run.stats)
+        keys = self.server.get("/api/v1/runs/watch-fault/keys")["keys"]
+        for key in ("update_ratio", "eps_share", "attn_logit_max", "attn_entropy", "residual_rms", "logz_mean"):
+            self.assertIn(key, keys)
+        alerts = self.alerts("watch-fault")
+        flagged = [a for a in alerts if a["kind"] == "update_ratio" and a["severity"] != "info"]
+        self.assertTrue(flagged, f"no update_ratio alert: {alerts}")
+        start = self.FAULT[0]
+        self.assertTrue(start <= flagged[0]["step"] <= start + 2,
+                        f"update_ratio alert at step {flagged[0]['step']}, the fault started at {start}: {alerts}")
+
+    def test_clean_seeds_raise_nothing(self):
+        for seed in range(1, 5):
+            name = f"watch-clean-{seed}"
+            run = hlat.init(name, url=self.server.url, token=TOKEN, precision="fp32")
+            train(run, seed=seed)
+            run.finish()
+            self.assertEqual(run.stats["dropped_values"] + run.stats["dropped_lines"], 0, run.stats)
+            raised = [a for a in self.alerts(name) if a["severity"] != "info"]
+            self.assertEqual(raised, [], f"seed {seed}")
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING)
+    unittest.main()
