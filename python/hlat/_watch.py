@@ -8,8 +8,10 @@ One watched step, as the hooks see it:
                                              for the forward's length only)
     loss.backward()
     clip_grad_norm_ (or watch.before_clip()) per-tensor gradient norms, before clipping
-    optimizer.step(): pre-hook               weights copied, weight norms before the update
-                      post-hook              update norms, weight norms after, Adam's epsilon share;
+    optimizer.step(): pre-hook               weights copied (a tensor of more than 65,536 coordinates:
+                                             a fixed sample of that many), weight norms before
+                      post-hook              update norms, weight norms after, Adam's epsilon share
+                                             (sampled as the copy);
                                              every number of the step stacked into one tensor,
                                              moved to the host once (non_blocking into pinned
                                              memory on CUDA), and queued: the sender thread
@@ -32,6 +34,8 @@ BLOCK_LISTS = ("h", "layers", "blocks")            # nanoGPT, HF LLaMA / torchti
 LOGITS_NAMES = ("lm_head", "output", "head", "embed_out")
 PREFIXES = ("module.", "_orig_mod.")              # DDP, torch.compile
 SDPA_SAMPLE_ELEMENTS = 1 << 22   # attention logits materialised per scaled_dot_product_attention call, at most
+TENSOR_SAMPLE = 1 << 16          # a larger tensor's update norm and epsilon share come from this many coordinates
+RUN = 64                         # ... in runs of this many neighbours (memory read in whole cache lines)
 
 _live = weakref.WeakSet()        # watches whose clip_grad_norm_ wrapper is wanted
 _active = [None]                 # the watch inside a watched forward (one at a time), for the patches
@@ -123,6 +127,21 @@ def attention_logits(query, key, scale=None, is_causal=False, attn_mask=None, ma
         else:
             s = s + attn_mask.float()
     return s
+
+
+def _sample(t, cap=TENSOR_SAMPLE):
+    """A view of `t`'s coordinates: all of them up to `cap`, else `cap` of them in runs of RUN
+    evenly spread (the same ones every step), as a 1-d or 2-d view; None for a tensor that has
+    no flat view (not contiguous)."""
+    if not t.is_contiguous():
+        return None
+    flat = t.view(-1)
+    n = flat.numel()
+    if n <= cap:
+        return flat
+    runs = n // RUN
+    stride = math.ceil(runs / (cap // RUN))
+    return flat[: runs * RUN].view(runs, RUN)[::stride]
 
 
 def _head_dims(t):
@@ -403,10 +422,12 @@ class Watch:
         if cur.grad_norms is None:
             self.before_clip()
         params = [self.params[i][1].detach() for i in self._stepped]
-        if self._bufs is None:
-            self._bufs = [torch.empty_like(p) for p in params]
-        for b, p in zip(self._bufs, params):
-            b.copy_(p)
+        views = [_sample(p) for p in params]
+        views = [v if v is not None else p for v, p in zip(views, params)]  # not contiguous: all of it
+        if self._bufs is None or [b.shape for b in self._bufs] != [v.shape for v in views]:
+            self._bufs = [torch.empty(v.shape, dtype=v.dtype, device=v.device) for v in views]
+        for b, v in zip(self._bufs, views):
+            b.copy_(v)
         cur.before_norms = torch._foreach_norm(params) if params else []
 
     @torch.no_grad()
@@ -425,8 +446,12 @@ class Watch:
         zero = torch.zeros((), device=device)
         n = len(self.params)
         params = [self.params[i][1].detach() for i in self._stepped]
-        torch._foreach_sub_(self._bufs, params)                    # before - after
-        update = dict(zip(self._stepped, torch._foreach_norm(self._bufs) if params else []))
+        views = [_sample(p) for p in params]
+        views = [v if v is not None else p for v, p in zip(views, params)]
+        torch._foreach_sub_(self._bufs, views)                     # before - after, at the sampled coordinates
+        scale = [math.sqrt(p.numel() / max(v.numel(), 1)) for p, v in zip(params, views)]
+        sampled = torch._foreach_norm(self._bufs) if params else []
+        update = {i: u * f if f != 1.0 else u for i, u, f in zip(self._stepped, sampled, scale)}
         after = dict(zip(self._stepped, torch._foreach_norm(params) if params else []))
         before = dict(zip(self._stepped, cur.before_norms))
         parts, layout = [], []
@@ -511,6 +536,7 @@ class Watch:
             else:
                 threshold = (1 - beta2 ** float(step)) * eps * eps
             v = v.detach()
+            v = _sample(v) if _sample(v) is not None else v.reshape(-1)
             nonzero = torch.count_nonzero(v)
             below = (v < threshold).sum()                     # the zeros among them too
             small.append(below - (v.numel() - nonzero))

@@ -368,8 +368,8 @@ class UnwatchedKeys(unittest.TestCase):
 
 
 class HostileValues(ServerTestCase):
-    """What users pass to run.log besides numbers (None, strings, lists, huge ints, keys that are
-    no names) is left out with one warning a key; the rest of each step is stored and the sender
+    """What users pass to run.log besides numbers and vectors (None, strings, ragged lists, huge
+    ints, keys that are no names) is left out with one warning a key; the rest of each step is stored and the sender
     never wedges (before, one such value held every later step back for the rest of the run)."""
 
     def init(self, name):
@@ -382,10 +382,11 @@ class HostileValues(ServerTestCase):
         run = self.init("bad-value")
         with self.assertLogs("hlat", logging.WARNING) as logs:
             for step in range(20):
-                run.log({"loss": [1.0, 2.0] if step == 5 else 2.0 - 0.01 * step, "grad_norm": 1.0}, step=step)
+                run.log({"loss": [[1.0], [2.0, 3.0]] if step == 5 else 2.0 - 0.01 * step, "grad_norm": 1.0}, step=step)
             run.finish()
         self.assertEqual(len(logs.output), 1, logs.output)
-        self.assertIn("'loss' at step 5 is not stored: list [1.0, 2.0] is not a number", logs.output[0])
+        self.assertIn("'loss' at step 5 is not stored: a list of lists must be a matrix (rows of one length > 0)",
+                      logs.output[0])
         self.assertEqual(self.stored_steps("bad-value"), [s for s in range(20) if s != 5])
         self.assertEqual(len(self.stored_steps("bad-value", "grad_norm")), 20, "the rest of step 5 is stored")
         self.assertEqual((run.stats["retries"], run.stats["dropped_values"], run.stats["dropped_lines"]), (0, 1, 0))
