@@ -8,8 +8,8 @@ One watched step, as the hooks see it:
                                              for the forward's length only)
     loss.backward()
     clip_grad_norm_ (or watch.before_clip()) per-tensor gradient norms, before clipping
-    optimizer.step(): pre-hook               weights copied (a tensor of more than 65,536 coordinates:
-                                             a fixed sample of that many), weight norms before
+    optimizer.step(): pre-hook               weights copied (a tensor of more than 32,768 coordinates:
+                                             a fixed random sample of that many), weight norms before
                       post-hook              update norms, weight norms after, Adam's epsilon share
                                              (sampled as the copy);
                                              every number of the step stacked into one tensor,
@@ -34,7 +34,9 @@ BLOCK_LISTS = ("h", "layers", "blocks")            # nanoGPT, HF LLaMA / torchti
 LOGITS_NAMES = ("lm_head", "output", "head", "embed_out")
 PREFIXES = ("module.", "_orig_mod.")              # DDP, torch.compile
 SDPA_SAMPLE_ELEMENTS = 1 << 22   # attention logits materialised per scaled_dot_product_attention call, at most
-TENSOR_SAMPLE = 1 << 16          # a larger tensor's update norm and epsilon share come from this many coordinates
+ENTROPY_SAMPLE = 1 << 18         # a model's own softmax: the entropy from at most this many probabilities a call
+TENSOR_SAMPLE = 1 << 15          # a larger tensor's update norm and epsilon share come from this many coordinates
+                                 # (under ATen's grain size: each op on a sample runs inline, no thread wake-up)
 RUN = 64                         # ... in runs of this many neighbours (memory read in whole cache lines)
 
 _live = weakref.WeakSet()        # watches whose clip_grad_norm_ wrapper is wanted
@@ -129,19 +131,36 @@ def attention_logits(query, key, scale=None, is_causal=False, attn_mask=None, ma
     return s
 
 
-def _sample(t, cap=TENSOR_SAMPLE):
-    """A view of `t`'s coordinates: all of them up to `cap`, else `cap` of them in runs of RUN
-    evenly spread (the same ones every step), as a 1-d or 2-d view; None for a tensor that has
-    no flat view (not contiguous)."""
-    if not t.is_contiguous():
-        return None
-    flat = t.view(-1)
-    n = flat.numel()
+def _sample_index(t, cap=TENSOR_SAMPLE):
+    """Which runs of RUN coordinates stand for a tensor of more than `cap`: cap / RUN of them
+    drawn at random once (a fixed seed; evenly strided runs would alias with the rows of a
+    matrix and see the same columns only), sorted; None: all of it."""
+    n = t.numel()
     if n <= cap:
-        return flat
+        return None
+    g = torch.Generator().manual_seed(n)
     runs = n // RUN
-    stride = math.ceil(runs / (cap // RUN))
-    return flat[: runs * RUN].view(runs, RUN)[::stride]
+    return torch.randperm(runs, generator=g)[: cap // RUN].sort().values.to(t.device)
+
+
+def _sample(t, index):
+    """The coordinates of `t` that `index` names (all of them for None), as a new 1-d or 2-d tensor."""
+    flat = t.reshape(-1)
+    if index is None:
+        return flat.clone()
+    return flat[: flat.numel() // RUN * RUN].view(-1, RUN).index_select(0, index)
+
+
+def _row_stats(logits, probs):
+    """Per row (query) of attention logits s and their softmax p: the largest logit and the
+    entropy -sum p log p, as log Z - sum p s with log Z = max s - log max p (no log of every
+    probability: 4x cheaper on CPU than xlogy). Masked logits (-inf, p = 0) add nothing."""
+    s = logits.float()
+    p = probs.float()
+    row_max = s.amax(-1)
+    log_z = row_max - p.amax(-1).log()
+    mean_logit = torch.einsum("...k,...k->...", p, s.clamp(min=-3.0e38))  # -inf * 0 would be NaN
+    return row_max, (log_z - mean_logit).clamp(min=0)
 
 
 def _head_dims(t):
@@ -201,11 +220,11 @@ class Watch:
     """See hlat.torch.watch."""
 
     def __init__(self, run, model, optimizer, every=1, step=0, logits_module=None, blocks=None,
-                 attention=True, sdpa_sample=SDPA_SAMPLE_ELEMENTS):
+                 attention=True, sdpa_sample=SDPA_SAMPLE_ELEMENTS, entropy_sample=ENTROPY_SAMPLE):
         if every < 1:
             raise ValueError(f"hlat.torch.watch: every must be >= 1, not {every}")
         self.run, self.model, self.optimizer, self.every = run, model, optimizer, int(every)
-        self.attention_on, self.sdpa_sample = attention, sdpa_sample
+        self.attention_on, self.sdpa_sample, self.entropy_sample = attention, sdpa_sample, entropy_sample
         self._step = int(step)
         self._key = f"\0watch{id(self)}"
         self.inert = getattr(run, "disabled", False) or getattr(run, "rank", 0) != 0
@@ -225,9 +244,10 @@ class Watch:
         vocab = _vocab_size(model)
         self.logits_module = logits_module if logits_module is not None else _find_logits_module(model, vocab)
         self.vocab = vocab
-        self._bufs = None
+        self._bufs = self._index = self._after_norms = None
         in_optimizer = {id(p) for g in optimizer.param_groups for p in g["params"]}
         self._stepped = [i for i, (_, p) in enumerate(self.params) if id(p) in in_optimizer]
+        self._position = {k: j for j, k in enumerate(self._stepped)}
         self._group_of = {id(p): g for g in optimizer.param_groups for p in g["params"]}
         self._handles.append(model.register_forward_pre_hook(self._model_pre))
         self._hook_optimizer(optimizer)
@@ -340,17 +360,22 @@ class Watch:
             s = attention_logits(query, key, scale, is_causal, attn_mask, sample)
             self._logit_stats(layer, s, None)
 
-    def _logit_stats(self, layer, logits, probs):
-        """Per head: the largest logit and the summed entropy of the rows (probs: the softmax of
-        the logits when the model computed it)."""
+    def _logit_stats(self, layer, logits, probs, sample=None):
+        """Per head: the largest logit (over all of them) and the summed entropy of the rows
+        (probs: the softmax of the logits when the model computed it); with `sample`, a call of
+        more logits than that takes the entropy at every r-th query only."""
         logits = logits.detach()
+        dims = _head_dims(logits)
+        head_max = logits.amax(dim=dims).float()
+        if sample is not None and logits.numel() > sample:
+            stride = math.ceil(logits.numel() / sample)
+            logits = logits[..., ::stride, :]
+            probs = None if probs is None else probs[..., ::stride, :]
         if probs is None:
             probs = torch.softmax(logits.float(), dim=-1)
-        probs = probs.detach().float()
-        entropy = -torch.special.xlogy(probs, probs).sum(-1)
-        dims = _head_dims(logits)
+        _, entropy = _row_stats(logits, probs.detach())
         cur = self._cur
-        cur.att_max.setdefault(layer, []).append(logits.amax(dim=dims).float())
+        cur.att_max.setdefault(layer, []).append(head_max)
         cur.att_ent.setdefault(layer, []).append(entropy.sum(dim=dims[:-1]))
         cur.att_rows[layer] = cur.att_rows.get(layer, 0) + entropy.numel() // logits.shape[-3]
 
@@ -362,7 +387,7 @@ class Watch:
         if dim not in (-1, 3):
             return
         with torch.no_grad():
-            self._logit_stats(self._layer, x, out)
+            self._logit_stats(self._layer, x, out, self.entropy_sample)
 
     def _sdpa_seen(self, args, kwargs):
         if self._layer is None or not self._in_forward():
@@ -422,13 +447,16 @@ class Watch:
         if cur.grad_norms is None:
             self.before_clip()
         params = [self.params[i][1].detach() for i in self._stepped]
-        views = [_sample(p) for p in params]
-        views = [v if v is not None else p for v, p in zip(views, params)]  # not contiguous: all of it
-        if self._bufs is None or [b.shape for b in self._bufs] != [v.shape for v in views]:
-            self._bufs = [torch.empty(v.shape, dtype=v.dtype, device=v.device) for v in views]
-        for b, v in zip(self._bufs, views):
-            b.copy_(v)
-        cur.before_norms = torch._foreach_norm(params) if params else []
+        if self._index is None:
+            self._index = [_sample_index(p) for p in params]
+        self._bufs = [_sample(p, i) for p, i in zip(params, self._index)]
+        # The weight norms before this update are the ones after the previous one when that step
+        # was watched too (every=1): the weights do not change between optimizer steps.
+        kept = self._after_norms
+        if kept is not None and kept[0] == self._step - 1 and len(kept[1]) == len(params):
+            cur.before_norms = kept[1]
+        else:
+            cur.before_norms = torch._foreach_norm(params) if params else []
 
     @torch.no_grad()
     def _post_step(self):
@@ -446,13 +474,14 @@ class Watch:
         zero = torch.zeros((), device=device)
         n = len(self.params)
         params = [self.params[i][1].detach() for i in self._stepped]
-        views = [_sample(p) for p in params]
-        views = [v if v is not None else p for v, p in zip(views, params)]
+        views = [_sample(p, i) for p, i in zip(params, self._index)]
         torch._foreach_sub_(self._bufs, views)                     # before - after, at the sampled coordinates
         scale = [math.sqrt(p.numel() / max(v.numel(), 1)) for p, v in zip(params, views)]
         sampled = torch._foreach_norm(self._bufs) if params else []
         update = {i: u * f if f != 1.0 else u for i, u, f in zip(self._stepped, sampled, scale)}
-        after = dict(zip(self._stepped, torch._foreach_norm(params) if params else []))
+        after_norms = torch._foreach_norm(params) if params else []
+        self._after_norms = (self._step, after_norms)
+        after = dict(zip(self._stepped, after_norms))
         before = dict(zip(self._stepped, cur.before_norms))
         parts, layout = [], []
 
@@ -461,7 +490,10 @@ class Watch:
             if isinstance(tensors, torch.Tensor):
                 flat = tensors.reshape(-1).float().to(device)
             elif tensors:
-                flat = torch.stack([t.reshape(()).float().to(device) for t in tensors])
+                try:  # 0-d tensors of one device: one op
+                    flat = torch.stack(tensors).reshape(-1).float().to(device)
+                except (RuntimeError, TypeError):
+                    flat = torch.stack([t.reshape(()).float().to(device) for t in tensors])
             else:
                 return
             parts.append(flat)
@@ -518,7 +550,7 @@ class Watch:
         None for an optimizer without Adam's second moment."""
         state = self.optimizer.state
         small, counted, any_adam = [], [], False
-        for _, p in self.params:
+        for k, (_, p) in enumerate(self.params):
             s = state.get(p) if p in state else None
             v = None
             if s:
@@ -536,7 +568,9 @@ class Watch:
             else:
                 threshold = (1 - beta2 ** float(step)) * eps * eps
             v = v.detach()
-            v = _sample(v) if _sample(v) is not None else v.reshape(-1)
+            if v.numel() > TENSOR_SAMPLE:
+                j = self._position.get(k)
+                v = _sample(v, self._index[j] if j is not None and self._index else _sample_index(v))
             nonzero = torch.count_nonzero(v)
             below = (v < threshold).sum()                     # the zeros among them too
             small.append(below - (v.numel() - nonzero))

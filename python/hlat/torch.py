@@ -31,7 +31,9 @@ def watch(run, model, optimizer, every=1, step=0, **options):
     the sender thread. Returns the Watch (close() removes its hooks). Options: logits_module
     (the module whose output is the logits), blocks (the residual blocks), attention=False (no
     attention statistics), sdpa_sample (attention logits materialised per
-    scaled_dot_product_attention call, at most; default 4M)."""
+    scaled_dot_product_attention call, at most; default 4M), entropy_sample (a model's own
+    softmax of more probabilities than this in one call gives the entropy at every r-th query;
+    default 256K; None: all)."""
     return Watch(run, model, optimizer, every=every, step=step, **options)
 
 
