@@ -70,12 +70,15 @@ void Decoder::append(const int32_t* tokens, int n) {
     const int C = C_, L = c.n_layers, H = c.hidden_dim, NH = c.n_heads, NKV = c.n_kv_heads, HD = c.head_dim();
     const int QKV = c.qkv_dim(), CA = NH * HD, KV = NKV * HD, P = length_;
     const float eps = (float)c.norm_eps;
-    std::vector<float> rstd(n);
+    std::vector<float> rstd(n), qk_rstd(c.qk_norm ? (long)n * (NH + NKV) : 0);
 
     embedding_forward(x_.data(), tokens, p.embed, n, C);
     for (int l = 0; l < L; l++) {
         rmsnorm_forward(norm_.data(), rstd.data(), x_.data(), p.attn_norm + (long)l * C, n, C, eps);
         matmul_forward(qkv_.data(), norm_.data(), p.qkv + (long)l * QKV * C, n, C, QKV);
+        if (c.qk_norm)
+            qk_norm_forward(qkv_.data(), nullptr, qk_rstd.data(), p.q_norm + (long)l * HD, p.k_norm + (long)l * HD, n,
+                            NH, NKV, HD, eps);
         rope_forward(qkv_.data(), rope_cos_.data() + (long)P * (HD / 2), rope_sin_.data() + (long)P * (HD / 2), 1,
                      n, NH, NKV, HD);
         float* kc = k_cache_.data() + (long)l * T_ * KV;

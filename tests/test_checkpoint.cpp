@@ -3,6 +3,7 @@
 #include "test_util.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/config/config.h"
+#include "trainer/files/safetensors.h"
 
 #include <filesystem>
 #include <fstream>
@@ -17,8 +18,9 @@ struct Fixture {
     TrainConfig config;
     std::unique_ptr<Model> model;
     std::unique_ptr<AdamW> optimizer;
-    Fixture() {
+    explicit Fixture(bool qk_norm = false) {
         config.model = {};
+        config.model.qk_norm = qk_norm;
         config.model.vocab_size = 40;
         config.model.dim = 16;
         config.model.n_layers = 2;
@@ -68,6 +70,65 @@ TEST(Checkpoint, RoundTripsModelOptimizerAndState) {
     EXPECT_EQ(o2.steps_taken(), 17);
     for (const auto& e : fs::directory_iterator(f.dir.path() / "checkpoints"))
         EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << "no temporary folder left";
+}
+
+// A qk-norm model's gains (q_norm, k_norm: HD per layer) are parameters like
+// any other: saved, hashed, restored with their Adam moments. Models without
+// qk-norm keep the layout every checkpoint before it was written in.
+TEST(Checkpoint, QkNormGainsRoundTripAndOtherModelsKeepTheirLayout) {
+    Fixture plain;
+    const ModelConfig& m = plain.config.model;
+    const long V = m.vocab_size, C = m.dim, L = m.n_layers, H = m.hidden_dim, HD = m.head_dim();
+    const long before = V * C + L * C + L * m.qkv_dim() * C + L * C * m.n_heads * HD + L * C + L * 2 * H * C +
+                        L * C * H + C + V * C;
+    EXPECT_EQ(plain.model->num_parameters(), before);
+    std::vector<std::string> kinds;
+    for (const TensorKind& k : plain.model->tensor_kinds()) kinds.push_back(k.name);
+    EXPECT_EQ(kinds, (std::vector<std::string>{"embed_tokens", "input_layernorm", "qkv_proj", "o_proj",
+                                                "post_attention_layernorm", "gate_up_proj", "down_proj", "norm",
+                                                "lm_head"}));
+    EXPECT_EQ(plain.model->param_tensors().q_norm, nullptr);
+    std::string plain_path = plain.save(5);
+    for (const std::string& name : SafetensorsFile(plain_path + "/model.safetensors").names())
+        EXPECT_EQ(name.find("_norm.weight") != std::string::npos && name.find("self_attn") != std::string::npos,
+                  false)
+            << name;
+
+    Fixture f(/*qk_norm=*/true);
+    EXPECT_EQ(f.model->num_parameters(), before + 2 * L * HD);
+    for (const TensorKind& k : f.model->tensor_kinds())
+        if (k.name == "q_norm" || k.name == "k_norm") {
+            EXPECT_TRUE(k.replicated && k.norm_or_embedding) << k.name;
+            EXPECT_EQ(k.numel(), L * HD) << k.name;
+        }
+    // Gains away from their initial ones, so that a restore that skipped them shows.
+    for (long i = 0; i < L * HD; i++) {
+        f.model->param_tensors().q_norm[i] = 1.0f + 0.01f * i;
+        f.model->param_tensors().k_norm[i] = 2.0f - 0.01f * i;
+    }
+    std::string path = f.save(9);
+    verify_checkpoint(path);
+    SafetensorsFile weights(path + "/model.safetensors");
+    EXPECT_EQ(weights.shape("model.layers.1.self_attn.q_norm.weight"), (std::vector<int64_t>{HD}));
+    EXPECT_EQ(weights.shape("model.layers.0.self_attn.k_norm.weight"), (std::vector<int64_t>{HD}));
+
+    Model m2(f.config.model, 1, 8, false);
+    AdamW o2(f.config.optimizer, m2.num_parameters());
+    load_checkpoint(path, m2, o2);
+    EXPECT_TRUE(std::equal(m2.params(), m2.params() + m2.num_parameters(), f.model->params()));
+    EXPECT_EQ(o2.first_moment().to_float(), f.optimizer->first_moment().to_float());
+    EXPECT_EQ(m2.param_tensors().k_norm[3], f.model->param_tensors().k_norm[3]);
+    EXPECT_NE(m2.param_tensors().k_norm[3], 1.0f);
+
+    // Into a model without qk-norm the checkpoint does not load, and says why.
+    Model other(plain.config.model, 1, 8, false);
+    AdamW o3(plain.config.optimizer, other.num_parameters());
+    try {
+        load_checkpoint(path, other, o3);
+        ADD_FAILURE() << "a qk-norm checkpoint loaded into a model without qk-norm";
+    } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find("q_norm"), std::string::npos) << e.what();
+    }
 }
 
 TEST(Checkpoint, KeepsTheNewestK) {

@@ -292,18 +292,18 @@ TEST(CrossEntropy, ForwardAndBackward) {
     std::vector<int32_t> targets = {0, 8, 3, 3};
     auto probs = logits;
     std::vector<float> losses(N);
-    crossentropy_forward(probs.data(), losses.data(), targets.data(), N, V);
+    crossentropy_forward(probs.data(), losses.data(), nullptr, targets.data(), N, V);
     for (int n = 0; n < N; n++) {
         double lse = 0.0;
         for (int v = 0; v < V; v++) lse += std::exp((double)logits[n * V + v]);
         EXPECT_NEAR(losses[n], std::log(lse) - logits[n * V + targets[n]], 1e-5);
     }
     const float dloss = 0.25f;
-    crossentropy_backward(probs.data(), targets.data(), dloss, N, V);
+    crossentropy_backward(probs.data(), targets.data(), nullptr, 0.0f, dloss, N, V);
     auto forward = [&](const std::vector<float>& x) {
         auto p = x;
         std::vector<float> l(N);
-        crossentropy_forward(p.data(), l.data(), targets.data(), N, V);
+        crossentropy_forward(p.data(), l.data(), nullptr, targets.data(), N, V);
         return l;
     };
     expect_matches_finite_differences(forward, logits, std::vector<float>(N, dloss), probs);
@@ -313,7 +313,7 @@ TEST(CrossEntropy, StableForHugeLogits) {
     std::vector<float> logits = {1000.0f, 0.0f, -1000.0f};
     std::vector<int32_t> target = {0};
     float loss;
-    crossentropy_forward(logits.data(), &loss, target.data(), 1, 3);
+    crossentropy_forward(logits.data(), &loss, nullptr, target.data(), 1, 3);
     EXPECT_TRUE(std::isfinite(loss));
     EXPECT_NEAR(loss, 0.0f, 1e-6);
 }

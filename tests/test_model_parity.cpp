@@ -1,7 +1,9 @@
 // The whole model against the PyTorch reference (tests/reference, float64):
 // the same weights and batches go into both; the loss, every gradient tensor
 // and the losses of 10 AdamW steps with clipping and the schedule must agree.
-// Each comparison prints its error so a failure says where.
+// Each comparison prints its error so a failure says where. The QkNormZLoss
+// variants turn on model.qk_norm (with gains away from one, so q's and k's
+// cannot be confused) and model.z_loss (large enough to move every gradient).
 #include "test_util.h"
 #include "trainer/files/safetensors.h"
 #include "trainer/trainer.h"
@@ -12,14 +14,20 @@
 
 #include <fstream>
 #include <map>
+#include <random>
+#include <tuple>
 
 namespace hlat {
 namespace {
 
 constexpr int kSteps = 10;
 
-TrainConfig parity_config(bool gqa, bool checkpointing) {
+constexpr double kZLoss = 0.02;
+
+TrainConfig parity_config(bool gqa, bool checkpointing, bool qk_z = false) {
     TrainConfig c;
+    c.model.qk_norm = qk_z;
+    c.model.z_loss = qk_z ? kZLoss : 0.0;
     c.model.vocab_size = 97;
     c.model.dim = 64;
     c.model.n_layers = 2;
@@ -80,22 +88,36 @@ class ReplayBatches : public BatchSource {
 
 struct Reference {
     std::string dir, suffix;
-    std::vector<double> losses, grad_norms;
+    std::vector<double> losses, grad_norms, z_losses;
 };
+
+// qk-norm's gains start at one, where a q gain used for the k heads (or the
+// other way) would go unseen: the parity weights draw them from [0.5, 1.5).
+void spread_qk_norm_gains(Model& model) {
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> gain(0.5f, 1.5f);
+    for (const TensorKind& k : model.tensor_kinds())
+        if (k.name == "q_norm" || k.name == "k_norm")
+            for (long i = 0; i < k.numel(); i++) model.params()[k.offset + i] = gain(rng);
+}
 
 // Writes weights, config and tokens, and runs the PyTorch reference once per
 // model shape (activation checkpointing does not change the math) and
 // precision: fp64, autocast or bf16 (see tests/reference/parity.py).
-const Reference& reference_for(bool gqa, const std::string& precision = "fp64") {
-    static std::map<std::pair<bool, std::string>, Reference> cache;
-    static std::map<bool, std::unique_ptr<test::ScratchDir>> dirs;
-    auto key = std::make_pair(gqa, precision);
+const Reference& reference_for(bool gqa, const std::string& precision = "fp64", bool qk_z = false) {
+    static std::map<std::tuple<bool, bool, std::string>, Reference> cache;
+    static std::map<std::pair<bool, bool>, std::unique_ptr<test::ScratchDir>> dirs;
+    auto key = std::make_tuple(gqa, qk_z, precision);
     if (cache.count(key)) return cache[key];
-    TrainConfig c = parity_config(gqa, false);
-    if (!dirs.count(gqa)) dirs[gqa] = std::make_unique<test::ScratchDir>(gqa ? "parity_gqa" : "parity_mha");
-    const test::ScratchDir& dir = *dirs[gqa];
+    TrainConfig c = parity_config(gqa, false, qk_z);
+    auto shape = std::make_pair(gqa, qk_z);
+    if (!dirs.count(shape))
+        dirs[shape] = std::make_unique<test::ScratchDir>(std::string(gqa ? "parity_gqa" : "parity_mha") +
+                                                         (qk_z ? "_qk_z" : ""));
+    const test::ScratchDir& dir = *dirs[shape];
     Model model(c.model, c.run.batch_size, c.run.seq_len, false);
     model.init_weights(c.run.seed);
+    if (qk_z) spread_qk_norm_gains(model);
     save_weights(model, dir.file("weights.safetensors"));
     std::ofstream(dir.file("config.json")) << config_to_json(c).dump(2);
     std::vector<int32_t> tokens = make_tokens(c);
@@ -113,29 +135,33 @@ const Reference& reference_for(bool gqa, const std::string& precision = "fp64") 
         auto j = nlohmann::json::parse(in);
         ref.losses = j["losses"].get<std::vector<double>>();
         ref.grad_norms = j["grad_norms"].get<std::vector<double>>();
+        ref.z_losses = j["z_losses"].get<std::vector<double>>();
     }
     return cache[key] = ref;
 }
 
 struct Variant {
     bool gqa, checkpointing;
+    bool qk_z = false;  // model.qk_norm and model.z_loss on
 };
 
 class ModelParity : public ::testing::TestWithParam<Variant> {};
 
 INSTANTIATE_TEST_SUITE_P(Variants, ModelParity,
                          ::testing::Values(Variant{false, false}, Variant{false, true},
-                                           Variant{true, false}, Variant{true, true}),
+                                           Variant{true, false}, Variant{true, true},
+                                           Variant{true, false, true}, Variant{true, true, true}),
                          [](const auto& info) {
                              return std::string(info.param.gqa ? "GQA" : "MHA") +
-                                    (info.param.checkpointing ? "_Checkpointed" : "_Stored");
+                                    (info.param.checkpointing ? "_Checkpointed" : "_Stored") +
+                                    (info.param.qk_z ? "_QkNormZLoss" : "");
                          });
 
 TEST_P(ModelParity, LossAndEveryGradientMatchPyTorch) {
     const Variant v = GetParam();
-    const Reference& ref = reference_for(v.gqa);
+    const Reference& ref = reference_for(v.gqa, "fp64", v.qk_z);
     ASSERT_EQ(ref.losses.size(), (size_t)kSteps);
-    TrainConfig c = parity_config(v.gqa, v.checkpointing);
+    TrainConfig c = parity_config(v.gqa, v.checkpointing, v.qk_z);
     std::vector<int32_t> tokens = make_tokens(c);
     ReplayBatches batches(tokens);
 
@@ -144,21 +170,30 @@ TEST_P(ModelParity, LossAndEveryGradientMatchPyTorch) {
     model.zero_grad();
     const int B = c.run.batch_size, T = c.run.seq_len, accum = c.run.grad_accum;
     std::vector<int32_t> inputs(B * T), targets(B * T);
-    double loss = 0.0;
+    double loss = 0.0, z_loss = 0.0;
     for (int micro = 0; micro < accum; micro++) {
         batches.next_batch(inputs.data(), targets.data(), B, T);
         loss += model.forward(inputs.data(), targets.data()) / accum;
+        z_loss += model.z_loss_term() / accum;
         model.backward(1.0f / (B * T * accum));
     }
     double loss_err = std::fabs(loss - ref.losses[0]) / std::fabs(ref.losses[0]);
     std::printf("loss hlat %.8f torch %.8f rel err %.2e\n", loss, ref.losses[0], loss_err);
     EXPECT_LT(loss_err, 1e-5);
+    if (v.qk_z) {
+        double z_err = std::fabs(z_loss - ref.z_losses[0]) / ref.z_losses[0];
+        std::printf("z-loss hlat %.8f torch %.8f rel err %.2e\n", z_loss, ref.z_losses[0], z_err);
+        EXPECT_LT(z_err, 1e-5);
+    } else {
+        EXPECT_TRUE(std::isnan(z_loss)) << "z_loss is off";
+    }
 
     test::ScratchDir out(v.gqa ? "grads_gqa" : "grads_mha");
     save_weights(model, out.file("grads.safetensors"), /*grads=*/true);
     SafetensorsFile ours(out.file("grads.safetensors"));
     SafetensorsFile theirs(ref.dir + "/reference_grads.safetensors");
     ASSERT_EQ(ours.names(), theirs.names());
+    EXPECT_EQ(theirs.contains("model.layers.1.self_attn.k_norm.weight"), v.qk_z);
     for (const std::string& name : ours.names()) {
         auto shape = ours.shape(name);
         long n = 1;
@@ -174,9 +209,9 @@ TEST_P(ModelParity, LossAndEveryGradientMatchPyTorch) {
 
 TEST_P(ModelParity, TenAdamWStepsMatchPyTorch) {
     const Variant v = GetParam();
-    const Reference& ref = reference_for(v.gqa);
+    const Reference& ref = reference_for(v.gqa, "fp64", v.qk_z);
     ASSERT_EQ(ref.losses.size(), (size_t)kSteps);
-    TrainConfig c = parity_config(v.gqa, v.checkpointing);
+    TrainConfig c = parity_config(v.gqa, v.checkpointing, v.qk_z);
     std::vector<int32_t> tokens = make_tokens(c);
     ReplayBatches batches(tokens);
     Trainer trainer(c, batches, 0.0);
@@ -190,6 +225,13 @@ TEST_P(ModelParity, TenAdamWStepsMatchPyTorch) {
                     st.loss, ref.losses[s], err, st.grad_norm, ref.grad_norms[s]);
         EXPECT_LT(err, 1e-4) << "step " << s;
         EXPECT_LT(gerr, 1e-3) << "step " << s;
+        if (v.qk_z) {
+            double zerr = std::fabs(st.z_loss - ref.z_losses[s]) / ref.z_losses[s];
+            std::printf("       z-loss hlat %.6f torch %.6f rel err %.2e\n", st.z_loss, ref.z_losses[s], zerr);
+            EXPECT_LT(zerr, 1e-4) << "step " << s;
+        } else {
+            EXPECT_TRUE(std::isnan(st.z_loss)) << "step " << s;
+        }
         clipped += st.clipped;
     }
     EXPECT_GT(clipped, 0) << "the run should exercise clipping";

@@ -344,13 +344,13 @@ TEST(Bf16FusedKernels, RmsnormSwigluResidualAndCrossEntropyEqualTheUnfusedPasses
     std::vector<int32_t> targets(rows);
     for (int n = 0; n < rows; n++) targets[n] = (n * 7) % V;
     std::vector<float> l1(rows), l2(rows);
-    crossentropy_forward(probs.data(), l1.data(), targets.data(), rows, V);
-    crossentropy_forward_bf16(fused.data(), l2.data(), targets.data(), rows, V);
+    crossentropy_forward(probs.data(), l1.data(), nullptr, targets.data(), rows, V);
+    crossentropy_forward_bf16(fused.data(), l2.data(), nullptr, targets.data(), rows, V);
     expect_same_bits(probs, fused, "cross-entropy probabilities");
     expect_same_bits(l1, l2, "cross-entropy losses");
     std::vector<bf16> d16((long)rows * V);
-    crossentropy_backward_bf16(d16.data(), fused.data(), targets.data(), 0.125f, rows, V);
-    crossentropy_backward(probs.data(), targets.data(), 0.125f, rows, V);
+    crossentropy_backward_bf16(d16.data(), fused.data(), targets.data(), nullptr, 0.0f, 0.125f, rows, V);
+    crossentropy_backward(probs.data(), targets.data(), nullptr, 0.0f, 0.125f, rows, V);
     expect_same_bits(widened(d16), rounded(probs), "cross-entropy backward");
 }
 

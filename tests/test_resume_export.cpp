@@ -58,6 +58,8 @@ class RunTest : public ::testing::Test {
         return out;
     }
 
+    void expect_pytorch_logits_from_export(const std::string& ckpt, const std::string& hf);
+
     static test::SmallTokenizer* small_;
     test::ScratchDir dir{"run"};
 };
@@ -154,8 +156,50 @@ TEST_F(RunTest, ExportLoadsIntoPyTorchByHuggingFaceNames) {
     EXPECT_EQ(exported.shape("model.layers.1.self_attn.k_proj.weight"), (std::vector<int64_t>{16, 32}));
     EXPECT_EQ(exported.shape("model.layers.0.mlp.up_proj.weight"), (std::vector<int64_t>{64, 32}));
     EXPECT_FALSE(exported.contains("model.layers.0.self_attn.qkv_proj.weight"));
+    EXPECT_FALSE(exported.contains("model.layers.0.self_attn.q_norm.weight"));
+    expect_pytorch_logits_from_export(ckpt, hf);
+}
 
-    // hlat's logits for some tokens, from the checkpoint.
+// A qk-norm model is exported as Qwen3 (its q_norm and k_norm per head); a
+// z-loss run reports the z-loss term beside the cross-entropy.
+TEST_F(RunTest, QkNormZLossRunExportsAsQwen3AndLoadsIntoPyTorch) {
+    std::string config = dir.file("qk_norm.json");
+    auto j = nlohmann::json::parse(std::ifstream(small_->dir.file("config.json")));
+    j["model"]["qk_norm"] = true;
+    j["model"]["z_loss"] = 1e-3;
+    std::ofstream(config) << j.dump();
+    std::string a = dir.file("qk_norm_run");
+    auto r = test::run_command(fmt::format("{} train --config {} --out-dir {} --steps 3 --metrics-jsonl {}.jsonl --store {}",
+                                           HLAT_BINARY, config, a, a, dir.file("hlat.db")));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    int records = 0;
+    std::ifstream in(a + ".jsonl");
+    for (std::string line; std::getline(in, line);) {
+        auto rec = nlohmann::json::parse(line);
+        if (rec.contains("event") || !rec.contains("loss")) continue;
+        records++;
+        ASSERT_TRUE(rec.contains("z_loss")) << line;
+        // log Z of a near-uniform start is about log V: the term is near 1e-3 (log 320)^2 = 0.033.
+        EXPECT_GT(rec["z_loss"].get<double>(), 0.0) << line;
+        EXPECT_LT(rec["z_loss"].get<double>(), 0.2) << line;
+    }
+    EXPECT_EQ(records, 3);
+
+    std::string ckpt = a + "/checkpoints/step_00000003", hf = dir.file("hf_qk_norm");
+    r = test::run_command(fmt::format("{} export --checkpoint {} --out {}", HLAT_BINARY, ckpt, hf));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto hf_config = nlohmann::json::parse(std::ifstream(hf + "/config.json"));
+    EXPECT_EQ(hf_config["architectures"], nlohmann::json::array({"Qwen3ForCausalLM"}));
+    EXPECT_EQ(hf_config["model_type"], "qwen3");
+    SafetensorsFile exported(hf + "/model.safetensors");
+    EXPECT_EQ(exported.shape("model.layers.1.self_attn.q_norm.weight"), (std::vector<int64_t>{8}));
+    EXPECT_EQ(exported.shape("model.layers.1.self_attn.k_norm.weight"), (std::vector<int64_t>{8}));
+    expect_pytorch_logits_from_export(ckpt, hf);
+}
+
+// hlat's logits for some tokens, from the checkpoint, against the PyTorch
+// reference's from the exported folder.
+void RunTest::expect_pytorch_logits_from_export(const std::string& ckpt, const std::string& hf) {
     TrainConfig config = config_from_json(read_checkpoint_state(ckpt).config);
     const int B = 2, T = 32;
     Model model(config.model, B, T, false);
@@ -164,7 +208,7 @@ TEST_F(RunTest, ExportLoadsIntoPyTorchByHuggingFaceNames) {
     for (int i = 0; i < B * T; i++) tokens[i] = (i * 37 + 11) % config.model.vocab_size;
     model.forward(tokens.data(), nullptr);
     std::ofstream(dir.file("tokens.i32"), std::ios::binary).write((const char*)tokens.data(), tokens.size() * 4);
-    r = test::run_command(fmt::format("/usr/bin/python3 {}/tests/reference/hf_logits.py {} {} {} {} {}",
+    auto r = test::run_command(fmt::format("/usr/bin/python3 {}/tests/reference/hf_logits.py {} {} {} {} {}",
                                       HLAT_SOURCE_DIR, hf, dir.file("tokens.i32"), B, T, dir.file("logits.safetensors")));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     SafetensorsFile torch_out(dir.file("logits.safetensors"));

@@ -7,6 +7,7 @@ std::vector<StepMetric> step_metrics(const StepStats& s) {
     using W = StepMetric::When;
     return {
         {"loss", s.loss},
+        {"z_loss", s.z_loss, K::Real, W::Measured},  // model.z_loss > 0
         {"grad_norm", s.grad_norm},
         {"clipped", s.clipped ? 1.0 : 0.0, K::Flag},
         {"param_norm", s.param_norm},

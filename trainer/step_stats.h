@@ -6,6 +6,7 @@
 
 #include "trainer/parallel/replica_check.h"
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <utility>
@@ -16,6 +17,7 @@ namespace hlat {
 struct StepStats {
     int step;               // 0-based index of the optimizer step just taken
     double loss;            // mean over the step's tokens
+    double z_loss = NAN;    // mean z-loss term, model.z_loss * (log Z)^2 (not in loss); NaN when off
     double grad_norm;       // global L2 norm before clipping
     bool clipped;
     double param_norm;      // global L2 norm after the update

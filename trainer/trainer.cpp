@@ -146,7 +146,7 @@ void Trainer::accumulate(StepStats& s) {
     }
     model_->zero_grad();
     model_->set_mask_lookahead(faults_.mask_lookahead(step_));
-    double loss_sum = 0.0;
+    double loss_sum = 0.0, z_loss_sum = 0.0;
     // Every token of the step weighs the same: the loss is the mean over all
     // micro-batches, so each backward scales by 1 / (B * T * accum).
     const float loss_scale = 1.0f / ((float)B * T * accum);
@@ -156,6 +156,7 @@ void Trainer::accumulate(StepStats& s) {
         s.data_seconds += seconds_since(t0);
         t0 = Clock::now();
         loss_sum += model_->forward(inputs_.data(), targets_.data());
+        z_loss_sum += model_->z_loss_term();  // NaN when off
         s.forward_seconds += seconds_since(t0);
         t0 = Clock::now();
         // The last micro-batch's backward starts the data-parallel reduction.
@@ -166,6 +167,7 @@ void Trainer::accumulate(StepStats& s) {
         s.backward_seconds += seconds_since(t0);
     }
     s.loss = loss_sum / accum;
+    s.z_loss = z_loss_sum / accum;
 }
 
 // The reduction overlaps the backward; what is left of it counts as backward
@@ -180,6 +182,7 @@ void Trainer::reduce(StepStats& s, bool hash_grads) {
     s.comm_exposed_seconds = comm.exposed_seconds;
     s.backward_seconds += seconds_since(t0);
     s.loss = parallel_->sum(s.loss, Group::Data) / parallel_->dp_size();
+    if (!std::isnan(s.z_loss)) s.z_loss = parallel_->sum(s.z_loss, Group::Data) / parallel_->dp_size();
     if (hash_grads && parallel_->dp_size() > 1) s.grad_replicas = check_replicas(*parallel_, *model_, model_->grads());
 }
 

@@ -19,11 +19,12 @@ from llama_ref import Llama, read_safetensors, write_safetensors  # noqa: E402
 
 def main(hf_dir, tokens_path, B, T, out):
     hf = json.load(open(os.path.join(hf_dir, "config.json")))
-    assert hf["architectures"] == ["LlamaForCausalLM"], hf["architectures"]
+    # hlat exports a qk-norm model as Qwen3 (LLaMA with q_norm and k_norm per head).
+    assert hf["architectures"] in (["LlamaForCausalLM"], ["Qwen3ForCausalLM"]), hf["architectures"]
     cfg = {"vocab_size": hf["vocab_size"], "dim": hf["hidden_size"], "n_layers": hf["num_hidden_layers"],
            "n_heads": hf["num_attention_heads"], "n_kv_heads": hf["num_key_value_heads"],
            "hidden_dim": hf["intermediate_size"], "norm_eps": hf["rms_norm_eps"], "rope_theta": hf["rope_theta"],
-           "init_std": 0.02, "init_scaling": "none"}
+           "init_std": 0.02, "init_scaling": "none", "qk_norm": hf["architectures"] == ["Qwen3ForCausalLM"]}
     weights, _ = read_safetensors(os.path.join(hf_dir, "model.safetensors"))
     fused = {}
     for name, w in weights.items():

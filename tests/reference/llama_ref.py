@@ -2,7 +2,9 @@
 
 Same architecture and weight names as trainer/model/weights.h: coalesced qkv_proj and
 gate_up_proj, RoPE in Hugging Face's rotate-half convention, causal softmax
-attention, SwiGLU, RMSNorm, untied lm_head, no biases. Used by the parity test
+attention, SwiGLU, RMSNorm, untied lm_head, no biases; with model.qk_norm an
+RMSNorm over each query and key head before RoPE (Qwen3's q_norm, k_norm), and
+z_loss_term for model.z_loss. Used by the parity test
 (float64, as ground truth) and by bench/train_vs_pytorch (float32, for speed).
 Run with Debian's /usr/bin/python3, which has python3-torch.
 """
@@ -77,6 +79,10 @@ class Attention(nn.Module):
         self.hd = cfg["dim"] // self.nh
         self.qkv_proj = nn.Linear(cfg["dim"], (self.nh + 2 * self.nkv) * self.hd, bias=False)
         self.o_proj = nn.Linear(self.nh * self.hd, cfg["dim"], bias=False)
+        self.qk_norm = cfg.get("qk_norm", False)
+        if self.qk_norm:
+            self.q_norm = RMSNorm(self.hd, cfg["norm_eps"])
+            self.k_norm = RMSNorm(self.hd, cfg["norm_eps"])
 
     def forward(self, x, cos, sin, mask):
         B, T, _ = x.shape
@@ -84,6 +90,8 @@ class Attention(nn.Module):
         q = q.view(B, T, self.nh, self.hd).transpose(1, 2)
         k = k.view(B, T, self.nkv, self.hd).transpose(1, 2)
         v = v.view(B, T, self.nkv, self.hd).transpose(1, 2)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         if self.nkv != self.nh:
@@ -180,6 +188,13 @@ class Llama(nn.Module):
         with torch.no_grad():
             for name, p in own.items():
                 p.copy_(torch.from_numpy(tensors[name]).to(p.dtype))
+
+
+def z_loss_term(logits, coefficient):
+    """PaLM's auxiliary loss: coefficient * logsumexp(logits)^2, mean over positions (0 when off)."""
+    if not coefficient:
+        return logits.new_zeros(())
+    return coefficient * torch.logsumexp(logits, dim=-1).pow(2).mean()
 
 
 def learning_rate(sched, step):

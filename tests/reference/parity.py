@@ -7,6 +7,9 @@ initial weights) and DIR/tokens.i32 (int32, shape (steps, grad_accum, 2, B, T):
 inputs then targets of every micro-batch). Writes DIR/reference_grads.safetensors
 (the gradients of step 0, before clipping) and DIR/reference.json (the loss and
 gradient norm of every step, with AdamW, clipping and the LR schedule applied).
+With model.z_loss the gradients are of the cross-entropy plus the z-loss term;
+the losses are the cross-entropy alone, as hlat reports them, and the z-loss
+term of every step is written beside them (z_losses).
 
 The precision argument picks PyTorch's counterpart of an hlat mode: fp64 (the
 exact reference for fp32), autocast (float32 weights and optimizer, the
@@ -23,7 +26,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llama_ref import Llama, learning_rate, make_optimizer, read_safetensors, write_safetensors  # noqa: E402
+from llama_ref import Llama, learning_rate, make_optimizer, read_safetensors, write_safetensors, z_loss_term  # noqa: E402
 
 
 def main(d, precision="fp64"):
@@ -38,18 +41,21 @@ def main(d, precision="fp64"):
     weights, _ = read_safetensors(os.path.join(d, "weights.safetensors"))
     model.load_numpy(weights)
     optimizer = make_optimizer(model, opt)
-    losses, grad_norms = [], []
+    losses, grad_norms, z_losses = [], [], []
+    z_coefficient = cfg["model"].get("z_loss", 0.0)
     for step in range(tokens.shape[0]):
         optimizer.zero_grad(set_to_none=False)
-        total = 0.0
+        total, z_total = 0.0, 0.0
         for micro in range(accum):
             x = torch.from_numpy(tokens[step, micro, 0].astype(np.int64))
             y = torch.from_numpy(tokens[step, micro, 1].astype(np.int64))
             autocast = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "autocast" else contextlib.nullcontext()
             with autocast:
-                _, loss = model(x, y)
-            (loss / accum).backward()
+                logits, loss = model(x, y)
+                z = z_loss_term(logits, z_coefficient)
+            ((loss + z) / accum).backward()
             total += loss.item() / accum
+            z_total += z.item() / accum
         if step == 0:
             write_safetensors(os.path.join(d, f"reference_grads{suffix}.safetensors"),
                               {n: p.grad.float().numpy() for n, p in model.named_parameters()})
@@ -60,7 +66,9 @@ def main(d, precision="fp64"):
         optimizer.step()
         losses.append(total)
         grad_norms.append(norm.item())
-    json.dump({"losses": losses, "grad_norms": grad_norms}, open(os.path.join(d, f"reference{suffix}.json"), "w"))
+        z_losses.append(z_total)
+    json.dump({"losses": losses, "grad_norms": grad_norms, "z_losses": z_losses},
+              open(os.path.join(d, f"reference{suffix}.json"), "w"))
 
 
 if __name__ == "__main__":

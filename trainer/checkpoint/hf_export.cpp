@@ -34,6 +34,10 @@ void export_hugging_face(const std::string& checkpoint_dir, const std::string& o
         out.push_back({prefix + "self_attn.q_proj.weight", {QD, C}, qkv});
         out.push_back({prefix + "self_attn.k_proj.weight", {KVD, C}, qkv + QD * C});
         out.push_back({prefix + "self_attn.v_proj.weight", {KVD, C}, qkv + (QD + KVD) * C});
+        if (m.qk_norm) {
+            out.push_back({prefix + "self_attn.q_norm.weight", {HD}, p.q_norm + l * HD});
+            out.push_back({prefix + "self_attn.k_norm.weight", {HD}, p.k_norm + l * HD});
+        }
         out.push_back({prefix + "self_attn.o_proj.weight", {C, QD}, p.o_proj + l * C * QD});
         out.push_back({prefix + "post_attention_layernorm.weight", {C}, p.ffn_norm + l * C});
         out.push_back({prefix + "mlp.gate_proj.weight", {H, C}, gate_up});
@@ -45,9 +49,11 @@ void export_hugging_face(const std::string& checkpoint_dir, const std::string& o
 
     fs::create_directories(out_dir);
     save_safetensors((fs::path(out_dir) / "model.safetensors").string(), out, {{"format", "pt"}});
+    // A qk-norm model is Qwen3's architecture: LLaMA's with an RMSNorm over
+    // each query and key head (q_norm, k_norm) before RoPE.
     nlohmann::json hf = {
-        {"architectures", {"LlamaForCausalLM"}},
-        {"model_type", "llama"},
+        {"architectures", {m.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM"}},
+        {"model_type", m.qk_norm ? "qwen3" : "llama"},
         {"hidden_size", m.dim},
         {"intermediate_size", m.hidden_dim},
         {"num_hidden_layers", m.n_layers},

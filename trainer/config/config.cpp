@@ -199,6 +199,8 @@ void model_fields(F& f, C& c) {
     f.number("rope_theta", c.rope_theta, 1.0, 1e12);
     f.number("init_std", c.init_std, 0.0, 10.0, true);
     f.choice("init_scaling", c.init_scaling, kInitScalings);
+    f.boolean("qk_norm", c.qk_norm);
+    f.number("z_loss", c.z_loss, 0.0, 100.0);
 }
 
 template <class F, class C>

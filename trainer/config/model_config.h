@@ -20,6 +20,14 @@ struct ModelConfig {
     // Output projections of layer l (1-based) scaled by 1/sqrt(2l) (per_layer),
     // by 1/sqrt(2L) (total_layers), or not at all (none).
     InitScaling init_scaling = InitScaling::PerLayer;
+    // RMSNorm over each query and key head before RoPE, with learnable gains
+    // (HD) per layer for q and for k (Qwen3's q_norm and k_norm): the cure of
+    // attention-logit growth in Wortsman et al. 2023.
+    bool qk_norm = false;
+    // PaLM's auxiliary loss z_loss * (log Z)^2 per token, log Z the
+    // logsumexp of the output logits, added to the gradient; the reported
+    // loss stays the cross-entropy alone. 0: off.
+    double z_loss = 0.0;
 
     int head_dim() const { return dim / n_heads; }
     int qkv_dim() const { return (n_heads + 2 * n_kv_heads) * head_dim(); }

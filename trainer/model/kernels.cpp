@@ -113,6 +113,83 @@ void rmsnorm_backward_accumulate_bf16(float* dinp, float* dweight, const float* 
     rmsnorm_backward_rows<true>(dinp, dweight, dout, inp, weight, rstd, N, C);
 }
 
+// Head h of row n of a qkv-shaped array (N, QKV): its first float.
+static inline long qkv_head(int n, int h, int QKV, int HD) { return (long)n * QKV + (long)h * HD; }
+
+template <bool kRound>
+static void qk_norm_rows(float* qkv, float* inp, float* rstd, const float* q_weight, const float* k_weight, int N,
+                         int NH, int NKV, int HD, float eps) {
+    const int QKV = (NH + 2 * NKV) * HD, heads = NH + NKV;
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        for (int h = 0; h < heads; h++) {
+            float* x = qkv + qkv_head(n, h, QKV, HD);
+            const float* w = h < NH ? q_weight : k_weight;
+            for (int i = 0; i < HD; i++) x[i] = load<kRound>(x[i]);
+            if (inp) std::memcpy(inp + ((long)n * heads + h) * HD, x, sizeof(float) * HD);
+            float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+            for (int i = 0; i < HD; i++) ss += x[i] * x[i];
+            float r = 1.0f / std::sqrt(ss / HD + eps);
+            for (int i = 0; i < HD; i++) x[i] = load<kRound>(x[i] * r * w[i]);
+            rstd[(long)n * heads + h] = r;
+        }
+    }
+}
+
+void qk_norm_forward(float* qkv, float* inp, float* rstd, const float* q_weight, const float* k_weight, int N,
+                     int NH, int NKV, int HD, float eps) {
+    qk_norm_rows<false>(qkv, inp, rstd, q_weight, k_weight, N, NH, NKV, HD, eps);
+}
+
+void qk_norm_forward_bf16(float* qkv, float* inp, float* rstd, const float* q_weight, const float* k_weight, int N,
+                          int NH, int NKV, int HD, float eps) {
+    qk_norm_rows<true>(qkv, inp, rstd, q_weight, k_weight, N, NH, NKV, HD, eps);
+}
+
+// rmsnorm_backward_rows over heads: the gains' gradients first (they read dy
+// before it is overwritten; serial, so their sums come in a fixed order), then
+// dx = r w dy - x r^3 / HD * sum_j(dy_j w_j x_j) in place of dy.
+template <bool kRoundDout>
+static void qk_norm_backward_rows(float* dqkv, float* dq_weight, float* dk_weight, const float* inp,
+                                  const float* q_weight, const float* k_weight, const float* rstd, int N, int NH,
+                                  int NKV, int HD) {
+    const int QKV = (NH + 2 * NKV) * HD, heads = NH + NKV;
+    for (int n = 0; n < N; n++) {
+        for (int h = 0; h < heads; h++) {
+            const float* dy = dqkv + qkv_head(n, h, QKV, HD);
+            const float* x = inp + ((long)n * heads + h) * HD;
+            const float r = rstd[(long)n * heads + h];
+            float* dw = h < NH ? dq_weight : dk_weight;
+            for (int i = 0; i < HD; i++) dw[i] += load<kRoundDout>(dy[i]) * x[i] * r;
+        }
+    }
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        for (int h = 0; h < heads; h++) {
+            float* dy = dqkv + qkv_head(n, h, QKV, HD);
+            const float* x = inp + ((long)n * heads + h) * HD;
+            const float* w = h < NH ? q_weight : k_weight;
+            const float r = rstd[(long)n * heads + h];
+            float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+            for (int i = 0; i < HD; i++) dot += load<kRoundDout>(dy[i]) * w[i] * x[i];
+            const float k = dot * r * r * r / HD;
+            for (int i = 0; i < HD; i++) dy[i] = r * w[i] * load<kRoundDout>(dy[i]) - k * x[i];
+        }
+    }
+}
+
+void qk_norm_backward(float* dqkv, float* dq_weight, float* dk_weight, const float* inp, const float* q_weight,
+                      const float* k_weight, const float* rstd, int N, int NH, int NKV, int HD) {
+    qk_norm_backward_rows<false>(dqkv, dq_weight, dk_weight, inp, q_weight, k_weight, rstd, N, NH, NKV, HD);
+}
+
+void qk_norm_backward_bf16(float* dqkv, float* dq_weight, float* dk_weight, const float* inp, const float* q_weight,
+                           const float* k_weight, const float* rstd, int N, int NH, int NKV, int HD) {
+    qk_norm_backward_rows<true>(dqkv, dq_weight, dk_weight, inp, q_weight, k_weight, rstd, N, NH, NKV, HD);
+}
+
 void rope_tables(float* cos_table, float* sin_table, int T, int HD, float theta) {
     int half = HD / 2;
     for (int t = 0; t < T; t++) {
@@ -543,7 +620,7 @@ void residual_forward_bf16(float* out, const float* a, const float* b, long n, b
 }
 
 template <bool kRoundLogits>
-static void crossentropy_rows(float* logits, float* losses, const int32_t* targets, int N, int V) {
+static void crossentropy_rows(float* logits, float* losses, float* logz, const int32_t* targets, int N, int V) {
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         float* row = logits + (long)n * V;
@@ -561,35 +638,46 @@ static void crossentropy_rows(float* logits, float* losses, const int32_t* targe
         }
         float inv = 1.0f / sum;
         for (int v = 0; v < V; v++) row[v] *= inv;
-        losses[n] = std::log(sum) + maxv - target_logit;
+        const float log_z = std::log(sum) + maxv;
+        losses[n] = log_z - target_logit;
+        if (logz) logz[n] = log_z;
     }
 }
 
-void crossentropy_forward(float* logits, float* losses, const int32_t* targets, int N, int V) {
-    crossentropy_rows<false>(logits, losses, targets, N, V);
+void crossentropy_forward(float* logits, float* losses, float* logz, const int32_t* targets, int N, int V) {
+    crossentropy_rows<false>(logits, losses, logz, targets, N, V);
 }
 
-void crossentropy_forward_bf16(float* logits, float* losses, const int32_t* targets, int N, int V) {
-    crossentropy_rows<true>(logits, losses, targets, N, V);
+void crossentropy_forward_bf16(float* logits, float* losses, float* logz, const int32_t* targets, int N, int V) {
+    crossentropy_rows<true>(logits, losses, logz, targets, N, V);
 }
 
-void crossentropy_backward(float* logits, const int32_t* targets, float dloss, int N, int V) {
+// The z-loss z (log Z)^2 adds 2 z log Z dlogZ/dlogit = 2 z log Z p to each
+// logit's gradient: the probabilities' factor in row n.
+static inline float z_loss_factor(const float* logz, float z_loss, int n) {
+    return z_loss > 0.0f ? 1.0f + 2.0f * z_loss * logz[n] : 1.0f;
+}
+
+void crossentropy_backward(float* logits, const int32_t* targets, const float* logz, float z_loss, float dloss, int N,
+                           int V) {
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         float* row = logits + (long)n * V;
-        for (int v = 0; v < V; v++) row[v] *= dloss;
+        const float scale = dloss * z_loss_factor(logz, z_loss, n);
+        for (int v = 0; v < V; v++) row[v] *= scale;
         row[targets[n]] -= dloss;
     }
 }
 
-void crossentropy_backward_bf16(bf16* dlogits, const float* probs, const int32_t* targets, float dloss, int N,
-                                int V) {
+void crossentropy_backward_bf16(bf16* dlogits, const float* probs, const int32_t* targets, const float* logz,
+                                float z_loss, float dloss, int N, int V) {
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float* p = probs + (long)n * V;
         bf16* d = dlogits + (long)n * V;
-        for (int v = 0; v < V; v++) store(d[v], p[v] * dloss);
-        store(d[targets[n]], p[targets[n]] * dloss - dloss);
+        const float scale = dloss * z_loss_factor(logz, z_loss, n);
+        for (int v = 0; v < V; v++) store(d[v], p[v] * scale);
+        store(d[targets[n]], p[targets[n]] * scale - dloss);
     }
 }
 

@@ -34,6 +34,19 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
 void rmsnorm_backward_accumulate(float* dinp, float* dweight, const float* dout, const float* inp,
                                  const float* weight, const float* rstd, int N, int C);
 
+// qk-norm (Wortsman et al. 2023; per head, as Qwen3 and OLMo-2 have it):
+// RMSNorm in place over each query and key head of qkv (N, QKV), before RoPE.
+// Head h of a row, x (HD), becomes x * rstd * w, w = q_weight (HD) for the NH
+// query heads and k_weight (HD) for the NKV key heads; the v heads are left
+// as they are. rstd (N, NH + NKV) is kept for backward, and so, when inp is
+// not null, are the heads as they were, inp (N, NH + NKV, HD).
+void qk_norm_forward(float* qkv, float* inp, float* rstd, const float* q_weight, const float* k_weight, int N,
+                     int NH, int NKV, int HD, float eps);
+// In place on the q and k heads of dqkv (N, QKV): the gradient of the norm's
+// output becomes its input's; dq_weight and dk_weight (HD) are accumulated.
+void qk_norm_backward(float* dqkv, float* dq_weight, float* dk_weight, const float* inp, const float* q_weight,
+                      const float* k_weight, const float* rstd, int N, int NH, int NKV, int HD);
+
 // Rotary tables (T, HD/2): angle of position t and frequency i is
 // t * theta^(-2i/HD), the rotate-half convention of Hugging Face LLaMA.
 void rope_tables(float* cos_table, float* sin_table, int T, int HD, float theta);
@@ -85,10 +98,14 @@ void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, i
 void residual_forward(float* out, const float* a, const float* b, long n);
 
 // Fused softmax + cross-entropy in fp32. logits (N, V) are replaced by the
-// probabilities; losses (N) get -log p[target].
-void crossentropy_forward(float* logits, float* losses, const int32_t* targets, int N, int V);
-// Replaces the probabilities by dlogits = (p - onehot(target)) * dloss.
-void crossentropy_backward(float* logits, const int32_t* targets, float dloss, int N, int V);
+// probabilities; losses (N) get -log p[target]; logz (N), when not null, each
+// row's log-partition log Z = logsumexp(logits).
+void crossentropy_forward(float* logits, float* losses, float* logz, const int32_t* targets, int N, int V);
+// Replaces the probabilities by dlogits = (p - onehot(target)) * dloss, plus
+// the gradient of PaLM's auxiliary z-loss z_loss * (log Z)^2 per token,
+// 2 z_loss log Z p * dloss, when z_loss > 0 (logz then holds forward's log Z).
+void crossentropy_backward(float* logits, const int32_t* targets, const float* logz, float z_loss, float dloss, int N,
+                           int V);
 
 // The same kernels for the bf16 precision modes, fused with the roundings
 // around them. A bf16 matmul leaves fp32 sums (kernels_bf16.h) that stand for
@@ -103,6 +120,14 @@ void rmsnorm_forward_bf16(bf16* out, float* rstd, const float* inp, const float*
 // rmsnorm_backward_accumulate with dout rounded as read.
 void rmsnorm_backward_accumulate_bf16(float* dinp, float* dweight, const float* dout, const float* inp,
                                       const float* weight, const float* rstd, int N, int C);
+// qk_norm_forward on a matmul's fp32 sums: the q and k heads rounded as read
+// (inp keeps those bf16 values) and their output rounded to bf16 values in
+// place, as rmsnorm_forward_bf16 narrows its output; the v heads left.
+void qk_norm_forward_bf16(float* qkv, float* inp, float* rstd, const float* q_weight, const float* k_weight, int N,
+                          int NH, int NKV, int HD, float eps);
+// qk_norm_backward with the q and k heads' gradient rounded as read.
+void qk_norm_backward_bf16(float* dqkv, float* dq_weight, float* dk_weight, const float* inp, const float* q_weight,
+                           const float* k_weight, const float* rstd, int N, int NH, int NKV, int HD);
 // qkv (a matmul's fp32 sums, left as they are) rounded as read, q and k
 // rotated and rounded again, all of it written narrowed into heads, the
 // head-major layout attention's bf16 products read (above).
@@ -123,9 +148,9 @@ void swiglu_backward_bf16(bf16* dgate_up, const float* dout, const float* gate_u
 // bf16 too when round_sum (the pure bf16 modes' residual stream).
 void residual_forward_bf16(float* out, const float* a, const float* b, long n, bool round_sum);
 // crossentropy_forward with the logits rounded as read.
-void crossentropy_forward_bf16(float* logits, float* losses, const int32_t* targets, int N, int V);
-// dlogits = bf16((probs - onehot(target)) * dloss); probs left as they were.
-void crossentropy_backward_bf16(bf16* dlogits, const float* probs, const int32_t* targets, float dloss, int N,
-                                int V);
+void crossentropy_forward_bf16(float* logits, float* losses, float* logz, const int32_t* targets, int N, int V);
+// dlogits = bf16(crossentropy_backward's result); probs left as they were.
+void crossentropy_backward_bf16(bf16* dlogits, const float* probs, const int32_t* targets, const float* logz,
+                                float z_loss, float dloss, int N, int V);
 
 }  // namespace hlat

@@ -48,7 +48,13 @@ std::vector<TensorKind> tensor_table(const ModelConfig& config, const ShardShape
     add("embed_tokens", 0, V, C, true);
     add("input_layernorm", L, C, 1, true);
     add("qkv_proj", L, QKV, C, false);
+    // Only in qk-norm models, so that other checkpoints keep their layout.
+    if (config.qk_norm) {
+        add("q_norm", L, HD, 1, true);
+        add("k_norm", L, HD, 1, true);
+    }
     add("o_proj", L, C, CA, false);
+
     add("post_attention_layernorm", L, C, 1, true);
     add("gate_up_proj", L, 2 * H, C, false);
     add("down_proj", L, C, H, false);
@@ -69,21 +75,20 @@ Model::Model(const ModelConfig& config, int B, int T, bool checkpoint_attention,
     const long N = (long)B * T;
     kinds_ = tensor_table(config, shard_);
     long offset = kinds_.back().offset + kinds_.back().numel();
-    auto at = [&](const char* name) {
-        for (const TensorKind& k : kinds_)
-            if (k.name == name) return k.offset;
-        return 0L;
-    };
-    long o_embed = at("embed_tokens"), o_attn_norm = at("input_layernorm"), o_qkv = at("qkv_proj"),
-         o_o = at("o_proj"), o_ffn_norm = at("post_attention_layernorm"), o_gate_up = at("gate_up_proj"),
-         o_down = at("down_proj"), o_final = at("norm"), o_head = at("lm_head");
     params_.assign(offset, 0.0f);
     grads_.assign(offset, 0.0f);
     if (precision.bf16_compute()) make_bf16_weights();
     auto point = [&](float* base) {
-        return ParameterTensors{base + o_embed, base + o_attn_norm, base + o_qkv,
-                                base + o_o,     base + o_ffn_norm,  base + o_gate_up,
-                                base + o_down,  base + o_final,     base + o_head};
+        // Null for a tensor this model does not have (q_norm, k_norm without qk_norm).
+        auto at = [&](const char* name) -> float* {
+            for (const TensorKind& k : kinds_)
+                if (k.name == name) return base + k.offset;
+            return nullptr;
+        };
+        return ParameterTensors{at("embed_tokens"), at("input_layernorm"), at("qkv_proj"),
+                                at("q_norm"),       at("k_norm"),          at("o_proj"),
+                                at("post_attention_layernorm"), at("gate_up_proj"), at("down_proj"),
+                                at("norm"),         at("lm_head")};
     };
     p_ = point(params_.data());
     g_ = point(grads_.data());
@@ -99,10 +104,11 @@ Model::Model(const ModelConfig& config, int B, int T, bool checkpoint_attention,
 
 void Model::allocate_activations() {
     const long V = shard_.vocab_size, C = config_.dim, L = config_.n_layers, H = shard_.hidden_dim;
-    const long NH = shard_.n_heads, HD = config_.head_dim();
-    const long QKV = (NH + 2 * shard_.n_kv_heads) * HD, CA = NH * HD;
+    const long NH = shard_.n_heads, NKV = shard_.n_kv_heads, HD = config_.head_dim();
+    const long QKV = (NH + 2 * NKV) * HD, CA = NH * HD;
     const long B = B_, T = T_, N = B * T;
     const bool bf16_mode = precision_.bf16_compute();
+    const long qk_layers = config_.qk_norm ? L : 0;
     // One allocation, carved in the order of the struct. The bf16 modes keep
     // the linear layers' inputs in bf16 only (a16_), and attention's output in
     // fp32 for one layer at a time; where attention's products are bf16, its
@@ -124,19 +130,25 @@ void Model::allocate_activations() {
         f32_inputs * N * C,                                 // final_norm
         N,                                                  // final_rstd
         N * V,                                              // logits
-        N};                                                 // losses
+        N,                                                  // losses
+        N,                                                  // logz
+        qk_layers * N * (NH + NKV) * HD,                    // qk_inp
+        qk_layers * N * (NH + NKV)};                        // qk_rstd
+    constexpr int kTensors = sizeof(sizes) / sizeof(sizes[0]);
     activation_floats_ = 0;
     for (long s : sizes) activation_floats_ += s;
     acts_.assign(activation_floats_, 0.0f);
-    float* ptrs[15];
+    float* ptrs[kTensors];
     float* cursor = acts_.data();
-    for (int i = 0; i < 15; i++) {
+    for (int i = 0; i < kTensors; i++) {
         ptrs[i] = sizes[i] ? cursor : nullptr;
         cursor += sizes[i];
     }
-    a_ = ActivationTensors{ptrs[0], ptrs[1], ptrs[2],  ptrs[3],  ptrs[4],
-                           ptrs[5], ptrs[6], ptrs[7],  ptrs[8],  ptrs[9],
-                           ptrs[10], ptrs[11], ptrs[12], ptrs[13], ptrs[14]};
+    a_ = ActivationTensors{ptrs[0],  ptrs[1],  ptrs[2],  ptrs[3],  ptrs[4],  ptrs[5],
+                           ptrs[6],  ptrs[7],  ptrs[8],  ptrs[9],  ptrs[10], ptrs[11],
+                           ptrs[12], ptrs[13], ptrs[14], ptrs[15], ptrs[16], ptrs[17]};
+    static_assert(kTensors == 18, "one pointer per ActivationTensors field");
+    if (tp_ && config_.qk_norm) qk_dweight_.assign(2 * HD, 0.0f);
     if (bf16_mode) {
         const long heads = attention_bf16() ? L * N * QKV : 0;
         acts_bf16_.assign(L * N * (2 * C + CA + H) + heads + N * C, 0);
@@ -357,15 +369,19 @@ float Model::loss(const int32_t* targets) {
     // setting rounds the probabilities that backward turns into gradients.
     if (tp_) {
         if (precision_.bf16_compute()) bf16_round_inplace(logits, (long)N * V);
-        vocab_parallel_crossentropy_forward(logits, a_.losses, targets, N, V, shard_.vocab_start, *tp_);
+        vocab_parallel_crossentropy_forward(logits, a_.losses, a_.logz, targets, N, V, shard_.vocab_start, *tp_);
     } else if (precision_.bf16_compute()) {
-        crossentropy_forward_bf16(logits, a_.losses, targets, N, V);
+        crossentropy_forward_bf16(logits, a_.losses, a_.logz, targets, N, V);
     } else {
-        crossentropy_forward(logits, a_.losses, targets, N, V);
+        crossentropy_forward(logits, a_.losses, a_.logz, targets, N, V);
     }
     if (precision_.softmax_bf16) bf16_round_inplace(logits, (long)N * V);
-    double sum = 0.0;
-    for (int n = 0; n < N; n++) sum += a_.losses[n];
+    double sum = 0.0, z_sum = 0.0;
+    for (int n = 0; n < N; n++) {
+        sum += a_.losses[n];
+        z_sum += (double)a_.logz[n] * a_.logz[n];
+    }
+    z_loss_term_ = config_.z_loss > 0.0 ? config_.z_loss * z_sum / N : NAN;
     return (float)(sum / N);
 }
 
@@ -376,6 +392,7 @@ void Model::attention_layer_forward(int l, float* qkv, float* att, float* att_ou
     const int B = B_, T = T_;
     const int NH = shard_.n_heads, NKV = shard_.n_kv_heads, HD = config_.head_dim();
     const bool probs_bf16 = precision_.softmax_bf16;
+    if (config_.qk_norm) qk_norm_layer_forward(l, qkv);
     if (attention_bf16()) {
         bf16* heads = a16_.qkv_heads + (long)l * B * T * (NH + 2 * NKV) * HD;
         rope_forward_bf16(heads, qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
@@ -408,11 +425,62 @@ void Model::attention_layer_backward(int l, const float* att) {
         attention_backward(dqkv, attention_scratch(), d_att_out_.data(), a_.qkv + layer, att, B, T, NH, NKV, HD,
                            lookahead_, probs_bf16);
     }
-    if (precision_.bf16_compute())
-        rope_backward_bf16(dout16_.data(), dqkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
-    else
+    if (config_.qk_norm) {
+        // RoPE's input gradient in fp32, through qk-norm, then narrowed whole.
         rope_backward(dqkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+        qk_norm_layer_backward(l);
+        if (precision_.bf16_compute()) bf16_narrow(dout16_.data(), dqkv, (long)d_qkv_.size());
+    } else if (precision_.bf16_compute()) {
+        rope_backward_bf16(dout16_.data(), dqkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+    } else {
+        rope_backward(dqkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+    }
 }
+
+// In the bf16 modes qkv holds the matmul's fp32 sums: the q and k heads are
+// rounded as read and normalised into bf16 values (rmsnorm_forward_bf16's
+// rule), which RoPE then reads; the v heads stay for RoPE to round.
+void Model::qk_norm_layer_forward(int l, float* qkv) {
+    const int N = B_ * T_, NH = shard_.n_heads, NKV = shard_.n_kv_heads, HD = config_.head_dim();
+    const long heads = (long)N * (NH + NKV);
+    float* inp = a_.qk_inp + (long)l * heads * HD;
+    float* rstd = a_.qk_rstd + (long)l * heads;
+    const float* qw = p_.q_norm + (long)l * HD;
+    const float* kw = p_.k_norm + (long)l * HD;
+    const float eps = (float)config_.norm_eps;
+    if (precision_.bf16_compute())
+        qk_norm_forward_bf16(qkv, inp, rstd, qw, kw, N, NH, NKV, HD, eps);
+    else
+        qk_norm_forward(qkv, inp, rstd, qw, kw, N, NH, NKV, HD, eps);
+}
+
+// The gains are replicated under tensor parallelism but each rank sees only
+// its own heads: their gradients are this rank's part, summed over the group
+// (this micro-batch's alone, so that accumulated ones are not summed again).
+void Model::qk_norm_layer_backward(int l) {
+    const int N = B_ * T_, NH = shard_.n_heads, NKV = shard_.n_kv_heads, HD = config_.head_dim();
+    const long heads = (long)N * (NH + NKV);
+    const float* inp = a_.qk_inp + (long)l * heads * HD;
+    const float* rstd = a_.qk_rstd + (long)l * heads;
+    const float* qw = p_.q_norm + (long)l * HD;
+    const float* kw = p_.k_norm + (long)l * HD;
+    float* dq = tp_ ? qk_dweight_.data() : g_.q_norm + (long)l * HD;
+    float* dk = tp_ ? qk_dweight_.data() + HD : g_.k_norm + (long)l * HD;
+    if (tp_) std::fill(qk_dweight_.begin(), qk_dweight_.end(), 0.0f);
+    if (precision_.bf16_compute())
+        qk_norm_backward_bf16(d_qkv_.data(), dq, dk, inp, qw, kw, rstd, N, NH, NKV, HD);
+    else
+        qk_norm_backward(d_qkv_.data(), dq, dk, inp, qw, kw, rstd, N, NH, NKV, HD);
+    if (!tp_) return;
+    tp_->allreduce_sum(qk_dweight_.data(), 2L * HD);
+    float* gq = g_.q_norm + (long)l * HD;
+    float* gk = g_.k_norm + (long)l * HD;
+    for (int i = 0; i < HD; i++) {
+        gq[i] += qk_dweight_[i];
+        gk[i] += qk_dweight_[HD + i];
+    }
+}
+
 
 void Model::backward(float loss_scale) {
     const int B = B_, T = T_, N = B * T;
@@ -430,13 +498,15 @@ void Model::backward(float loss_scale) {
     // dlogits, written over the probabilities; narrowed from them straight into
     // d16 in the bf16 modes.
     float* dlogits = a.logits;
+    const float z_loss = (float)config_.z_loss;
     if (tp_) {
-        vocab_parallel_crossentropy_backward(a.logits, targets_.data(), loss_scale, N, V, shard_.vocab_start);
+        vocab_parallel_crossentropy_backward(a.logits, targets_.data(), a.logz, z_loss, loss_scale, N, V,
+                                             shard_.vocab_start);
     } else if (bf16_mode) {
-        crossentropy_backward_bf16(d16, a.logits, targets_.data(), loss_scale, N, V);
+        crossentropy_backward_bf16(d16, a.logits, targets_.data(), a.logz, z_loss, loss_scale, N, V);
         dlogits = nullptr;
     } else {
-        crossentropy_backward(a.logits, targets_.data(), loss_scale, N, V);
+        crossentropy_backward(a.logits, targets_.data(), a.logz, z_loss, loss_scale, N, V);
     }
     linear_backward(d_norm, g.lm_head, dlogits, d16, a.final_norm, a16_.final_norm, p.lm_head, N, C, V);
     std::fill(d_residual_.begin(), d_residual_.end(), 0.0f);

@@ -11,6 +11,7 @@
 #include "trainer/model/kernels_bf16.h"
 #include "trainer/config/model_config.h"
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -51,6 +52,8 @@ struct ParameterTensors {
     float* embed;       // (V, C)
     float* attn_norm;   // (L, C)
     float* qkv;         // (L, QKV, C)
+    float* q_norm;      // (L, HD) qk-norm gains of the query heads; null without model.qk_norm
+    float* k_norm;      // (L, HD) and of the key heads
     float* o_proj;      // (L, C, NH*HD)
     float* ffn_norm;    // (L, C)
     float* gate_up;     // (L, 2*H, C), gate rows first
@@ -80,7 +83,7 @@ struct ActivationTensors {
     float* residual;      // (L+1, B, T, C) stream entering layer l; [L] enters the final norm
     float* attn_norm;     // (L, B, T, C)
     float* attn_rstd;     // (L, B, T)
-    float* qkv;           // (L, B, T, QKV), q and k after RoPE (bf16 values in the bf16 modes); with bf16
+    float* qkv;           // (L, B, T, QKV), q and k after qk-norm (with model.qk_norm) and RoPE (bf16 values in the bf16 modes); with bf16
                           // attention products (B, T, QKV), one layer's matmul sums on their way into
                           // Bf16Activations::qkv_heads
     float* att;           // (L, B, NH, T, T) probabilities; null with activation checkpointing
@@ -96,6 +99,9 @@ struct ActivationTensors {
     float* logits;        // (B, T, V): logits, then probabilities, then their gradient (in fp32 and
                           // under tensor parallelism; the bf16 modes narrow it into a scratch buffer)
     float* losses;        // (B, T)
+    float* logz;          // (B, T) log Z = logsumexp of each position's logits
+    float* qk_inp;        // (L, B, T, NH + NKV, HD) q and k heads entering qk-norm; null without model.qk_norm
+    float* qk_rstd;       // (L, B, T, NH + NKV) their 1/rms; null without model.qk_norm
 };
 
 // The activations the bf16 modes keep in bf16 only, written narrowed by the
@@ -134,8 +140,12 @@ class Model {
     // cross-entropy and keeps what backward needs; without, leaves the logits
     // in activations().logits and returns 0.
     float forward(const int32_t* inputs, const int32_t* targets);
+    // The mean over the last forward's tokens of the z-loss term,
+    // model.z_loss * (log Z)^2; NaN when model.z_loss is 0 (off).
+    double z_loss_term() const { return z_loss_term_; }
     // Adds d(loss_scale * sum of token losses)/d(params) to the gradients,
-    // for the batch of the last forward with targets.
+    // for the batch of the last forward with targets. A token's loss is its
+    // cross-entropy plus, with model.z_loss, the z-loss term.
     void backward(float loss_scale);
     // Zeroes the gradients (the linear layers' lazily: their next backward
     // writes them over; nothing may read them in between).
@@ -181,6 +191,10 @@ class Model {
     float* attention_scratch();
     void attention_layer_forward(int l, float* qkv, float* att, float* att_out);
     void attention_layer_backward(int l, const float* att);
+    // Layer l's qk-norm (model.qk_norm) on qkv, the matmul's output, in
+    // place; and its backward on d_qkv_ (RoPE's input gradient) in place.
+    void qk_norm_layer_forward(int l, float* qkv);
+    void qk_norm_layer_backward(int l);
     // Attention's products take bf16 operands (the bf16 modes, unless precision.attention = fp32).
     bool attention_bf16() const { return precision_.bf16_compute() && !precision_.attention_fp32; }
     // The linear layers' bf16 weights (weights16_), and the one for a weight
@@ -239,6 +253,8 @@ class Model {
     std::vector<float> d_residual_, d_norm_, d_qkv_, d_att_out_, d_gate_up_, d_swiglu_;
     std::vector<bf16> dout16_;  // a matmul's output gradient narrowed, in the bf16 modes
     std::vector<float> att_scratch_;  // per OpenMP thread
+    std::vector<float> qk_dweight_;   // (2 HD) under tensor parallelism: one layer's qk-norm gain gradients
+    double z_loss_term_ = NAN;
     std::vector<float> rope_cos_, rope_sin_;  // (T, HD/2)
     std::vector<int32_t> inputs_, targets_;
 };

@@ -33,8 +33,8 @@ void vocab_parallel_embedding_backward(float* dembed, const float* dout, const i
     }
 }
 
-void vocab_parallel_crossentropy_forward(float* logits, float* losses, const int32_t* targets, int N, int V,
-                                         int vocab_start, TensorParallelGroup& group) {
+void vocab_parallel_crossentropy_forward(float* logits, float* losses, float* logz, const int32_t* targets, int N,
+                                         int V, int vocab_start, TensorParallelGroup& group, float* row_max) {
     std::vector<float> maxv(N), sums(2 * (long)N);  // sums: N sums of exponentials, then N target logits
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
@@ -64,15 +64,19 @@ void vocab_parallel_crossentropy_forward(float* logits, float* losses, const int
         float inv = 1.0f / sums[n];
         for (int v = 0; v < V; v++) row[v] *= inv;
         losses[n] = std::log(sums[n]) - sums[N + n];
+        if (logz) logz[n] = std::log(sums[n]) + maxv[n];
+        if (row_max) row_max[n] = maxv[n];
     }
 }
 
-void vocab_parallel_crossentropy_backward(float* logits, const int32_t* targets, float dloss, int N, int V,
-                                          int vocab_start) {
+void vocab_parallel_crossentropy_backward(float* logits, const int32_t* targets, const float* logz, float z_loss,
+                                          float dloss, int N, int V, int vocab_start) {
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         float* row = logits + (long)n * V;
-        for (int v = 0; v < V; v++) row[v] *= dloss;
+        // The z-loss's share, 2 z_loss log Z p, as crossentropy_backward adds it.
+        const float scale = z_loss > 0.0f ? dloss * (1.0f + 2.0f * z_loss * logz[n]) : dloss;
+        for (int v = 0; v < V; v++) row[v] *= scale;
         if (held(targets[n], vocab_start, V)) row[targets[n] - vocab_start] -= dloss;
     }
 }

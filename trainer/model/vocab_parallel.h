@@ -20,13 +20,17 @@ void vocab_parallel_embedding_backward(float* dembed, const float* dout, const i
 
 // logits (N, V) are this rank's columns of the full logits. Replaces them by
 // the softmax probabilities over the whole vocabulary and writes each row's
-// loss to losses (N), the same on every rank. Three all-reduces of N floats:
-// the row maximum, the sum of exponentials and the target's logit.
-void vocab_parallel_crossentropy_forward(float* logits, float* losses, const int32_t* targets, int N, int V,
-                                         int vocab_start, TensorParallelGroup& group);
-// Replaces the probabilities by dlogits = (p - onehot(target)) * dloss, the
-// one-hot only where this rank holds the target.
-void vocab_parallel_crossentropy_backward(float* logits, const int32_t* targets, float dloss, int N, int V,
-                                          int vocab_start);
+// loss to losses (N) and, when not null, its log Z over the whole vocabulary
+// to logz (N), the same on every rank; likewise its largest logit to row_max
+// (N). Three all-reduces of N floats: the row maximum, the sum of
+// exponentials and the target's logit.
+void vocab_parallel_crossentropy_forward(float* logits, float* losses, float* logz, const int32_t* targets, int N,
+                                         int V, int vocab_start, TensorParallelGroup& group,
+                                         float* row_max = nullptr);
+// Replaces the probabilities by dlogits = (p (1 + 2 z_loss log Z) -
+// onehot(target)) * dloss (crossentropy_backward's), the one-hot only where
+// this rank holds the target.
+void vocab_parallel_crossentropy_backward(float* logits, const int32_t* targets, const float* logz, float z_loss,
+                                          float dloss, int N, int V, int vocab_start);
 
 }  // namespace hlat

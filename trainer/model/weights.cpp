@@ -19,9 +19,8 @@ struct NamedSlice {
 
 std::string hf_name(const TensorKind& k, int layer) {
     if (!k.layers) return k.name == "lm_head" ? "lm_head.weight" : "model." + k.name + ".weight";
-    const char* block = (k.name == "qkv_proj" || k.name == "o_proj")         ? "self_attn."
-                        : (k.name == "gate_up_proj" || k.name == "down_proj") ? "mlp."
-                                                                              : "";
+    const bool attention = k.name == "qkv_proj" || k.name == "q_norm" || k.name == "k_norm" || k.name == "o_proj";
+    const char* block = attention ? "self_attn." : (k.name == "gate_up_proj" || k.name == "down_proj") ? "mlp." : "";
     return fmt::format("model.layers.{}.{}{}.weight", layer, block, k.name);
 }
 

@@ -3,6 +3,8 @@
 //   model.embed_tokens.weight                       (V, C)
 //   model.layers.{l}.input_layernorm.weight         (C)
 //   model.layers.{l}.self_attn.qkv_proj.weight      (QKV, C)   rows: q heads, k heads, v heads
+//   model.layers.{l}.self_attn.q_norm.weight        (HD)       with model.qk_norm only
+//   model.layers.{l}.self_attn.k_norm.weight        (HD)       with model.qk_norm only
 //   model.layers.{l}.self_attn.o_proj.weight        (C, NH*HD)
 //   model.layers.{l}.post_attention_layernorm.weight (C)
 //   model.layers.{l}.mlp.gate_up_proj.weight        (2H, C)    rows: gate, then up
