@@ -114,7 +114,7 @@ class ImportedRun {
   public:
     ImportedRun(Writer& writer, const Options& o, std::string name) : writer_(writer), o_(o), name_(std::move(name)) {}
 
-    void add(std::vector<MetricPoint> points, std::vector<Event> events) {
+    void add(std::vector<MetricPoint> points, std::vector<Event> events, std::vector<VectorPoint> vectors = {}) {
         double first = points.empty() ? now_seconds() : points.front().wall_time;
         for (const MetricPoint& p : points) {
             first = std::min(first, p.wall_time), last_point_time_ = std::max(last_point_time_, p.wall_time);
@@ -129,7 +129,8 @@ class ImportedRun {
             opened_at_ = first;
         }
         values_ += points.size();
-        alerts_ += session_->ingest(std::move(points), std::move(events)).size();
+        values_ += vectors.size();
+        alerts_ += session_->ingest(std::move(points), std::move(events), std::move(vectors)).size();
     }
 
     // Ends the run with `status`, dated by its last record (its start when no
@@ -173,6 +174,7 @@ ParsedBatch parse_good_lines(LineParser& parser, std::string_view text, bool ski
         all.records += b.records, all.skipped += b.skipped, all.stale += b.stale;
         std::move(b.points.begin(), b.points.end(), std::back_inserter(all.points));
         std::move(b.events.begin(), b.events.end(), std::back_inserter(all.events));
+        std::move(b.vectors.begin(), b.vectors.end(), std::back_inserter(all.vectors));
         if (!bad) break;
         pos += bad->next;
         bad->next = pos;
@@ -245,14 +247,14 @@ int import_lines(const Options& o, LineParser& parser, std::ifstream& in) {
                 bad.message += " (the file ends without a newline: a write cut short?)";
         for (Event& e : ingest_errors(parser, bad_lines, o.skip_bad_lines, "line skipped")) b.events.push_back(std::move(e));
         if (!o.skip_bad_lines && !bad_lines.empty()) stopped_at = bad_lines.back();
-        if (b.points.empty() && b.events.empty() && b.records == 0) continue;
+        if (b.points.empty() && b.events.empty() && b.vectors.empty() && b.records == 0) continue;
         // A log that stops at a bad line before its first record leaves no run behind: the
         // retry its message suggests (--on-bad-line=skip) must not find the name taken.
         if (!run && counts.records == 0 && stopped_at)
             throw IngestError(fmt::format("{}; nothing is stored (--on-bad-line=skip passes over bad lines)",
                                           stopped_at->message));
         if (!run) writer.emplace(o.store), run.emplace(*writer, o, o.run);
-        run->add(std::move(b.points), std::move(b.events));
+        run->add(std::move(b.points), std::move(b.events), std::move(b.vectors));
     }
     if (g_ingest_stop && !run) throw IngestError(fmt::format("{}: interrupted before any record; nothing is stored", o.file));
     if (!run)
@@ -307,9 +309,9 @@ std::string ingest_complete_lines(const Options& o, LineParser& parser, std::str
     for (const Event& e : ingest_errors(parser, bad_lines, o.skip_bad_lines, "line skipped; following goes on"))
         s.event(e.kind, e.step, e.detail);
     pending.erase(0, cut + 1);
-    values += (long)b.points.size();
+    values += (long)(b.points.size() + b.vectors.size());
     take_end_record(b.events, end_status, end_detail);
-    s.ingest(std::move(b.points), std::move(b.events));
+    s.ingest(std::move(b.points), std::move(b.events), std::move(b.vectors));
     s.flush();
     return !o.skip_bad_lines && !bad_lines.empty() ? bad_lines.back().message : "";
 }

@@ -152,6 +152,95 @@ struct HealthCheckConfig {
     }
 };
 
+// Early warning on the model's internals (docs/internals.md). Bounds with a
+// physical meaning, and jumps judged against the run's own recent history
+// after warm-up; bench/early_warning measures each rule's lead time and
+// false alarms (docs/detectors.md has the numbers behind these defaults).
+struct AttentionLogitConfig {
+    Policy policy = Policy::Warn;
+    // A head's largest pre-softmax logit beyond this: its softmax is one-hot
+    // (Wortsman et al. 2023's attention-logit growth; Kimi K2 caps at 100).
+    double bound = 100.0;
+    template <class Fields>
+    void fields(Fields& f) {
+        f.policy(policy);
+        f.number("bound", bound, true);
+    }
+};
+
+struct AttentionEntropyConfig {
+    Policy policy = Policy::Warn;
+    double floor = 0.05;    // nats: a head's mean attention entropy below this has collapsed
+    int warmup_steps = 50;  // not judged before (a fresh model's heads are near uniform anyway)
+    template <class Fields>
+    void fields(Fields& f) {
+        f.policy(policy);
+        f.number("floor", floor, true);
+        f.integer("warmup_steps", warmup_steps, 0);
+    }
+};
+
+struct UpdateRatioConfig {
+    Policy policy = Policy::Warn;
+    // The median over tensors of (update ratio / its median over the previous
+    // `window` steps) above `jump`: every tensor's update grew at once, as a
+    // learning-rate fault does in the step it starts. A schedule moves it a
+    // few percent a step.
+    double jump = 2.0;
+    int window = 10;
+    int warmup_steps = 100;  // a linear warm-up doubles the rate in its first steps
+    template <class Fields>
+    void fields(Fields& f) {
+        f.policy(policy);
+        f.number("jump", jump, true);
+        f.integer("window", window, 1);
+        f.integer("warmup_steps", warmup_steps, 0);
+    }
+};
+
+struct EpsRegimeConfig {
+    Policy policy = Policy::Warn;
+    // A tensor whose Adam denominators are mostly epsilon (Molybog et al.
+    // 2023): its updates no longer scale with its gradients.
+    double share = 0.5;
+    int warmup_steps = 100;
+    template <class Fields>
+    void fields(Fields& f) {
+        f.policy(policy);
+        f.number("share", share, true);
+        f.integer("warmup_steps", warmup_steps, 0);
+    }
+};
+
+struct LogzDriftConfig {
+    Policy policy = Policy::Warn;
+    // The output logits' mean log Z moved this many nats from where it stood
+    // after warm-up (z-loss holds it near 0; its drift precedes output-logit
+    // divergence, Wortsman et al. 2023).
+    double drift = 10.0;
+    int warmup_steps = 100;
+    template <class Fields>
+    void fields(Fields& f) {
+        f.policy(policy);
+        f.number("drift", drift, true);
+        f.integer("warmup_steps", warmup_steps, 0);
+    }
+};
+
+// Not a detector: the session stores every store_every-th step of each
+// statistic over layers, heads or tensors, keeps the last `steps` steps of
+// all of them in memory, and stores those left out when an alert fires.
+// The detectors see every step; a replay of the store sees the stored ones.
+struct FlightRecorderConfig {
+    int steps = 64;
+    int store_every = 10;
+    template <class Fields>
+    void fields(Fields& f) {
+        f.integer("steps", steps, 0);
+        f.integer("store_every", store_every, 1);
+    }
+};
+
 struct DetectorsConfig {
     GradSpikeConfig grad_spike;
     NonFiniteConfig nonfinite;
@@ -163,6 +252,12 @@ struct DetectorsConfig {
     ReplicaMismatchConfig replica_mismatch;
     StragglerConfig straggler;
     HealthCheckConfig health_check;
+    AttentionLogitConfig attention_logit;
+    AttentionEntropyConfig attention_entropy;
+    UpdateRatioConfig update_ratio;
+    EpsRegimeConfig eps_regime;
+    LogzDriftConfig logz_drift;
+    FlightRecorderConfig flight_recorder;
     std::string webhook;
 
     // Every detector's section by its name in the config: the one list that
@@ -179,6 +274,12 @@ struct DetectorsConfig {
         visit("replica_mismatch", replica_mismatch);
         visit("straggler", straggler);
         visit("health_check", health_check);
+        visit("attention_logit", attention_logit);
+        visit("attention_entropy", attention_entropy);
+        visit("update_ratio", update_ratio);
+        visit("eps_regime", eps_regime);
+        visit("logz_drift", logz_drift);
+        visit("flight_recorder", flight_recorder);
     }
 };
 

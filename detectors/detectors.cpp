@@ -1,5 +1,8 @@
 #include "detectors/detector.h"
 
+#include "detectors/detector_util.h"
+#include "detectors/early_warning.h"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -13,10 +16,6 @@ using telemetry::Alert;
 using json = nlohmann::json;
 
 namespace {
-
-// JSON has no NaN: a detector's "nothing yet" travels as null.
-json number(double x) { return std::isnan(x) ? json(nullptr) : json(x); }
-double number(const json& j) { return j.is_null() ? NAN : j.get<double>(); }
 
 json numbers(const std::deque<double>& xs) {
     json out = json::array();
@@ -93,11 +92,6 @@ std::map<int, long> spike_episode_lengths(const std::vector<double>& grad_norms,
 }
 
 namespace {
-
-Alert make_alert(const char* kind, const char* severity, int64_t step, std::string message, json data) {
-    // A trainer's title or text cut to size may end mid-character: replaced, never thrown.
-    return {kind, severity, step, std::move(message), data.dump(-1, ' ', false, json::error_handler_t::replace), 0.0};
-}
 
 class GradSpike : public Detector {
   public:
@@ -548,6 +542,12 @@ DetectorSuite::DetectorSuite(const DetectorsConfig& c) {
         c.health_check.policy);
     add("information_leak", {"causality_leak"}, {}, std::make_unique<InformationLeak>(), c.leak_probe.policy);
     add("trainer_alert", {}, {"alert"}, std::make_unique<TrainerAlert>(), Policy::Warn);  // the trainer's own say
+    add("attention_logit", {"attn_logit_max"}, {}, make_attention_logit(c.attention_logit), c.attention_logit.policy);
+    add("attention_entropy", {"attn_entropy"}, {}, make_attention_entropy(c.attention_entropy),
+        c.attention_entropy.policy);
+    add("update_ratio", {"update_ratio"}, {}, make_update_ratio(c.update_ratio), c.update_ratio.policy);
+    add("eps_regime", {"eps_share"}, {}, make_eps_regime(c.eps_regime), c.eps_regime.policy);
+    add("logz_drift", {"logz_mean"}, {}, make_logz_drift(c.logz_drift), c.logz_drift.policy);
 }
 
 bool DetectorSuite::reads(const std::string& key) const {

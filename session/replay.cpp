@@ -36,10 +36,13 @@ std::vector<StepView> in_order(std::map<int64_t, StepView>& by_step, const std::
 }  // namespace
 
 std::vector<StepView> steps_from(const std::vector<telemetry::MetricPoint>& points,
-                                 const std::vector<telemetry::Event>& events, const detectors::DetectorSuite& suite) {
+                                 const std::vector<telemetry::Event>& events, const detectors::DetectorSuite& suite,
+                                 const std::vector<telemetry::VectorPoint>& vectors) {
     std::map<int64_t, StepView> by_step;
     for (const telemetry::MetricPoint& p : points)
         if (suite.reads(p.key)) view_at(by_step, p.step).values[p.key] = p.value;
+    for (const telemetry::VectorPoint& v : vectors)
+        if (suite.reads(v.key)) view_at(by_step, v.step).vectors[v.key] = {v.values, v.labels};
     return in_order(by_step, events, suite);
 }
 
@@ -48,14 +51,18 @@ void for_each_stored_step(telemetry::Reader& reader, int64_t run, const detector
     constexpr int64_t kChunk = 16384;  // steps read at a time
     std::vector<telemetry::Event> events = reader.events(run);
     int64_t last = -1;
-    for (const std::string& key : suite.keys()) last = std::max(last, reader.last_step(run, key).value_or(-1));
+    for (const std::string& key : suite.keys())
+        last = std::max({last, reader.last_step(run, key).value_or(-1), reader.last_vector_step(run, key).value_or(-1)});
     for (const telemetry::Event& e : events)
         if (suite.reads_event(e.kind)) last = std::max(last, e.step);
     for (int64_t first = 0; first <= last;) {
         std::map<int64_t, StepView> by_step;
-        for (const std::string& key : suite.keys())
+        for (const std::string& key : suite.keys()) {
             for (const auto& p : reader.series(run, key, first, first + kChunk - 1))
                 view_at(by_step, p.step).values[key] = p.value;
+            for (auto& v : reader.vector_series(run, key, first, first + kChunk - 1))
+                view_at(by_step, v.step).vectors[key] = {std::move(v.values), std::move(v.labels)};
+        }
         for (const StepView& v : in_order(by_step, events, suite, first, first + kChunk - 1)) visit(v);
         first += kChunk;
         if (!by_step.empty()) continue;

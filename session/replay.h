@@ -12,10 +12,11 @@
 
 namespace hlat::session {
 
-// A batch's points and events as views, in step order.
+// A batch's points, events and vectors as views, in step order.
 std::vector<detectors::StepView> steps_from(const std::vector<telemetry::MetricPoint>& points,
                                             const std::vector<telemetry::Event>& events,
-                                            const detectors::DetectorSuite& suite);
+                                            const detectors::DetectorSuite& suite,
+                                            const std::vector<telemetry::VectorPoint>& vectors = {});
 
 // The stored run's views handed to `visit` in step order, read a range of
 // steps at a time (the run's events are read at once: they are few).

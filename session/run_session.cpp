@@ -30,7 +30,11 @@ const char* end_event_kind(const std::string& status) {
 
 RunSession::RunSession(telemetry::Writer* writer, telemetry::RunRecord run, SessionOptions options,
                        const detectors::DetectorsConfig& config)
-    : writer_(writer), run_(std::move(run)), options_(std::move(options)), suite_(config) {
+    : writer_(writer),
+      run_(std::move(run)),
+      options_(std::move(options)),
+      suite_(config),
+      recorder_(config.flight_recorder.steps, config.flight_recorder.store_every) {
     if (!config.webhook.empty()) webhook_ = std::make_unique<Webhook>(config.webhook, run_.name);
 }
 
@@ -66,6 +70,8 @@ std::unique_ptr<RunSession> RunSession::attach(telemetry::Writer& writer, teleme
 // held open like a batch's last (a feeder may have stopped mid-step); its
 // alerts are in the store already.
 void RunSession::catch_up(telemetry::Reader& reader) {
+    for (const std::string& key : reader.vector_keys(run_.id))
+        labels_[key] = std::make_shared<const std::vector<std::string>>(reader.vector_labels(run_.id, key));
     std::optional<detectors::StepView> last;
     for_each_stored_step(reader, run_.id, suite_, [&](const detectors::StepView& v) {
         watched_ = true;
@@ -102,12 +108,16 @@ void RunSession::rename_aliases(std::vector<telemetry::MetricPoint>& points) {
     }
 }
 
-std::vector<Fired> RunSession::ingest(std::vector<telemetry::MetricPoint> points, std::vector<telemetry::Event> events) {
+std::vector<Fired> RunSession::ingest(std::vector<telemetry::MetricPoint> points, std::vector<telemetry::Event> events,
+                                      std::vector<telemetry::VectorPoint> vectors) {
     rename_aliases(points);
     note_keys(points);
-    std::vector<Fired> fired = detect(steps_from(points, events, suite_));
+    resolve_labels(vectors);
+    std::vector<Fired> fired = detect(steps_from(points, events, suite_, vectors));
     const int64_t step = points.empty() ? last_step_ : points.back().step;
     if (writer_ && !points.empty()) writer_->metrics(run_.id, std::move(points));
+    std::vector<telemetry::VectorPoint> sampled = recorder_.record(std::move(vectors));
+    if (writer_ && !sampled.empty()) writer_->vectors(run_.id, std::move(sampled));
     for (telemetry::Event& e : events) store_event(std::move(e));
     if (options_.heartbeat_seconds > 0 && now_seconds() - last_heartbeat_ >= options_.heartbeat_seconds)
         store_event({"heartbeat", step, now_seconds(), ""});
@@ -122,7 +132,33 @@ std::vector<Fired> RunSession::step(int64_t step, const StepPoints& s) {
     for (const auto& [key, value] : s.values) points.push_back({key, step, value, t});
     std::vector<telemetry::Event> events;
     for (const auto& [kind, detail] : s.events) events.push_back({kind, step, t, detail});
-    return ingest(std::move(points), std::move(events));
+    std::vector<telemetry::VectorPoint> vectors = s.vectors;
+    for (telemetry::VectorPoint& v : vectors) v.step = step, v.wall_time = t;
+    return ingest(std::move(points), std::move(events), std::move(vectors));
+}
+
+// A vector's labels: its own when it brings them (they become the key's),
+// else the key's; a length that does not match is a source's mistake, said
+// once per key and the point dropped (the rest of the step is kept).
+void RunSession::resolve_labels(std::vector<telemetry::VectorPoint>& vectors) {
+    std::erase_if(vectors, [&](telemetry::VectorPoint& v) {
+        auto& known = labels_[v.key];
+        std::string wrong;
+        if (v.labels && v.labels->size() != v.values.size())
+            wrong = fmt::format("{} names for {} values", v.labels->size(), v.values.size());
+        else if (!v.labels && known && known->size() != v.values.size())
+            wrong = fmt::format("{} values where earlier steps had {}", v.values.size(), known->size());
+        if (!wrong.empty()) {
+            if (refused_keys_.insert(v.key).second)
+                spdlog::warn("run \"{}\": \"{}\" at step {} has {}; such points of it are dropped", run_.name,
+                             v.key, v.step, wrong);
+            return true;
+        }
+        if (!v.labels) v.labels = known;
+        else if (known && *known == *v.labels) v.labels = known;  // one copy of the names, shared
+        else known = v.labels;
+        return false;
+    });
 }
 
 // Remembers which keys the run has, and says once (log, store) when two steps
@@ -152,7 +188,7 @@ void RunSession::note_keys(const std::vector<telemetry::MetricPoint>& points) {
 // may change as more of the step comes), and for a trainer's own alerts,
 // many at a step, what it says.
 std::string RunSession::raised_key(const telemetry::Alert& a) {
-    return fmt::format("{}@{}{}", a.kind, a.step, a.kind == "alert" ? ":" + a.data : "");
+    return fmt::format("{}@{}{}", a.kind, a.step, a.kind == "alert" ? ":" + a.message : "");
 }
 
 // The views through the detectors, the open step continued if the first
@@ -192,6 +228,7 @@ std::vector<Fired> RunSession::detect(std::vector<detectors::StepView> steps) {
 void RunSession::route(Fired& f, const std::string& halt_reason) {
     telemetry::Alert& a = f.alert;
     a.wall_time = now_seconds();
+    attach_window(a);
     const bool halt = f.policy == detectors::Policy::Halt && options_.halts;
     const bool note = a.severity == "info";  // a one-step outlier, a trainer's info alert: stored and drawn, not pushed
     spdlog::log(a.severity == "critical" ? spdlog::level::err : note ? spdlog::level::info : spdlog::level::warn,
@@ -206,6 +243,18 @@ void RunSession::route(Fired& f, const std::string& halt_reason) {
     }
     halt_reason_ = fmt::format("detector {} at step {}: {}", a.kind, a.step, a.message);
     if (writer_) writer_->request_halt(run_.id, halt_reason_);
+}
+
+// The flight recorder's steps go to the store (those its sampling left out),
+// and the alert's data says which steps they are.
+void RunSession::attach_window(telemetry::Alert& a) {
+    std::optional<FlightRecorder::Window> w = recorder_.take_window();
+    if (!w) return;
+    if (writer_ && !w->unstored.empty()) writer_->vectors(run_.id, std::move(w->unstored));
+    nlohmann::json data = nlohmann::json::parse(a.data, nullptr, false);
+    if (!data.is_object()) data = nlohmann::json::object();
+    data["flight_recorder"] = {{"first_step", w->first_step}, {"last_step", w->last_step}};
+    a.data = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 void RunSession::raise(telemetry::Alert alert, detectors::Policy policy, const std::string& reason) {

@@ -25,6 +25,7 @@
 #pragma once
 
 #include "detectors/detector.h"
+#include "session/flight_recorder.h"
 #include "session/webhook.h"
 #include "telemetry/reader.h"
 #include "telemetry/writer.h"
@@ -32,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -75,8 +77,13 @@ struct SessionOptions {
 // One step's points as a source measures them (the trainer's hooks add to it).
 struct StepPoints {
     std::vector<std::pair<std::string, double>> values;
+    std::vector<telemetry::VectorPoint> vectors;  // step and wall_time are stamped by the session
     std::vector<std::pair<std::string, std::string>> events;  // kind, detail
     void add(std::string key, double value) { values.emplace_back(std::move(key), value); }
+    void add(std::string key, std::vector<float> values_,
+             std::shared_ptr<const std::vector<std::string>> labels = nullptr) {
+        vectors.push_back({std::move(key), 0, std::move(values_), 0.0, std::move(labels)});
+    }
     void note(std::string kind, std::string detail) { events.emplace_back(std::move(kind), std::move(detail)); }
 };
 
@@ -93,9 +100,13 @@ class RunSession {
     ~RunSession();
     RunSession(const RunSession&) = delete;
 
-    // A batch of points (any steps, in order) and events: stored, detected,
-    // alerts routed. Returns the alerts raised. Flushes nothing.
-    std::vector<Fired> ingest(std::vector<telemetry::MetricPoint> points, std::vector<telemetry::Event> events = {});
+    // A batch of points (any steps, in order), events and statistics over
+    // layers, heads or tensors: stored, detected, alerts routed. Returns the
+    // alerts raised. Flushes nothing. A vector without labels takes the
+    // key's labels from earlier in the run; one whose length does not match
+    // them is dropped with a warning naming the key.
+    std::vector<Fired> ingest(std::vector<telemetry::MetricPoint> points, std::vector<telemetry::Event> events = {},
+                              std::vector<telemetry::VectorPoint> vectors = {});
     // One whole step, stamped now.
     std::vector<Fired> step(int64_t step, const StepPoints& points);
     // One value per rank of a key (stored; no detector reads them).
@@ -140,6 +151,9 @@ class RunSession {
     std::vector<Fired> detect(std::vector<detectors::StepView> steps);
     void route(Fired& fired, const std::string& halt_reason = "");
     void note_keys(const std::vector<telemetry::MetricPoint>& points);
+    void resolve_labels(std::vector<telemetry::VectorPoint>& vectors);
+    // Stores the flight recorder's window with an alert and names it in its data.
+    void attach_window(telemetry::Alert& a);
     void store_event(telemetry::Event e);
     static std::string raised_key(const telemetry::Alert& a);
 
@@ -156,6 +170,10 @@ class RunSession {
     SessionOptions options_;
     detectors::DetectorSuite suite_;
     std::unique_ptr<Webhook> webhook_;
+    FlightRecorder recorder_;
+    // Each vector key's element names, as first sent (or as stored, for a run caught up).
+    std::map<std::string, std::shared_ptr<const std::vector<std::string>>> labels_;
+    std::set<std::string> refused_keys_;  // warned once each
     std::optional<OpenStep> open_;
     std::unique_ptr<telemetry::Reader> halt_reader_;  // polls for halt requests
     std::string halt_reason_;

@@ -180,6 +180,7 @@ struct LineParser::Record {
     bool has_step = false, has_time = false, matched = true;
     double step = 0.0, time = 0.0;
     std::vector<std::pair<std::string, double>> fields;
+    std::vector<VectorPoint> vectors;  // step and time set when the record is taken
     std::string event, detail;
     void take(const std::string& name, double v) {
         if (name == "step") has_step = true, step = v;
@@ -310,6 +311,10 @@ void LineParser::parse_record(std::string_view line, long number, double default
     out.records++;
     if (!r.event.empty()) out.events.push_back({r.event, step, r.time, r.detail});
     for (auto& [name, v] : r.fields) out.points.push_back({name, step, v, r.time});
+    for (VectorPoint& v : r.vectors) {
+        v.step = step, v.wall_time = r.time;
+        out.vectors.push_back(std::move(v));
+    }
 }
 
 // A record's "time" as seconds since the epoch (see ingest.h): 1e8 s is
@@ -378,6 +383,71 @@ void take_alert(const nlohmann::json& j, LineParser::Record& r, const Bad& bad) 
 }
 }  // namespace
 
+namespace {
+
+// Names compared with their digit runs as numbers: "layers.2" before "layers.10".
+bool natural_less(const std::string& a, const std::string& b) {
+    size_t i = 0, j = 0;
+    while (i < a.size() && j < b.size()) {
+        if (std::isdigit((unsigned char)a[i]) && std::isdigit((unsigned char)b[j])) {
+            size_t i2 = i, j2 = j;
+            while (i2 < a.size() && std::isdigit((unsigned char)a[i2])) i2++;
+            while (j2 < b.size() && std::isdigit((unsigned char)b[j2])) j2++;
+            const std::string_view x = std::string_view(a).substr(i, i2 - i), y = std::string_view(b).substr(j, j2 - j);
+            const std::string_view xs = x.substr(std::min(x.find_first_not_of('0'), x.size())),
+                                   ys = y.substr(std::min(y.find_first_not_of('0'), y.size()));
+            if (xs.size() != ys.size()) return xs.size() < ys.size();
+            if (xs != ys) return xs < ys;
+            i = i2, j = j2;
+            continue;
+        }
+        if (a[i] != b[j]) return a[i] < b[j];
+        i++, j++;
+    }
+    return a.size() - i < b.size() - j;
+}
+
+}  // namespace
+
+// A statistic over layers, heads or tensors (docs/internals.md): an object of
+// name -> number (elements in natural order of their names: JSON objects
+// keep none), a list of numbers (numbered), or a list of equal lists
+// (flattened row-major, named "row.col"). null is NaN.
+template <typename Bad>
+VectorPoint LineParser::take_vector(const std::string& key, const nlohmann::json& j, const Bad& bad) {
+    auto value_of = [&](const nlohmann::json& x, const std::string& where) -> double {
+        double v;
+        if (x.is_null()) return NAN;
+        if (x.is_number()) return x.get<double>();
+        if (x.is_string() && parse_number(x.get<std::string>(), &v)) return v;
+        throw bad(fmt::format("field {} has {} at {}, not a number", excerpt(key, 64), excerpt(safe_dump(x), 64, false),
+                              excerpt(where, 64)));
+    };
+    std::vector<std::string> labels;
+    std::vector<float> values;
+    if (j.is_object()) {
+        for (auto it = j.begin(); it != j.end(); ++it) labels.push_back(it.key());
+        std::sort(labels.begin(), labels.end(), natural_less);
+        for (const std::string& l : labels) values.push_back((float)value_of(j.at(l), l));
+    } else if (!j.empty() && j[0].is_array()) {
+        for (size_t row = 0; row < j.size(); row++) {
+            if (!j[row].is_array() || j[row].size() != j[0].size())
+                throw bad(fmt::format("field {} is a list of lists of different lengths", excerpt(key, 64)));
+            for (size_t col = 0; col < j[row].size(); col++) {
+                labels.push_back(fmt::format("{}.{}", row, col));
+                values.push_back((float)value_of(j[row][col], labels.back()));
+            }
+        }
+    } else {
+        for (size_t i = 0; i < j.size(); i++) values.push_back((float)value_of(j[i], std::to_string(i)));
+        for (size_t i = 0; i < j.size(); i++) labels.push_back(std::to_string(i));
+    }
+    if (values.empty()) throw bad(fmt::format("field {} is an empty list or object", excerpt(key, 64)));
+    auto& known = vector_labels_[key];  // the same names line after line: one copy
+    if (!known || *known != labels) known = std::make_shared<const std::vector<std::string>>(std::move(labels));
+    return {key, 0, std::move(values), 0.0, known};
+}
+
 void LineParser::parse_jsonl(std::string_view line, long number, Record& r) {
     auto bad = [&](const std::string& why) { return IngestError(fmt::format("{}:{}: {}", file_, number, why)); };
     if (json_depth(line) > kMaxJsonDepth) throw bad(fmt::format("nests arrays or objects more than {} deep", kMaxJsonDepth));
@@ -394,6 +464,10 @@ void LineParser::parse_jsonl(std::string_view line, long number, Record& r) {
             continue;
         if ((it.key() == "event" || it.key() == "detail") && it->is_string()) {
             (it.key() == "event" ? r.event : r.detail) = it->get<std::string>();
+            continue;
+        }
+        if (it->is_object() || it->is_array()) {
+            r.vectors.push_back(take_vector(rename(it.key()), *it, bad));
             continue;
         }
         if (it->is_number()) {

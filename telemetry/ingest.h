@@ -40,6 +40,8 @@
 
 #include "telemetry/records.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <map>
 #include <memory>
@@ -82,6 +84,7 @@ KeyMap parse_key_map(const std::string& text);
 
 struct ParsedBatch {
     std::vector<MetricPoint> points;
+    std::vector<VectorPoint> vectors;  // JSONL values that are objects or lists (docs/internals.md)
     std::vector<Event> events;
     long records = 0;  // lines that gave a record
     long skipped = 0;  // console lines the pattern did not match
@@ -146,6 +149,8 @@ class LineParser {
     void parse_pattern(std::string_view line, long number, Record& out);
     void parse_console(std::string_view line, long number, Record& out);
     std::string rename(std::string_view name) const;
+    template <typename Bad>
+    VectorPoint take_vector(const std::string& key, const nlohmann::json& j, const Bad& bad);
     double wall_time_of(double time, double default_time);
 
     std::string file_;
@@ -161,6 +166,7 @@ class LineParser {
     double time_origin_ = NAN;
     bool relative_time_ = false;
     std::set<std::string> keys_at_last_step_;  // what a record at last_step_ may no longer set
+    std::map<std::string, std::shared_ptr<const std::vector<std::string>>> vector_labels_;  // last names per key
 };
 
 }  // namespace hlat::telemetry

@@ -51,6 +51,10 @@ std::vector<MetricEntry> run_rows() {
         run_metric("gpu_mem_mb", "GPU memory", "MB", "system", "memory", on),
         // bf16 precision modes only: the mechanism behind pure bf16's failure.
         run_metric("lost_updates", "bf16 lost updates", "", "precision", "lost_updates", on),
+        run_metric("logz_mean", "output log Z: mean", "nats", "internals", "logz", on),
+        run_metric("logz_max", "output log Z: max", "nats", "internals", "logz", on),
+        run_metric("logit_max", "largest output logit", "", "internals", "logit_max", off),
+        run_metric("z_loss", "z-loss term", "", "internals", "logz", off),
         run_metric("lost_updates/kind/<kind>", "bf16 lost updates: <kind>", "", "precision", "lost_updates/kind", off),
         // Distributed runs only. Checks come every parallel.check_every steps.
         run_metric("comm_s", "DP gradient all-reduce", "s", "distributed", "comm", on),
@@ -188,6 +192,7 @@ const std::vector<Panel>& catalogue_panels() {
         {"cpu", "system: process CPU % (100 = one core), GPU utilisation %", ""},
         {"memory", "system: resident memory, GPU memory (MB)", ""},
         {"lost_updates", "bf16 lost updates: share of weights whose non-zero update rounded away", ""},
+        {"logz", "output logits: log Z (mean, max over the step's tokens)", ""},
         {"lost_updates/kind", "bf16 lost updates by tensor kind", ""},
         {"comm", "communication (s): DP gradients (total, exposed), TP all-reduces", ""},
         {"tp_drift", "TP drift of replicated norm weights: max |w − w(tp rank 0)|", ""},
@@ -200,6 +205,27 @@ const std::vector<Panel>& catalogue_panels() {
 }
 
 MetricEntry catalogue_entry(const std::string& key, bool per_rank) { return lookup(key, per_rank).second; }
+
+const std::vector<HeatmapEntry>& heatmap_catalogue() {
+    static const std::vector<HeatmapEntry> table = {
+        {"attn_logit_max", "largest attention logit per head", "", "max", true},
+        {"attn_entropy", "attention entropy per head", "nats", "min", false},
+        {"update_ratio", "update-to-weight ratio per tensor", "", "max", true},
+        {"eps_share", "share of Adam coordinates in the epsilon regime per tensor", "", "max", false},
+        {"tensor_grad_norm", "gradient norm per tensor (before clipping)", "", "max", true},
+        {"tensor_update_norm", "update norm per tensor", "", "max", true},
+        {"tensor_param_norm", "weight norm per tensor", "", "max", true},
+        {"residual_rms", "residual stream RMS per block", "", "max", true},
+        {"residual_max", "residual stream largest |value| per block", "", "max", true},
+    };
+    return table;
+}
+
+HeatmapEntry heatmap_entry(const std::string& key) {
+    for (const HeatmapEntry& e : heatmap_catalogue())
+        if (e.key == key) return e;
+    return {key, key, "", "max", false};
+}
 
 MetricEntry derive_entry(const std::string& key, bool per_rank) {
     MetricEntry e;

@@ -30,6 +30,19 @@ struct MetricEntry {
     bool derived = false;   // not in the table: made from the name (see derive_entry)
 };
 
+// A statistic over layers, heads or tensors (a vector key), drawn as a
+// heatmap of element x step: its title, unit, how a bucket of steps is
+// reduced to one cell (max shows growth; min shows a collapse such as
+// attention entropy's) and whether its colour scale is logarithmic (a value
+// that spans decades). A key not in the table: its name, max, linear.
+struct HeatmapEntry {
+    std::string key, title, unit;
+    std::string reduce;  // "max", "min", "mean" or "last"
+    bool log_scale = false;
+};
+const std::vector<HeatmapEntry>& heatmap_catalogue();
+HeatmapEntry heatmap_entry(const std::string& key);
+
 // A chart that several keys share.
 struct Panel {
     std::string id;

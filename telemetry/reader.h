@@ -41,6 +41,19 @@ struct Uptime {
     int restarts = 0;
 };
 
+// A statistic over layers, heads or tensors as a heatmap: the step range in
+// at most `buckets` buckets of equal width; in each, one value per element,
+// the bucket's rows reduced (max by default: growth shows; min for a
+// statistic that collapses, such as attention entropy). NaN where a bucket
+// has no finite value of an element.
+enum class Reduce { Max, Min, Mean, Last };
+struct Heatmap {
+    std::vector<std::string> labels;         // the elements, one heatmap row each
+    std::vector<int64_t> first_step, last_step;  // per bucket that has rows
+    std::vector<float> values;               // bucket-major: values[b * labels.size() + element]
+    size_t buckets() const { return first_step.size(); }
+};
+
 struct RunSummary {
     RunRecord run;
     int64_t first_step = -1, last_step = -1;  // of the loss series; -1 without one
@@ -80,6 +93,16 @@ class Reader {
     // The same range in at most `buckets` buckets of equal step width (a
     // multiple of 64 for long ranges, so whole precomputed blocks are used).
     std::vector<Bucket> downsample(int64_t run, const std::string& key, int64_t first, int64_t last, int buckets);
+    // Statistics over layers, heads or tensors (reader_vectors.cpp): the
+    // run's keys, a key's element names (the indices "0", "1", ... when a
+    // source sent none), its rows with step in [first, last] (labels set),
+    // and a heatmap of them.
+    std::vector<std::string> vector_keys(int64_t run);
+    std::vector<std::string> vector_labels(int64_t run, const std::string& key);
+    std::vector<VectorPoint> vector_series(int64_t run, const std::string& key, int64_t first, int64_t last);
+    std::optional<int64_t> last_vector_step(int64_t run, const std::string& key);
+    Heatmap heatmap(int64_t run, const std::string& key, int64_t first, int64_t last, int buckets,
+                    Reduce reduce = Reduce::Max);
     std::vector<Event> events(int64_t run);
     // Alerts of the run in the order they were raised, skipping the first `skip`
     // (what a live view already has).

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace hlat::telemetry {
 
@@ -14,6 +16,20 @@ struct MetricPoint {
     int64_t step;
     double value;
     double wall_time;
+};
+
+// A statistic over layers, heads or tensors at one step: one point whose
+// value is a vector, stored as one row per step and drawn as a heatmap
+// (docs/internals.md lists the keys). labels name the elements, in order
+// ("layers.3.head.5", "layers.0.qkv_proj"); a source sends them with a key's
+// first point and may leave them null after (the run's stored labels stand).
+// Values are float32; NaN is kept.
+struct VectorPoint {
+    std::string key;  // e.g. "attn_logit_max"
+    int64_t step;
+    std::vector<float> values;
+    double wall_time;
+    std::shared_ptr<const std::vector<std::string>> labels;
 };
 
 struct RankMetricPoint {

@@ -136,6 +136,25 @@ const std::vector<const char*> kMigrations = {
     ALTER TABLE runs ADD COLUMN tags TEXT NOT NULL DEFAULT '[]';
     ALTER TABLE runs ADD COLUMN note TEXT NOT NULL DEFAULT '';
     )sql",
+    // 5 -> 6: statistics over layers, heads or tensors (issue 35): one row per
+    // step whose value is a vector of float32 (little-endian), and the names
+    // of its elements per run (a JSON array of strings).
+    R"sql(
+    CREATE TABLE vectors (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        key_id INTEGER NOT NULL REFERENCES metric_keys(id),
+        step INTEGER NOT NULL,
+        wall_time REAL NOT NULL,
+        data BLOB NOT NULL,
+        PRIMARY KEY (run_id, key_id, step)
+    ) WITHOUT ROWID;
+    CREATE TABLE vector_labels (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        key_id INTEGER NOT NULL REFERENCES metric_keys(id),
+        labels TEXT NOT NULL,
+        PRIMARY KEY (run_id, key_id)
+    ) WITHOUT ROWID;
+    )sql",
 };
 
 }  // namespace

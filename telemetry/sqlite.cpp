@@ -1,5 +1,7 @@
 #include "telemetry/sqlite.h"
 
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -104,6 +106,24 @@ Statement& Statement::bind(int i, double v) {
 Statement& Statement::bind(int i, const std::string& v) {
     sqlite3_bind_text(stmt_, i, v.data(), (int)v.size(), SQLITE_TRANSIENT);
     return *this;
+}
+
+Statement& Statement::bind_floats(int i, const float* values, size_t n) {
+    sqlite3_bind_blob(stmt_, i, values, (int)(n * sizeof(float)), SQLITE_TRANSIENT);
+    return *this;
+}
+
+// Copied, not cast: SQLite's buffer need not be aligned for float.
+void Statement::column_floats_into(int i, std::vector<float>& out) const {
+    const void* data = sqlite3_column_blob(stmt_, i);
+    out.resize((size_t)sqlite3_column_bytes(stmt_, i) / sizeof(float));
+    if (data && !out.empty()) std::memcpy(out.data(), data, out.size() * sizeof(float));
+}
+
+std::vector<float> Statement::column_floats(int i) const {
+    std::vector<float> out;
+    column_floats_into(i, out);
+    return out;
 }
 
 Statement& Statement::bind_null(int i) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace hlat::telemetry {
 
@@ -70,6 +71,9 @@ class Statement {
     Statement& bind(int i, double v);
     Statement& bind(int i, const std::string& v);
     Statement& bind_null(int i);
+    // A BLOB of n float32 values in this machine's byte order (little-endian
+    // on every machine hlat builds for), read back with column_floats.
+    Statement& bind_floats(int i, const float* values, size_t n);
     // Returns true while there is a row.
     bool step();
     void reset();
@@ -81,6 +85,10 @@ class Statement {
     double column_double_or_nan(int i) const;
     std::string column_text(int i) const;
     bool column_is_null(int i) const { return sqlite3_column_type(stmt_, i) == SQLITE_NULL; }
+    // A BLOB column as float32 values (a length not a multiple of 4 loses its tail).
+    std::vector<float> column_floats(int i) const;
+    // The same into a buffer the caller reuses across rows.
+    void column_floats_into(int i, std::vector<float>& out) const;
 
   private:
     Database* db_;

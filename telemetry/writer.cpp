@@ -5,6 +5,7 @@
 #include "telemetry/untrusted_text.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include <unistd.h>
@@ -85,6 +86,9 @@ class Writer::Connection {
           insert_eval(db.prepare("INSERT OR REPLACE INTO evals(run_id, step, task, metric, value, wall_time, tokens) "
                                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")),
           update_status(db.prepare("UPDATE runs SET status = ?2, ended_at = ?3 WHERE id = ?1")),
+          insert_vector(db.prepare("INSERT OR REPLACE INTO vectors(run_id, key_id, step, wall_time, data) "
+                                   "VALUES (?1, ?2, ?3, ?4, ?5)")),
+          insert_labels(db.prepare("INSERT OR REPLACE INTO vector_labels(run_id, key_id, labels) VALUES (?1, ?2, ?3)")),
           find_key(db.prepare("SELECT id FROM metric_keys WHERE name = ?1")),
           insert_key(db.prepare("INSERT INTO metric_keys(name) VALUES (?1)")) {}
 
@@ -113,6 +117,22 @@ class Writer::Connection {
     // One queued record of a run, by kind.
     void write(int64_t run, const std::vector<MetricPoint>& points) {
         for (const MetricPoint& m : points) write_metric(run, m);
+    }
+    void write(int64_t run, const std::vector<VectorPoint>& points) {
+        for (const VectorPoint& p : points) {
+            int64_t key = key_id(p.key);
+            if (p.labels) write_labels(run, key, p.labels);
+            insert_vector.bind(1, run).bind(2, key).bind(3, p.step).bind(4, p.wall_time)
+                .bind_floats(5, p.values.data(), p.values.size()).run();
+        }
+    }
+    // A source sends the same labels object with every point (or with the
+    // first only): written when they change, not at every step.
+    void write_labels(int64_t run, int64_t key, const std::shared_ptr<const std::vector<std::string>>& labels) {
+        auto& known = labels_written[{run, key}];
+        if (known == labels || (known && *known == *labels)) return;
+        known = labels;
+        insert_labels.bind(1, run).bind(2, key).bind(3, nlohmann::json(*labels).dump()).run();
     }
     void write(int64_t run, const RankMetricPoint& p) {
         insert_rank.bind(1, run).bind(2, key_id(p.key)).bind(3, p.step).bind(4, p.rank).bind(5, p.value)
@@ -189,10 +209,11 @@ class Writer::Connection {
 
     // Every row of the run, in every table, then the run itself.
     void delete_run(int64_t id) {
-        for (const char* table : {"metrics", "rank_metrics", "metric_blocks", "events", "alerts", "checkpoints",
-                                  "evals", "halt_requests"})
+        for (const char* table : {"metrics", "rank_metrics", "metric_blocks", "vectors", "vector_labels", "events",
+                                  "alerts", "checkpoints", "evals", "halt_requests"})
             db.prepare(fmt::format("DELETE FROM {} WHERE run_id = ?1", table)).bind(1, id).run();
         db.prepare("DELETE FROM runs WHERE id = ?1").bind(1, id).run();
+        std::erase_if(labels_written, [&](const auto& entry) { return entry.first.first == id; });
     }
 
     // After a rollback: what this transaction wrote is gone, metric keys it
@@ -200,13 +221,15 @@ class Writer::Connection {
     void forget_uncommitted() {
         touched.clear();
         keys.clear();
+        labels_written.clear();
     }
 
     Database db;
     bool ready;
     Statement insert_metric, insert_rank, refresh_block, insert_event, insert_alert, insert_checkpoint, insert_eval,
-        update_status, find_key, insert_key;
+        update_status, insert_vector, insert_labels, find_key, insert_key;
     std::map<std::string, int64_t> keys;
+    std::map<std::pair<int64_t, int64_t>, std::shared_ptr<const std::vector<std::string>>> labels_written;
     std::set<std::tuple<int64_t, int64_t, int64_t>> touched;
 };
 
@@ -470,6 +493,11 @@ void Writer::metric(int64_t run, const std::string& key, int64_t step, double va
 }
 
 void Writer::metrics(int64_t run, std::vector<MetricPoint> points) {
+    size_t n = points.size();
+    push({run, std::move(points), n});
+}
+
+void Writer::vectors(int64_t run, std::vector<VectorPoint> points) {
     size_t n = points.size();
     push({run, std::move(points), n});
 }

@@ -78,6 +78,9 @@ class Writer {
 
     void metric(int64_t run, const std::string& key, int64_t step, double value, double wall_time);
     void metrics(int64_t run, std::vector<MetricPoint> points);
+    // Statistics over layers, heads or tensors: a point's labels (when set)
+    // become the key's labels for the run; a step written again replaces the row.
+    void vectors(int64_t run, std::vector<VectorPoint> points);
     void rank_metric(int64_t run, RankMetricPoint point);
     void event(int64_t run, Event event);
     void alert(int64_t run, Alert alert);
@@ -126,7 +129,7 @@ class Writer {
     struct Annotation {
         std::string tags_json, note;
     };
-    using Payload = std::variant<std::vector<MetricPoint>, RankMetricPoint, Event, Alert, CheckpointRecord,
+    using Payload = std::variant<std::vector<MetricPoint>, std::vector<VectorPoint>, RankMetricPoint, Event, Alert, CheckpointRecord,
                                  EvalRecord, Status, HaltRequest, OpenRun, Flush, DeleteRun, Annotation>;
     struct Item {
         int64_t run;

@@ -4,6 +4,7 @@
 // key is written once. A new statistic of the step is one line there.
 #pragma once
 
+#include "telemetry/records.h"
 #include "trainer/parallel/replica_check.h"
 
 #include <cmath>
@@ -40,6 +41,14 @@ struct StepStats {
     // When asked for: ("grad_norm/layers.3.qkv_proj", x), ("param_norm/kind/o_proj", y), ...
     // Gradient norms are taken before clipping, parameter norms after the update.
     std::vector<std::pair<std::string, double>> tensor_norms;
+    // The model's internals (docs/internals.md): the output logits' log Z
+    // (mean and max over the step's tokens) and largest logit; NaN when not
+    // measured.
+    double logz_mean = NAN, logz_max = NAN, logit_max = NAN;
+    // Statistics over heads, blocks and tensors, every step: ("attn_logit_max",
+    // labels "layers.l.head.h", L*NH values), ("update_ratio", labels
+    // "layers.l.qkv_proj", ...). step and wall_time are left 0.
+    std::vector<telemetry::VectorPoint> internals;
     // When asked for: the reduced gradients compared across data-parallel
     // replicas, before clipping (complete on world rank 0).
     std::optional<ReplicaReport> grad_replicas;

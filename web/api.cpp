@@ -3,6 +3,7 @@
 #include "web/catalogue_api.h"
 #include "web/ingest_api.h"
 #include "web/json_reply.h"
+#include "web/heatmap_api.h"
 #include "web/series_api.h"
 
 #include "report/postmortem.h"
@@ -237,6 +238,7 @@ Response Api::handle_run(const Request& r, const std::string& name, const std::s
     if (what == "rank_keys") return reply(200, {{"keys", reader.rank_keys(run->id)}});
     if (what == "rank_series") return rank_series_reply(reader, run->id, r);
     if (what == "series") return series_reply(reader, run->id, r);
+    if (what == "heatmap") return heatmap_reply(reader, run->id, r);
     if (what == "episodes") return episodes_reply(reader, run->id, r);
     if (what == "csv") return csv_reply(store_, run->id, r);
     if (what == "annotate") return annotate(*run, r.body);

@@ -6,6 +6,8 @@
 //   GET  /api/v1/catalogue[?keys=K1,K2]            the metric catalogue (catalogue_api.h)
 //   GET  /api/v1/runs/{run}/series?key=K[&from=A&to=B][&points=N]
 //        full points, or at most N envelope buckets (min, max, mean, last, times) over [A, B]
+//   GET  /api/v1/runs/{run}/heatmap?key=K[&buckets=N][&from&to][&reduce=R]  a statistic over layers, heads
+//        or tensors as element x step cells (heatmap_api.h); the keys reply lists them under "vectors"
 //   GET  /api/v1/runs/{run}/episodes?key=K[&from&to]  spike episodes at full resolution
 //   GET  /api/v1/runs/{run}/csv?keys=K1,K2[&from&to]  every stored point, as CSV
 //   POST /api/v1/runs/{run}/annotate               token; {"tags": [...], "note": "..."}

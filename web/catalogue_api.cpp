@@ -74,6 +74,13 @@ Response keys_reply(Reader& reader, int64_t run) {
     std::vector<std::string> keys = reader.keys(run), rank_keys = reader.rank_keys(run);
     json out = {{"keys", keys}, {"rank_keys", rank_keys}};
     out.update(entries_and_panels(keys, rank_keys));
+    json vectors = json::array();
+    for (const std::string& key : reader.vector_keys(run)) {
+        const HeatmapEntry e = heatmap_entry(key);
+        vectors.push_back({{"key", key}, {"title", e.title}, {"unit", e.unit}, {"reduce", e.reduce},
+                           {"log_scale", e.log_scale}, {"elements", reader.vector_labels(run, key).size()}});
+    }
+    out["vectors"] = std::move(vectors);
     return reply(200, out);
 }
 

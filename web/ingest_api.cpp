@@ -178,7 +178,9 @@ Response IngestEndpoints::ingest(const std::string& name, const std::string& bod
         s = &session_of(reader, *run);
     }
     size_t values = batch.points.size();
-    std::vector<detectors::Fired> fired = s->ingest(std::move(batch.points), std::move(batch.events));
+    for (const VectorPoint& v : batch.vectors) values += v.values.size();
+    std::vector<detectors::Fired> fired =
+        s->ingest(std::move(batch.points), std::move(batch.events), std::move(batch.vectors));
     writer_->flush();
     json alerts = json::array();
     for (const detectors::Fired& f : fired)
