@@ -51,6 +51,24 @@ TEST(Config, OutOfRangeNamesFieldAndRange) {
     EXPECT_NE(error_of({{"optimizer", {{"eps", 0.0}}}}).find("optimizer.eps"), std::string::npos);
     EXPECT_NE(error_of({{"run", {{"data_dtype", "int8"}}}}).find("run.data_dtype"), std::string::npos);
     EXPECT_NE(error_of({{"model", {{"init_scaling", "sqrt"}}}}).find("per_layer"), std::string::npos);
+    e = error_of({{"model", {{"z_loss", -1e-4}}}});
+    EXPECT_NE(e.find("model.z_loss"), std::string::npos) << e;
+    EXPECT_NE(e.find("[0, 100]"), std::string::npos) << e;
+    e = error_of({{"model", {{"qk_norm", "yes"}}}});
+    EXPECT_NE(e.find("model.qk_norm"), std::string::npos) << e;
+    EXPECT_NE(e.find("true or false"), std::string::npos) << e;
+}
+
+TEST(Config, QkNormAndZLossAreOffByDefaultAndRoundTrip) {
+    TrainConfig c = config_from_json(json::object());
+    EXPECT_FALSE(c.model.qk_norm);
+    EXPECT_EQ(c.model.z_loss, 0.0);
+    c = config_from_json({{"model", {{"qk_norm", true}, {"z_loss", 1e-4}}}});
+    EXPECT_TRUE(c.model.qk_norm);
+    EXPECT_EQ(c.model.z_loss, 1e-4);
+    TrainConfig back = config_from_json(config_to_json(c));
+    EXPECT_TRUE(back.model.qk_norm);
+    EXPECT_EQ(back.model.z_loss, 1e-4);
 }
 
 TEST(Config, UnknownFieldAndSectionAreRejected) {

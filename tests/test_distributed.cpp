@@ -144,6 +144,45 @@ TEST_F(DistributedTest, TensorParallelMatchesOneProcess) {
     EXPECT_TRUE(alerts("tp2").empty()) << "a clean TP run raises nothing";
 }
 
+// qk-norm's gains are replicated, but each tensor-parallel rank normalises
+// only its own heads: their gradients are summed over the group. The z-loss's
+// log Z spans the whole vocabulary (the vocab-parallel cross-entropy's). Both
+// layouts match one process, the z-loss term included, and the replicated
+// gains stay equal on every rank.
+TEST_F(DistributedTest, QkNormAndZLossMatchOneProcessUnderTensorAndDataParallelism) {
+    auto with_qk_norm_z_loss = [](const std::string& path) {
+        auto j = nlohmann::json::parse(std::ifstream(path));
+        j["model"]["qk_norm"] = true;
+        j["model"]["z_loss"] = 1e-2;
+        j["parallel"] = {{"check_every", 5}};
+        std::ofstream(path) << j.dump();
+        return path;
+    };
+    auto r = train(1, with_qk_norm_z_loss(config("qk_b8", 8)), "qk_single", "--steps 12");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::string db = dir_->file("qk_norm.db");
+    r = train(2, with_qk_norm_z_loss(config("qk_b8", 8)), "qk_tp2", "--steps 12 --tp 2", db);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = train(2, with_qk_norm_z_loss(config("qk_b4", 4)), "qk_dp2", "--steps 12 --dp 2");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    expect_same_curves("qk_single", "qk_tp2", 0, 12);
+    expect_same_curves("qk_single", "qk_dp2", 0, 12);
+    auto single = steps("qk_single"), tp = steps("qk_tp2"), dp = steps("qk_dp2");
+    for (int s = 0; s < 12; s++) {
+        double z = single[s]["z_loss"].get<double>();
+        EXPECT_GT(z, 0.0) << "step " << s;
+        EXPECT_LE(std::fabs(tp[s]["z_loss"].get<double>() - z), kTolerance * z) << "step " << s;
+        EXPECT_LE(std::fabs(dp[s]["z_loss"].get<double>() - z), kTolerance * z) << "step " << s;
+    }
+    telemetry::Reader reader(db);
+    auto run = reader.find_run("qk_tp2");
+    ASSERT_TRUE(run.has_value());
+    auto drift = reader.series(run->id, "tp_drift", 0, 1000);
+    EXPECT_FALSE(drift.empty()) << "the replicated gains were compared across ranks";
+    for (auto& p : drift) EXPECT_EQ(p.value, 0.0) << "step " << p.step;
+    EXPECT_TRUE(alerts("qk_tp2").empty());
+}
+
 TEST_F(DistributedTest, Zero1MatchesPlainDataParallelWithHalfTheOptimizerState) {
     auto r = train(2, config("b4", 4), "dp2_ref", "--steps 20 --dp 2");
     ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -249,14 +249,20 @@ TEST_P(ModelParity, TenAdamWStepsMatchPyTorch) {
 struct PrecisionVariant {
     PrecisionMode mode;
     const char* torch;  // parity.py's precision argument
+    bool qk_z = false;  // model.qk_norm and model.z_loss on
 };
 
 class PrecisionParity : public ::testing::TestWithParam<PrecisionVariant> {};
 
 INSTANTIATE_TEST_SUITE_P(Modes, PrecisionParity,
                          ::testing::Values(PrecisionVariant{PrecisionMode::Mixed, "autocast"},
-                                           PrecisionVariant{PrecisionMode::Bf16, "bf16"}),
-                         [](const auto& info) { return std::string(precision_mode_name(info.param.mode)); });
+                                           PrecisionVariant{PrecisionMode::Bf16, "bf16"},
+                                           PrecisionVariant{PrecisionMode::Mixed, "autocast", true},
+                                           PrecisionVariant{PrecisionMode::Bf16, "bf16", true}),
+                         [](const auto& info) {
+                             return std::string(precision_mode_name(info.param.mode)) +
+                                    (info.param.qk_z ? "_QkNormZLoss" : "");
+                         });
 
 constexpr double kNoiseFactor = 2.0;
 
@@ -272,10 +278,10 @@ std::vector<float> read_tensor(const std::string& path, const std::string& name)
 
 TEST_P(PrecisionParity, StepZeroGradientsAndTenStepsAgreeWithPyTorchWithinBf16Noise) {
     const PrecisionVariant v = GetParam();
-    const Reference& exact = reference_for(false);
-    const Reference& torch_mode = reference_for(false, v.torch);
+    const Reference& exact = reference_for(false, "fp64", v.qk_z);
+    const Reference& torch_mode = reference_for(false, v.torch, v.qk_z);
     ASSERT_EQ(torch_mode.losses.size(), (size_t)kSteps);
-    TrainConfig c = parity_config(false, false);
+    TrainConfig c = parity_config(false, false, v.qk_z);
     c.precision.mode = v.mode;
     std::vector<int32_t> tokens = make_tokens(c);
 
