@@ -420,7 +420,7 @@ VectorPoint LineParser::take_vector(const std::string& key, const nlohmann::json
         if (x.is_null()) return NAN;
         if (x.is_number()) return x.get<double>();
         if (x.is_string() && parse_number(x.get<std::string>(), &v)) return v;
-        throw bad(fmt::format("field {} has {} at {}, not a number", excerpt(key, 64), excerpt(safe_dump(x), 64, false),
+        throw bad(fmt::format("field {} has {} at element {}, not a number", excerpt(key, 64), excerpt(safe_dump(x), 64, false),
                               excerpt(where, 64)));
     };
     std::vector<std::string> labels;

@@ -1,0 +1,317 @@
+// Statistics over layers, heads and tensors on the one road (issue 35): the
+// store's vector rows and heatmaps, JSONL and HTTP values that are lists or
+// objects, the early-warning detectors, the flight recorder, and a resumed
+// detector suite raising what an uninterrupted one raises.
+#include "api_requests.h"
+#include "test_util.h"
+
+#include "detectors/detector.h"
+#include "session/run_session.h"
+#include "telemetry/ingest.h"
+#include "telemetry/reader.h"
+#include "telemetry/writer.h"
+#include "web/api.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <random>
+
+namespace hlat {
+namespace {
+
+using detectors::DetectorsConfig;
+using detectors::DetectorSuite;
+using detectors::StepView;
+using telemetry::VectorPoint;
+
+std::shared_ptr<const std::vector<std::string>> head_labels(int layers, int heads) {
+    auto labels = std::make_shared<std::vector<std::string>>();
+    for (int l = 0; l < layers; l++)
+        for (int h = 0; h < heads; h++) labels->push_back(fmt::format("layers.{}.head.{}", l, h));
+    return labels;
+}
+
+StepView view_of(int64_t step, const std::string& key, std::vector<float> values,
+                 std::shared_ptr<const std::vector<std::string>> labels) {
+    StepView v;
+    v.step = step;
+    v.vectors[key] = {std::move(values), std::move(labels)};
+    return v;
+}
+
+std::vector<telemetry::Alert> alerts_of(DetectorSuite& suite, const StepView& v) {
+    std::vector<telemetry::Alert> out;
+    for (auto& f : suite.observe(v)) out.push_back(f.alert);
+    return out;
+}
+
+// ---- the store ----
+
+TEST(VectorStore, RowsComeBackWithTheirNamesAndHeatmapsReduceEachBucket) {
+    test::ScratchDir dir("vectors");
+    const std::string path = dir.file("s.db");
+    auto labels = head_labels(2, 2);
+    int64_t run;
+    {
+        telemetry::Writer w(path);
+        run = w.open_run({0, "r", "{}", "fp32", "running", "", "", "hlat"}, false);
+        std::vector<VectorPoint> points;
+        for (int s = 0; s < 100; s++)
+            points.push_back({"attn_logit_max", s, {(float)s, (float)-s, s == 50 ? NAN : 1.0f, 2.0f}, 1.0 * s,
+                              s == 0 ? labels : nullptr});
+        w.vectors(run, points);
+        w.flush();
+    }
+    telemetry::Reader r(path);
+    EXPECT_EQ(r.vector_keys(run), std::vector<std::string>{"attn_logit_max"});
+    EXPECT_EQ(r.vector_labels(run, "attn_logit_max"), *labels);
+    auto rows = r.vector_series(run, "attn_logit_max", 10, 12);
+    ASSERT_EQ(rows.size(), 3u);
+    EXPECT_EQ(rows[1].step, 11);
+    EXPECT_EQ(rows[1].values[1], -11.0f);
+    EXPECT_EQ((*rows[1].labels)[3], "layers.1.head.1");
+    EXPECT_TRUE(std::isnan(r.vector_series(run, "attn_logit_max", 50, 50)[0].values[2]));
+
+    telemetry::Heatmap max = r.heatmap(run, "attn_logit_max", 0, 99, 10);
+    ASSERT_EQ(max.buckets(), 10u);
+    EXPECT_EQ(max.first_step[5], 50);
+    EXPECT_EQ(max.last_step[5], 59);
+    EXPECT_EQ(max.values[5 * 4 + 0], 59.0f);  // the bucket's largest
+    EXPECT_EQ(max.values[5 * 4 + 2], 1.0f);   // the NaN at step 50 skipped
+    telemetry::Heatmap min = r.heatmap(run, "attn_logit_max", 0, 99, 10, telemetry::Reduce::Min);
+    EXPECT_EQ(min.values[5 * 4 + 0], 50.0f);
+    EXPECT_EQ(min.values[5 * 4 + 1], -59.0f);
+    EXPECT_EQ(r.heatmap(run, "attn_logit_max", 0, 99, 1000).buckets(), 100u) << "never more buckets than rows";
+}
+
+// ---- ingest ----
+
+TEST(VectorIngest, ObjectsListsAndMatricesAreVectorsAndBadOnesAreNamed) {
+    telemetry::LineParser parser("log", telemetry::LogFormat::Jsonl);
+    auto batch = parser.parse(
+        R"({"step": 3, "loss": 2.5, "update_ratio": {"layers.10.o_proj": 3, "layers.2.o_proj": 2, "embed": 1}, )"
+        R"("residual_rms": [1, 2, null], "attn_logit_max": [[1, 2], [3, 4]]})"
+        "\n",
+        100.0);
+    ASSERT_EQ(batch.points.size(), 1u);
+    ASSERT_EQ(batch.vectors.size(), 3u);
+    std::map<std::string, VectorPoint> by_key;
+    for (auto& v : batch.vectors) by_key[v.key] = v;
+    // Names in natural order: layer 2 before layer 10.
+    EXPECT_EQ(*by_key["update_ratio"].labels, (std::vector<std::string>{"embed", "layers.2.o_proj", "layers.10.o_proj"}));
+    EXPECT_EQ(by_key["update_ratio"].values, (std::vector<float>{1, 2, 3}));
+    EXPECT_EQ(by_key["update_ratio"].step, 3);
+    EXPECT_TRUE(std::isnan(by_key["residual_rms"].values[2]));
+    EXPECT_EQ(*by_key["attn_logit_max"].labels, (std::vector<std::string>{"0.0", "0.1", "1.0", "1.1"}));
+    EXPECT_EQ(by_key["attn_logit_max"].values[2], 3.0f);
+
+    for (const char* bad : {R"({"step": 1, "x": [1, "a"]})", R"({"step": 1, "x": [[1, 2], [3]]})",
+                            R"({"step": 1, "x": {"a": {"b": 1}}})", R"({"step": 1, "x": []})"}) {
+        telemetry::LineParser p("log", telemetry::LogFormat::Jsonl);
+        try {
+            p.parse(std::string(bad) + "\n", 0.0);
+            ADD_FAILURE() << bad << " was taken";
+        } catch (const telemetry::IngestError& e) {
+            EXPECT_NE(std::string(e.what()).find("field \"x\""), std::string::npos) << e.what();
+        }
+    }
+}
+
+// ---- the detectors ----
+
+TEST(EarlyWarning, AnAttentionLogitPastItsBoundNamesTheHeadAndTheFirstToMove) {
+    DetectorSuite suite(DetectorsConfig{});
+    auto labels = head_labels(2, 2);
+    std::vector<telemetry::Alert> all;
+    for (int s = 0; s < 40; s++) {
+        // Head 1.0 grows first (past 50 at step 10), head 0.1 later and faster (past 100 at step 30).
+        const float h10 = 20.0f + 4.0f * (float)s, h01 = s < 20 ? 20.0f : 20.0f + 9.0f * (float)(s - 20);
+        for (auto& a : alerts_of(suite, view_of(s, "attn_logit_max", {20, h01, std::min(h10, 95.0f), 20}, labels)))
+            all.push_back(a);
+    }
+    ASSERT_EQ(all.size(), 1u) << "once per episode";
+    EXPECT_EQ(all[0].kind, "attention_logit");
+    EXPECT_EQ(all[0].step, 29);
+    auto data = nlohmann::json::parse(all[0].data);
+    EXPECT_EQ(data["head"], "layers.0.head.1");
+    EXPECT_EQ(data["first_moved"], "layers.1.head.0");
+    EXPECT_EQ(data["first_moved_step"], 8);
+    EXPECT_NE(all[0].message.find("layers.0.head.1"), std::string::npos) << all[0].message;
+
+    // A clean model's logits (20-50) raise nothing.
+    DetectorSuite clean(DetectorsConfig{});
+    for (int s = 0; s < 500; s++)
+        EXPECT_TRUE(alerts_of(clean, view_of(s, "attn_logit_max", {20, 50, 35, 28}, labels)).empty());
+}
+
+TEST(EarlyWarning, AttentionEntropyCollapseIsJudgedAfterWarmUp) {
+    DetectorsConfig c;
+    c.attention_entropy.warmup_steps = 10;
+    DetectorSuite suite(c);
+    auto labels = head_labels(1, 2);
+    std::vector<telemetry::Alert> all;
+    for (int s = 0; s < 60; s++) {
+        const float collapsing = s < 5 ? 0.01f : std::max(0.01f, 2.0f - 0.06f * (float)s);  // low in warm-up too
+        for (auto& a : alerts_of(suite, view_of(s, "attn_entropy", {2.0f, collapsing}, labels))) all.push_back(a);
+    }
+    ASSERT_EQ(all.size(), 1u);
+    EXPECT_EQ(all[0].kind, "attention_entropy");
+    EXPECT_EQ(nlohmann::json::parse(all[0].data)["head"], "layers.0.head.1");
+    EXPECT_EQ(all[0].step, 33);  // 2 - 0.06 s < 0.05 from step 33 (the warm-up's low values not judged)
+}
+
+// Update ratios of `n` tensors under a learning rate `lr(step)`: Adam's
+// update over the weight is about lr times a noisy constant per tensor.
+std::vector<telemetry::Alert> update_ratio_alerts(const std::function<double(int)>& lr, unsigned seed, int steps,
+                                                  DetectorSuite& suite) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<double> noise(0.0, 0.08);
+    auto labels = std::make_shared<std::vector<std::string>>();
+    for (int i = 0; i < 12; i++) labels->push_back(fmt::format("layers.{}.qkv_proj", i));
+    std::vector<telemetry::Alert> out;
+    for (int s = 0; s < steps; s++) {
+        std::vector<float> ratios;
+        for (int i = 0; i < 12; i++) ratios.push_back((float)(lr(s) * (1 + 0.1 * i) * std::exp(noise(rng))));
+        for (auto& a : alerts_of(suite, view_of(s, "update_ratio", ratios, labels))) out.push_back(a);
+    }
+    return out;
+}
+
+double schedule(int s) {  // linear warm-up over 50 steps, then cosine to a tenth over 1000
+    if (s < 50) return 1e-3 * (s + 1) / 50.0;
+    return 1e-4 + 0.5 * 9e-4 * (1 + std::cos(M_PI * std::min(1.0, (s - 50) / 1000.0)));
+}
+
+TEST(EarlyWarning, AnUpdateRatioJumpFlagsALearningRateFaultInItsFirstStepAndASchedulePassesQuietly) {
+    for (unsigned seed = 0; seed < 5; seed++) {
+        for (double factor : {3.0, 10.0, 30.0}) {
+            DetectorSuite suite(DetectorsConfig{});
+            auto fault = [&](int s) { return schedule(s) * (s >= 300 && s < 320 ? factor : 1.0); };
+            auto alerts = update_ratio_alerts(fault, seed, 600, suite);
+            ASSERT_EQ(alerts.size(), 1u) << "seed " << seed << " x" << factor;
+            EXPECT_EQ(alerts[0].step, 300) << "seed " << seed << " x" << factor;
+            EXPECT_EQ(alerts[0].kind, "update_ratio");
+        }
+        DetectorSuite clean(DetectorsConfig{});
+        EXPECT_TRUE(update_ratio_alerts(schedule, seed, 1100, clean).empty()) << "seed " << seed;
+    }
+}
+
+TEST(EarlyWarning, EpsRegimeAndLogzDriftNameWhatMoved) {
+    DetectorSuite suite(DetectorsConfig{});
+    auto labels = std::make_shared<std::vector<std::string>>(std::vector<std::string>{"embed_tokens", "lm_head"});
+    std::vector<telemetry::Alert> all;
+    for (int s = 0; s < 300; s++) {
+        StepView v = view_of(s, "eps_share", {0.02f, s < 200 ? 0.1f : 0.7f}, labels);
+        v.values["logz_mean"] = s < 250 ? 9.0 : 9.0 + (s - 250);
+        for (auto& a : alerts_of(suite, v)) all.push_back(a);
+    }
+    ASSERT_EQ(all.size(), 2u);
+    EXPECT_EQ(all[0].kind, "eps_regime");
+    EXPECT_EQ(all[0].step, 200);
+    EXPECT_NE(all[0].message.find("lm_head"), std::string::npos) << all[0].message;
+    EXPECT_EQ(all[1].kind, "logz_drift");
+    EXPECT_EQ(all[1].step, 261);  // 11 nats from 9 > the 10-nat bound
+}
+
+// A run resumed from a checkpoint restores the detectors' windows: the
+// detectors then raise at the same steps as in an uninterrupted run.
+TEST(EarlyWarning, AResumedSuiteRaisesWhatAnUninterruptedOneRaises) {
+    auto fault = [](int s) { return schedule(s) * (s >= 300 && s < 320 ? 10.0 : 1.0); };
+    DetectorSuite whole(DetectorsConfig{});
+    auto expected = update_ratio_alerts(fault, 7, 600, whole);
+    ASSERT_EQ(expected.size(), 1u);
+
+    DetectorSuite before(DetectorsConfig{});
+    update_ratio_alerts(fault, 7, 295, before);
+    const nlohmann::json saved = nlohmann::json::parse(before.state().dump());  // through a checkpoint's JSON
+    DetectorSuite after(DetectorsConfig{});
+    after.restore(saved);
+    // The same noise: the rng replays from the start, so feed the resumed suite the same values.
+    std::mt19937 rng(7);
+    std::normal_distribution<double> noise(0.0, 0.08);
+    auto labels = std::make_shared<std::vector<std::string>>();
+    for (int i = 0; i < 12; i++) labels->push_back(fmt::format("layers.{}.qkv_proj", i));
+    std::vector<telemetry::Alert> resumed;
+    for (int s = 0; s < 600; s++) {
+        std::vector<float> ratios;
+        for (int i = 0; i < 12; i++) ratios.push_back((float)(fault(s) * (1 + 0.1 * i) * std::exp(noise(rng))));
+        if (s < 295) continue;
+        for (auto& a : alerts_of(after, view_of(s, "update_ratio", ratios, labels))) resumed.push_back(a);
+    }
+    ASSERT_EQ(resumed.size(), 1u);
+    EXPECT_EQ(resumed[0].step, expected[0].step);
+    EXPECT_EQ(resumed[0].message, expected[0].message);
+}
+
+// ---- the flight recorder ----
+
+TEST(FlightRecorder, AnAlertStoresItsWindowAtFullResolution) {
+    test::ScratchDir dir("flight");
+    const std::string path = dir.file("s.db");
+    telemetry::Writer writer(path);
+    telemetry::RunRecord run{0, "r", R"({"detectors": {"flight_recorder": {"steps": 16, "store_every": 10}}})",
+                             "fp32", "running", "", "", "hlat"};
+    auto session = session::RunSession::open(&writer, run, {});
+    auto labels = head_labels(1, 2);
+    std::vector<session::Fired> fired;
+    for (int s = 0; s < 60; s++) {
+        session::StepPoints p;
+        p.add("loss", 2.0);
+        p.add("attn_logit_max", {30.0f, s >= 45 ? 150.0f : 30.0f}, labels);
+        for (auto& f : session->step(s, p)) fired.push_back(f);
+    }
+    session->flush();
+    ASSERT_EQ(fired.size(), 1u);
+    telemetry::Reader r(path);
+    std::vector<int64_t> steps;
+    for (const auto& v : r.vector_series(session->run_id(), "attn_logit_max", 0, 100)) steps.push_back(v.step);
+    // Every 10th step, and every step of the 16 up to the alert at 45.
+    std::vector<int64_t> expected = {0, 10, 20};
+    for (int s = 30; s <= 45; s++) expected.push_back(s);
+    expected.push_back(50);
+    EXPECT_EQ(steps, expected);
+    auto alerts = r.alerts(session->run_id());
+    ASSERT_EQ(alerts.size(), 1u);
+    auto data = nlohmann::json::parse(alerts[0].data);
+    EXPECT_EQ(data["flight_recorder"]["first_step"], 30);
+    EXPECT_EQ(data["flight_recorder"]["last_step"], 45);
+}
+
+// ---- over HTTP ----
+
+TEST(VectorApi, AClientsVectorsAreDetectedStoredAndServedAsAHeatmap) {
+    test::ScratchDir dir("vector-api");
+    web::Api api(dir.file("s.db"), "token");
+    ASSERT_EQ(api.handle(test::post("/api/v1/runs/c/start", "token", R"({"precision": "fp32"})")).status, 200);
+    std::string body;
+    for (int s = 0; s < 30; s++)
+        body += fmt::format(R"({{"step": {}, "loss": 2, "attn_logit_max": {{"layers.0.head.0": 20, "layers.0.head.1": {}}}}})",
+                            s, s == 25 ? 500 : 20) + "\n";
+    web::Response ingest = api.handle(test::post("/api/v1/runs/c/ingest", "token", body));
+    ASSERT_EQ(ingest.status, 200) << ingest.body;
+    auto reply = nlohmann::json::parse(ingest.body);
+    ASSERT_EQ(reply["alerts"].size(), 1u) << ingest.body;
+    EXPECT_EQ(reply["alerts"][0]["kind"], "attention_logit");
+
+    auto keys = nlohmann::json::parse(api.handle(test::get("/api/v1/runs/c/keys")).body);
+    ASSERT_EQ(keys["vectors"].size(), 1u);
+    EXPECT_EQ(keys["vectors"][0]["key"], "attn_logit_max");
+    EXPECT_EQ(keys["vectors"][0]["elements"], 2);
+    web::Response heat = api.handle(test::get("/api/v1/runs/c/heatmap", {{"key", "attn_logit_max"}, {"buckets", "3"}}));
+    ASSERT_EQ(heat.status, 200) << heat.body;
+    auto h = nlohmann::json::parse(heat.body);
+    EXPECT_EQ(h["labels"], (nlohmann::json{"layers.0.head.0", "layers.0.head.1"}));
+    EXPECT_EQ(h["reduce"], "max");
+    ASSERT_FALSE(h["values"].empty());
+    EXPECT_EQ(h["values"].back()[1], 500) << "the alert's window is stored at full resolution";
+    EXPECT_EQ(api.handle(test::get("/api/v1/runs/c/heatmap", {{"key", "nope"}})).status, 404);
+    EXPECT_EQ(api.handle(test::get("/api/v1/runs/c/heatmap", {{"key", "attn_logit_max"}, {"reduce", "sum"}})).status,
+              400);
+}
+
+}  // namespace
+}  // namespace hlat
