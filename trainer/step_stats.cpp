@@ -26,6 +26,9 @@ std::vector<StepMetric> step_metrics(const StepStats& s) {
         {"compute_s", s.compute_seconds},
         {"data_wait_share", s.step_seconds > 0 ? s.data_seconds / s.step_seconds : 0.0},  // of the step spent waiting for data
         {"lost_updates", s.lost_updates, K::Real, W::Measured},  // bf16 modes
+        {"logz_mean", s.logz_mean, K::Real, W::Measured},  // the model's internals (run.internals_every)
+        {"logz_max", s.logz_max, K::Real, W::Measured},
+        {"logit_max", s.logit_max, K::Real, W::Measured},
         {"update_skipped", s.update_skipped ? 1.0 : 0.0, K::Flag, W::NonZero},  // the nonfinite detector says so
     };
 }

@@ -3,6 +3,7 @@
 #include "trainer/model/flops.h"
 #include "trainer/model/kernels_bf16.h"
 #include "trainer/model/sgemm.h"
+#include "trainer/run/schedule.h"
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -44,6 +45,7 @@ Trainer::Trainer(const TrainConfig& config, BatchSource& data, double peak_gflop
     }
     optimizer_ = std::make_unique<AdamW>(config.optimizer, model_->num_parameters(), config.precision,
                                          config.run.seed, rank, begin, end);
+    internals_labels_ = internals_labels(config.model, model_->tensor_kinds());
     long n = (long)config.run.batch_size * config.run.seq_len;
     inputs_.resize(n);
     targets_.resize(n);
@@ -100,6 +102,7 @@ static void append_tensor_norms(std::vector<std::pair<std::string, double>>& out
 
 StepStats Trainer::step(bool tensor_norms, bool hash_grads) {
     StepStats s{};
+    measuring_ = every(config_.run.internals_every, step_);
     s.step = step_;
     auto t_step = Clock::now();
     const double stall = inject_fleet_faults(s);
@@ -146,6 +149,7 @@ void Trainer::accumulate(StepStats& s) {
     }
     model_->zero_grad();
     model_->set_mask_lookahead(faults_.mask_lookahead(step_));
+    model_->measure_internals(measuring_);
     double loss_sum = 0.0, z_loss_sum = 0.0;
     // Every token of the step weighs the same: the loss is the mean over all
     // micro-batches, so each backward scales by 1 / (B * T * accum).
@@ -206,6 +210,8 @@ void Trainer::clip(StepStats& s, bool tensor_norms) {
         s.grad_norm = std::sqrt(job_sum_squares(*parallel_, *model_, g, own_begin, own_end, zero1));
     }
     s.clipped = clip_to_norm(g + own_begin, own_end - own_begin, s.grad_norm, config_.optimizer.grad_clip, bf16);
+    // As clip_to_norm scaled: by the factor in float.
+    clip_factor_ = s.clipped ? (float)clip_factor(s.grad_norm, config_.optimizer.grad_clip) : 1.0;
 }
 
 void Trainer::update(StepStats& s) {
@@ -213,7 +219,8 @@ void Trainer::update(StepStats& s) {
     // A non-finite loss or gradient never reaches the weights: the update is
     // skipped and the detectors report it.
     s.update_skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
-    if (!s.update_skipped) optimizer_->step(*model_, s.lr);
+    update_sums_.clear();
+    if (!s.update_skipped) optimizer_->step(*model_, s.lr, measuring_ ? &update_sums_ : nullptr);
     if (reducer_ && reducer_->zero1()) {
         auto t0 = Clock::now();
         reducer_->gather_params();
@@ -258,6 +265,17 @@ void Trainer::measure(StepStats& s, bool tensor_norms) {
     s.param_norm = parallel_ ? std::sqrt(job_sum_squares(*parallel_, *model_, model_->params(), 0, n_params, false))
                              : l2_norm(model_->params(), n_params);
     if (tensor_norms) append_tensor_norms(s.tensor_norms, *model_, model_->params(), "param_norm", parallel_);
+    collect_internals(s);
+}
+
+// Forward's sums (every micro-batch's) and the optimizer's, reduced over the
+// job. Measuring stops here, so evaluations between steps add nothing.
+void Trainer::collect_internals(StepStats& s) {
+    if (!measuring_) return;
+    add_forward_internals(s, model_->internals(), parallel_, internals_labels_);
+    add_tensor_internals(s, update_sums_, model_->tensor_kinds(), clip_factor_, parallel_,
+                         reducer_ && reducer_->zero1(), internals_labels_);
+    model_->measure_internals(false);
 }
 
 // Every data-parallel replica trains on its own tokens; TP ranks share theirs.

@@ -11,6 +11,7 @@
 #include "trainer/model/optimizer.h"
 #include "trainer/parallel/parallel.h"
 #include "trainer/parallel/replica_check.h"
+#include "trainer/step_internals.h"
 #include "trainer/step_stats.h"
 
 #include <memory>
@@ -45,6 +46,9 @@ class Trainer {
     int next_step() const { return step_; }
     long tokens_seen() const { return tokens_seen_; }
     void set_next_step(int step, long tokens_seen) { step_ = step; tokens_seen_ = tokens_seen; }
+    // Steps between measurements of the model's internals (run.internals_every;
+    // 0: never), for a bench that compares a step with and without them.
+    void set_internals_every(int every) { config_.run.internals_every = every; }
 
   private:
     // The stages of step(), in order.
@@ -55,6 +59,7 @@ class Trainer {
     void measure(StepStats& s, bool tensor_norms);  // lost updates; parameter norms (global, per tensor when asked)
     void count_lost_updates(StepStats& s);
     void count_tokens(StepStats& s);                // tokens seen, throughput, MFU, TP comm share
+    void collect_internals(StepStats& s);           // the model's internals, when measured this step
     double inject_fleet_faults(StepStats& s);       // slow_rank stretches this rank's compute; sdc corrupts its GEMMs
 
     TrainConfig config_;
@@ -67,6 +72,12 @@ class Trainer {
     std::unique_ptr<AdamW> optimizer_;
     std::vector<int32_t> inputs_, targets_;
     int step_ = 0;
+    // The model's internals (docs/internals.md): whether this step measures
+    // them, the optimizer's sums, what clipping scaled the gradients by.
+    bool measuring_ = false;
+    std::vector<UpdateSums> update_sums_;
+    double clip_factor_ = 1.0;
+    InternalsLabels internals_labels_;
     long tokens_seen_ = 0;
     bool weights_rounded_ = false;
     double last_compute_seconds_ = 0.0;  // of the previous step: what slow_rank stretches

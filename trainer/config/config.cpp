@@ -251,6 +251,7 @@ void run_fields(F& f, C& c) {
     f.integer("checkpoint_every", c.checkpoint_every, 0, kMaxInt);
     f.integer("keep_checkpoints", c.keep_checkpoints, 0, kMaxInt);
     f.integer("eval_every", c.eval_every, 0, kMaxInt);
+    f.integer("internals_every", c.internals_every, 0, kMaxInt);
     f.integer("eval_batches", c.eval_batches, 1, 100000);
     f.strings("inject", c.inject);
 }

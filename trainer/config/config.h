@@ -41,6 +41,7 @@ struct RunConfig {
     std::string name;                       // run name in the store; empty: the out_dir's folder name
     std::string store = "runs/hlat.db";     // telemetry store (SQLite); empty: none
     int tensor_norms_every = 50;            // steps between per-layer, per-tensor norms; 0: never
+    int internals_every = 1;                // steps between the model's internals (docs/internals.md); 0: never
     // Faults to inject, e.g. "mask_leak@100", "grad_spike@50:100", "nan@70",
     // "lr_spike@60:10:5" (see faults.h); recorded with the run's config.
     std::vector<std::string> inject;

@@ -383,12 +383,32 @@ static void narrow_rows(bf16* out, const float* in, int r0, int r1, int T) {
         for (int j = 0; j < T; j++) out[i * T + j] = float_to_bf16_rne(in[i * T + j]);
 }
 
+// exp(row[j] - maxv) over j <= last, in place; returns their sum. With
+// kMeasure, *weighted gets sum_j exp(d_j) d_j, d_j = row[j] - maxv, for the
+// row's entropy log(sum) - weighted / sum (= logsumexp(s) - sum p s, with the
+// shift by maxv keeping it free of cancellation): one FMA more per element.
+template <bool kMeasure>
+static inline float exp_row(float* row, int last, float maxv, float* weighted) {
+    float sum = 0.0f, ws = 0.0f;
+#pragma omp simd reduction(+ : sum, ws)
+    for (int j = 0; j <= last; j++) {
+        const float d = row[j] - maxv;
+        row[j] = vexp(d);
+        sum += row[j];
+        if constexpr (kMeasure) ws += row[j] * d;
+    }
+    if constexpr (kMeasure) *weighted = ws;
+    return sum;
+}
+
 // Rows [r0, r1) of P = softmax(scale * Q K^T) under the causal mask (query i
 // sees keys j <= i + lookahead), in fp32, and of P_op, the operand the products
-// read (P itself for fp32, its bf16 copy otherwise).
+// read (P itself for fp32, its bf16 copy otherwise). With logit_max (forward
+// only), the rows' largest logit is max-ed into *logit_max and their entropy
+// added to *entropy_sum.
 template <typename E>
 static void probs_block(float* P, E* P_op, Slice<E> q, Slice<E> k, int T, int HD, float scale, int lookahead,
-                        bool probs_bf16, int r0, int r1) {
+                        bool probs_bf16, int r0, int r1, float* logit_max = nullptr, float* entropy_sum = nullptr) {
     gemm(false, true, r1 - r0, visible_keys(r1, T, lookahead), HD, scale, q.data + (long)r0 * q.ld, q.ld, k.data,
          k.ld, 0.0f, P + (long)r0 * T, T);
     for (int i = r0; i < r1; i++) {
@@ -397,11 +417,13 @@ static void probs_block(float* P, E* P_op, Slice<E> q, Slice<E> k, int T, int HD
         float maxv = -INFINITY;
 #pragma omp simd reduction(max : maxv)
         for (int j = 0; j <= last; j++) maxv = row[j] > maxv ? row[j] : maxv;
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int j = 0; j <= last; j++) {
-            row[j] = vexp(row[j] - maxv);
-            sum += row[j];
+        float sum, weighted;
+        if (logit_max) {
+            sum = exp_row<true>(row, last, maxv, &weighted);
+            *logit_max = maxv > *logit_max ? maxv : *logit_max;
+            *entropy_sum += std::log(sum) - weighted / sum;
+        } else {
+            sum = exp_row<false>(row, last, maxv, &weighted);
         }
         float inv = 1.0f / sum;
         for (int j = 0; j <= last; j++) row[j] *= inv;
@@ -436,7 +458,7 @@ static void causal_matmul_transposed(float* Y, int ldy, const E* P, Slice<E> X, 
 
 template <typename E>
 static void attention_forward_heads(float* out, float* att, float* scratch, const E* qkv, int B, int T, int NH,
-                                    int NKV, int HD, int lookahead, bool probs_bf16) {
+                                    int NKV, int HD, int lookahead, bool probs_bf16, const AttentionStats* stats) {
     int CA = NH * HD;
     int group = NH / NKV;
     float scale = 1.0f / std::sqrt((float)HD);
@@ -450,9 +472,16 @@ static void attention_forward_heads(float* out, float* att, float* scratch, cons
             float* P = att ? att + ((long)b * NH + h) * T * T
                            : scratch + omp_get_thread_num() * AttentionScratch::floats(T);
             E* P_op = probs_operand<E>(P, s16);
+            // Each (b, h) pair is one thread's: its slots need no atomics.
+            float* logit_max = stats ? stats->logit_max + (long)b * NH + h : nullptr;
+            float* entropy_sum = stats ? stats->entropy_sum + (long)b * NH + h : nullptr;
+            if (stats) {
+                *logit_max = -INFINITY;
+                *entropy_sum = 0.0f;
+            }
             for (int r0 = 0; r0 < T; r0 += kAttBlock) {
                 int r1 = block_end(r0, T);
-                probs_block(P, P_op, q, k, T, HD, scale, lookahead, probs_bf16, r0, r1);
+                probs_block(P, P_op, q, k, T, HD, scale, lookahead, probs_bf16, r0, r1, logit_max, entropy_sum);
                 causal_matmul_block(out + (long)b * T * CA + h * HD, CA, P_op, v, T, HD, lookahead, r0, r1);
             }
         }
@@ -460,13 +489,13 @@ static void attention_forward_heads(float* out, float* att, float* scratch, cons
 }
 
 void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T, int NH, int NKV,
-                       int HD, int lookahead, bool probs_bf16) {
-    attention_forward_heads(out, att, scratch, qkv, B, T, NH, NKV, HD, lookahead, probs_bf16);
+                       int HD, int lookahead, bool probs_bf16, const AttentionStats* stats) {
+    attention_forward_heads(out, att, scratch, qkv, B, T, NH, NKV, HD, lookahead, probs_bf16, stats);
 }
 
 void attention_forward(float* out, float* att, float* scratch, const bf16* qkv_heads, int B, int T, int NH, int NKV,
-                       int HD, int lookahead, bool probs_bf16) {
-    attention_forward_heads(out, att, scratch, qkv_heads, B, T, NH, NKV, HD, lookahead, probs_bf16);
+                       int HD, int lookahead, bool probs_bf16, const AttentionStats* stats) {
+    attention_forward_heads(out, att, scratch, qkv_heads, B, T, NH, NKV, HD, lookahead, probs_bf16, stats);
 }
 
 // Rows [r0, r1) of one head's backward through softmax and the scores:
@@ -620,7 +649,8 @@ void residual_forward_bf16(float* out, const float* a, const float* b, long n, b
 }
 
 template <bool kRoundLogits>
-static void crossentropy_rows(float* logits, float* losses, float* logz, const int32_t* targets, int N, int V) {
+static void crossentropy_rows(float* logits, float* losses, float* logz, const int32_t* targets, int N, int V,
+                              float* row_max) {
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         float* row = logits + (long)n * V;
@@ -641,15 +671,18 @@ static void crossentropy_rows(float* logits, float* losses, float* logz, const i
         const float log_z = std::log(sum) + maxv;
         losses[n] = log_z - target_logit;
         if (logz) logz[n] = log_z;
+        if (row_max) row_max[n] = maxv;
     }
 }
 
-void crossentropy_forward(float* logits, float* losses, float* logz, const int32_t* targets, int N, int V) {
-    crossentropy_rows<false>(logits, losses, logz, targets, N, V);
+void crossentropy_forward(float* logits, float* losses, float* logz, const int32_t* targets, int N, int V,
+                          float* row_max) {
+    crossentropy_rows<false>(logits, losses, logz, targets, N, V, row_max);
 }
 
-void crossentropy_forward_bf16(float* logits, float* losses, float* logz, const int32_t* targets, int N, int V) {
-    crossentropy_rows<true>(logits, losses, logz, targets, N, V);
+void crossentropy_forward_bf16(float* logits, float* losses, float* logz, const int32_t* targets, int N, int V,
+                               float* row_max) {
+    crossentropy_rows<true>(logits, losses, logz, targets, N, V, row_max);
 }
 
 // The z-loss z (log Z)^2 adds 2 z log Z dlogZ/dlogit = 2 z log Z p to each

@@ -69,8 +69,17 @@ struct AttentionScratch {
 };
 // probs_bf16 rounds the probabilities themselves to bf16 (precision.softmax =
 // bf16); the softmax and its backward are fp32 either way.
+// stats, when not null, receives per (batch, head) pair (B, NH) the largest
+// pre-softmax logit q.k/sqrt(HD) over the visible keys, and the sum over the
+// T query rows of the attention entropy -sum p log p (nats), both measured
+// inside the softmax (docs/internals.md).
+struct AttentionStats {
+    float* logit_max;    // (B, NH)
+    float* entropy_sum;  // (B, NH)
+};
 void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T,
-                       int NH, int NKV, int HD, int lookahead = 0, bool probs_bf16 = false);
+                       int NH, int NKV, int HD, int lookahead = 0, bool probs_bf16 = false,
+                       const AttentionStats* stats = nullptr);
 // dqkv (B, T, QKV) is overwritten. att holds the forward probabilities, or is
 // null, in which case they are recomputed from qkv.
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
@@ -86,7 +95,8 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 // bf16. dqkv is written in the row-major (B, T, QKV) layout, in fp32.
 void qkv_heads_bf16(bf16* heads, const float* qkv, int B, int T, int NH, int NKV, int HD);  // narrowed
 void attention_forward(float* out, float* att, float* scratch, const bf16* qkv_heads, int B, int T, int NH,
-                       int NKV, int HD, int lookahead = 0, bool probs_bf16 = false);
+                       int NKV, int HD, int lookahead = 0, bool probs_bf16 = false,
+                       const AttentionStats* stats = nullptr);
 void attention_backward(float* dqkv, float* scratch, const float* dout, const bf16* qkv_heads, const float* att,
                         int B, int T, int NH, int NKV, int HD, int lookahead = 0, bool probs_bf16 = false);
 
@@ -99,8 +109,10 @@ void residual_forward(float* out, const float* a, const float* b, long n);
 
 // Fused softmax + cross-entropy in fp32. logits (N, V) are replaced by the
 // probabilities; losses (N) get -log p[target]; logz (N), when not null, each
-// row's log-partition log Z = logsumexp(logits).
-void crossentropy_forward(float* logits, float* losses, float* logz, const int32_t* targets, int N, int V);
+// row's log-partition log Z = logsumexp(logits); row_max (N), when not null,
+// each row's largest logit (the model's internals, docs/internals.md).
+void crossentropy_forward(float* logits, float* losses, float* logz, const int32_t* targets, int N, int V,
+                          float* row_max = nullptr);
 // Replaces the probabilities by dlogits = (p - onehot(target)) * dloss, plus
 // the gradient of PaLM's auxiliary z-loss z_loss * (log Z)^2 per token,
 // 2 z_loss log Z p * dloss, when z_loss > 0 (logz then holds forward's log Z).
@@ -148,7 +160,8 @@ void swiglu_backward_bf16(bf16* dgate_up, const float* dout, const float* gate_u
 // bf16 too when round_sum (the pure bf16 modes' residual stream).
 void residual_forward_bf16(float* out, const float* a, const float* b, long n, bool round_sum);
 // crossentropy_forward with the logits rounded as read.
-void crossentropy_forward_bf16(float* logits, float* losses, float* logz, const int32_t* targets, int N, int V);
+void crossentropy_forward_bf16(float* logits, float* losses, float* logz, const int32_t* targets, int N, int V,
+                               float* row_max = nullptr);
 // dlogits = bf16(crossentropy_backward's result); probs left as they were.
 void crossentropy_backward_bf16(bf16* dlogits, const float* probs, const int32_t* targets, const float* logz,
                                 float z_loss, float dloss, int N, int V);

@@ -54,7 +54,6 @@ std::vector<TensorKind> tensor_table(const ModelConfig& config, const ShardShape
         add("k_norm", L, HD, 1, true);
     }
     add("o_proj", L, C, CA, false);
-
     add("post_attention_layernorm", L, C, 1, true);
     add("gate_up_proj", L, 2 * H, C, false);
     add("down_proj", L, C, H, false);
@@ -342,6 +341,7 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
         norm_forward(an, an16, a.attn_rstd + (long)l * N, res, p.attn_norm + (long)l * C);
         linear_forward(qkv, an, an16, p.qkv + (long)l * QKV * C, N, C, QKV);
         attention_layer_forward(l, qkv, att, att_out);
+        if (measure_internals_ && targets) add_attention_internals(l);
         linear_forward(mid, att_out, layer_slot(a16_.att_out, l, (long)N * CA), p.o_proj + (long)l * C * CA, N, CA, C);
         add_to_stream(mid, mid, res);
         norm_forward(fn, fn16, a.ffn_rstd + (long)l * N, mid, p.ffn_norm + (long)l * C);
@@ -353,6 +353,7 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
         }
         linear_forward(next, sw, sw16, p.down + (long)l * C * H, N, H, C);
         add_to_stream(next, next, mid);
+        if (measure_internals_ && targets) add_residual_internals(l, next);
     }
     norm_forward(a.final_norm, a16_.final_norm, a.final_rstd, a.residual + (long)L * N * C, p.final_norm);
     linear_forward(a.logits, a.final_norm, a16_.final_norm, p.lm_head, N, C, V);
@@ -364,17 +365,20 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
 float Model::loss(const int32_t* targets) {
     const int N = B_ * T_, V = shard_.vocab_size;
     float* logits = a_.logits;
+    float* row_max = measure_internals_ ? row_max_.data() : nullptr;
     std::copy(targets, targets + N, targets_.begin());
     // The loss itself always comes from the fp32 log-sum-exp; the bf16 softmax
     // setting rounds the probabilities that backward turns into gradients.
     if (tp_) {
         if (precision_.bf16_compute()) bf16_round_inplace(logits, (long)N * V);
-        vocab_parallel_crossentropy_forward(logits, a_.losses, a_.logz, targets, N, V, shard_.vocab_start, *tp_);
+        vocab_parallel_crossentropy_forward(logits, a_.losses, a_.logz, targets, N, V, shard_.vocab_start, *tp_,
+                                            row_max);
     } else if (precision_.bf16_compute()) {
-        crossentropy_forward_bf16(logits, a_.losses, a_.logz, targets, N, V);
+        crossentropy_forward_bf16(logits, a_.losses, a_.logz, targets, N, V, row_max);
     } else {
-        crossentropy_forward(logits, a_.losses, a_.logz, targets, N, V);
+        crossentropy_forward(logits, a_.losses, a_.logz, targets, N, V, row_max);
     }
+    if (measure_internals_) add_logit_internals();
     if (precision_.softmax_bf16) bf16_round_inplace(logits, (long)N * V);
     double sum = 0.0, z_sum = 0.0;
     for (int n = 0; n < N; n++) {
@@ -383,6 +387,74 @@ float Model::loss(const int32_t* targets) {
     }
     z_loss_term_ = config_.z_loss > 0.0 ? config_.z_loss * z_sum / N : NAN;
     return (float)(sum / N);
+}
+
+void Model::measure_internals(bool on) {
+    measure_internals_ = on;
+    if (!on) return;
+    internals_.reset(config_.n_layers, config_.n_heads);
+    const long BNH = (long)B_ * shard_.n_heads;
+    if (head_stats_.empty()) {
+        head_stats_.assign(2 * BNH, 0.0f);
+        attention_stats_ = {head_stats_.data(), head_stats_.data() + BNH};
+        row_max_.assign((long)B_ * T_, 0.0f);
+    }
+}
+
+// Layer l's heads from the kernel's (B, NH) slots into the sums, at their
+// place among all the model's heads: a shard holds a contiguous range of them.
+void Model::add_attention_internals(int l) {
+    const int B = B_, NH = shard_.n_heads;
+    const float* logit_max = attention_stats_.logit_max;
+    const float* entropy_sum = attention_stats_.entropy_sum;
+    for (int h = 0; h < NH; h++) {
+        const size_t at = (size_t)l * config_.n_heads + (size_t)shard_.rank * NH + h;
+        float& m = internals_.attn_logit_max[at];
+        for (int b = 0; b < B; b++) {
+            const float x = logit_max[(long)b * NH + h];
+            m = x > m || std::isnan(x) ? x : m;  // a NaN logit must show
+            internals_.attn_entropy_sum[at] += entropy_sum[(long)b * NH + h];
+        }
+        internals_.attn_rows[at] += (double)B * T_;
+    }
+}
+
+// One read of the stream leaving block l, just written (in the bf16 modes its
+// values as stored).
+void Model::add_residual_internals(int l, const float* stream) {
+    const long n = (long)B_ * T_ * config_.dim;
+    double squares = 0.0;
+    float largest = 0.0f;
+#pragma omp parallel for simd reduction(+ : squares) reduction(max : largest)
+    for (long i = 0; i < n; i++) {
+        squares += (double)stream[i] * stream[i];
+        const float a = std::fabs(stream[i]);
+        largest = a > largest ? a : largest;
+    }
+    internals_.residual_sum_squares[l] += squares;
+    if (std::isnan(squares)) largest = NAN;  // a NaN in the stream must show in both
+    float& m = internals_.residual_max_abs[l];
+    m = largest > m || std::isnan(largest) ? largest : m;
+    if (l == 0) internals_.residual_values += (double)n;
+}
+
+// Per row, from the cross-entropy pass: log Z and the largest logit over the
+// whole vocabulary (under tensor parallelism both come after the kernel's
+// all-reduces, the same on every rank).
+void Model::add_logit_internals() {
+    const int N = B_ * T_;
+    double sum = 0.0;
+    float logz_max = internals_.logz_max, logit_max = internals_.logit_max;
+    for (int n = 0; n < N; n++) {
+        const float z = a_.logz[n], x = row_max_[n];
+        sum += z;
+        logz_max = z > logz_max || std::isnan(z) ? z : logz_max;
+        logit_max = x > logit_max || std::isnan(x) ? x : logit_max;
+    }
+    internals_.logz_sum += sum;
+    internals_.logz_rows += N;
+    internals_.logz_max = logz_max;
+    internals_.logit_max = logit_max;
 }
 
 // Layer l's RoPE and attention: qkv (the matmul's output) into att_out, the
@@ -396,14 +468,16 @@ void Model::attention_layer_forward(int l, float* qkv, float* att, float* att_ou
     if (attention_bf16()) {
         bf16* heads = a16_.qkv_heads + (long)l * B * T * (NH + 2 * NKV) * HD;
         rope_forward_bf16(heads, qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
-        attention_forward(att_out, att, attention_scratch(), heads, B, T, NH, NKV, HD, lookahead_, probs_bf16);
+        attention_forward(att_out, att, attention_scratch(), heads, B, T, NH, NKV, HD, lookahead_, probs_bf16,
+                          attention_stats());
         return;
     }
     if (precision_.bf16_compute())
         rope_forward_bf16_values(qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
     else
         rope_forward(qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
-    attention_forward(att_out, att, attention_scratch(), qkv, B, T, NH, NKV, HD, lookahead_, probs_bf16);
+    attention_forward(att_out, att, attention_scratch(), qkv, B, T, NH, NKV, HD, lookahead_, probs_bf16,
+                      attention_stats());
 }
 
 // Layer l's attention and RoPE backward: d_att_out_ into d_qkv_, then through
@@ -480,7 +554,6 @@ void Model::qk_norm_layer_backward(int l) {
         gk[i] += qk_dweight_[HD + i];
     }
 }
-
 
 void Model::backward(float loss_scale) {
     const int B = B_, T = T_, N = B * T;

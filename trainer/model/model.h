@@ -8,6 +8,8 @@
 #pragma once
 
 #include "trainer/model/bf16.h"
+#include "trainer/model/internals.h"
+#include "trainer/model/kernels.h"
 #include "trainer/model/kernels_bf16.h"
 #include "trainer/config/model_config.h"
 
@@ -150,6 +152,13 @@ class Model {
     // Zeroes the gradients (the linear layers' lazily: their next backward
     // writes them over; nothing may read them in between).
     void zero_grad();
+    // The model's internals (internals.h): on resets the sums, and each
+    // forward with targets adds its micro-batch to them (the attention
+    // statistics from the forward softmax only: activation checkpointing's
+    // recomputation in backward measures nothing); off, the default, forward
+    // measures nothing.
+    void measure_internals(bool on);
+    const ForwardInternals& internals() const { return internals_; }
     // The mask_leak fault: each position also attends to the next `lookahead`
     // tokens. 0 (the default) is the correct causal model.
     void set_mask_lookahead(int lookahead) { lookahead_ = lookahead; }
@@ -222,6 +231,13 @@ class Model {
     float loss(const int32_t* targets);
     // Pure bf16 modes keep activations in bf16: rounds x in place there.
     void round_if_bf16_state(float* x, long n);
+    // The internals' parts, each from a buffer forward has just written: the
+    // attention kernel's per-(b, h) slots of layer l, the stream leaving block
+    // l, the cross-entropy's per-row log Z and largest logit.
+    const AttentionStats* attention_stats() const { return measure_internals_ ? &attention_stats_ : nullptr; }
+    void add_attention_internals(int l);
+    void add_residual_internals(int l, const float* stream);
+    void add_logit_internals();
 
     ModelConfig config_;
     PrecisionConfig precision_;
@@ -257,6 +273,11 @@ class Model {
     double z_loss_term_ = NAN;
     std::vector<float> rope_cos_, rope_sin_;  // (T, HD/2)
     std::vector<int32_t> inputs_, targets_;
+    bool measure_internals_ = false;
+    ForwardInternals internals_;
+    std::vector<float> head_stats_;         // (2, B, NH): the attention kernel's largest logits, then entropy sums
+    AttentionStats attention_stats_{};      // into head_stats_
+    std::vector<float> row_max_;            // (N) the cross-entropy's largest logit per row (log Z: a_.logz)
 };
 
 }  // namespace hlat

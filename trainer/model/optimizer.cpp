@@ -57,10 +57,14 @@ static void scale(float* x, long n, float f) {
 }
 
 bool clip_to_norm(float* grads, long n, double norm, double max_norm, bool round_bf16) {
-    if (max_norm <= 0.0 || !std::isfinite(norm)) return false;
-    double factor = max_norm / (norm + 1e-6);
+    const double factor = clip_factor(norm, max_norm);
     if (factor >= 1.0) return false;
     if (round_bf16)
+double clip_factor(double norm, double max_norm) {
+    if (max_norm <= 0.0 || !std::isfinite(norm)) return 1.0;
+    return std::min(1.0, max_norm / (norm + 1e-6));
+}
+
         scale<true>(grads, n, (float)factor);
     else
         scale<false>(grads, n, (float)factor);
@@ -95,6 +99,45 @@ static inline bf16 to_bf16(float x, bool stochastic, uint32_t random) {
 // branch and vectorizes.
 struct Bf16Update {
     float* p;        // weights, element i at p[i]
+// One coordinate into the sums: its gradient, its weight before and after,
+// and whether Adam's denominator is mostly epsilon there.
+static inline void add_coordinate(double& grad, double& weight, double& new_weight, double& update, double& eps_count,
+                                  double& moments, float g, float w, float stored, float v, float v_hat, float eps) {
+    const float u = stored - w;
+    grad += (double)g * g;
+    weight += (double)w * w;
+    new_weight += (double)stored * stored;
+    update += (double)u * u;
+    // A coordinate whose v is exactly 0 never had a gradient (a token never
+    // seen): it is left out, or it would pin the share at a floor.
+    eps_count += v != 0.0f && std::sqrt(v_hat) < eps;
+    moments += v != 0.0f;
+}
+
+struct AdamW::StepConstants {
+    float b1, b2, bc1, bc2, eps, lr;
+    bool sr_params, sr_moments;
+};
+
+// One range's AdamW update in fp32; m and v are indexed like p (element i at
+// m[i]). With kMeasure, the range's sums from the same pass.
+template <bool kMeasure>
+static UpdateSums fp32_update(float* p, const float* g, float* m, float* v, long lo, long hi, float b1, float b2,
+                              float bc1, float bc2, float eps, float lr, float wd) {
+    double gs = 0.0, ws = 0.0, nws = 0.0, us = 0.0, es = 0.0, ms = 0.0;
+#pragma omp parallel for reduction(+ : gs, ws, nws, us, es, ms)
+    for (long i = lo; i < hi; i++) {
+        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+        float m_hat = m[i] / bc1;
+        float v_hat = v[i] / bc2;
+        const float w = p[i];
+        p[i] -= lr * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
+        if constexpr (kMeasure) add_coordinate(gs, ws, nws, us, es, ms, g[i], w, p[i], v[i], v_hat, eps);
+    }
+    return {gs, ws, nws, us, es, ms};
+}
+
     const float* g;  // gradients
     bf16 *m, *v;     // moments, element i at m[i - lo]
     bf16* c;         // Kahan compensation like the moments, or null
@@ -103,14 +146,15 @@ struct Bf16Update {
     uint64_t key_p, key_m, key_v;  // rounding bits (stochastic rounding)
 };
 
-template <bool kSrParams, bool kSrMoments, bool kKahan>
-static long bf16_update(const Bf16Update& u) {
+template <bool kSrParams, bool kSrMoments, bool kKahan, bool kMeasure>
+static long bf16_update(const Bf16Update& u, UpdateSums* out) {
     long lost = 0;
     float* p = u.p;
     bf16 *m = u.m - u.lo, *v = u.v - u.lo, *c = kKahan ? u.c - u.lo : nullptr;
     const float* g = u.g;
-#pragma omp parallel for simd reduction(+ : lost)
+#pragma omp parallel for simd reduction(+ : lost, gs, ws, nws, us, es, ms)
     for (long i = u.lo; i < u.hi; i++) {
+    double gs = 0.0, ws = 0.0, nws = 0.0, us = 0.0, es = 0.0, ms = 0.0;
         float mi = u.b1 * bf16_to_float(m[i]) + (1.0f - u.b1) * g[i];
         float vi = u.b2 * bf16_to_float(v[i]) + (1.0f - u.b2) * g[i] * g[i];
         m[i] = to_bf16(mi, kSrMoments, kSrMoments ? rounding_bits_at(u.key_m, i) : 0);
@@ -131,55 +175,77 @@ static long bf16_update(const Bf16Update& u) {
     return lost;
 }
 
-void AdamW::step(Model& model, double lr) {
+        if constexpr (kMeasure)
+            add_coordinate(gs, ws, nws, us, es, ms, g[i], p[i], stored, bf16_to_float(v[i]), v_hat, u.eps);
+template <bool kMeasure>
+static long bf16_update_variant(const Bf16Update& u, bool kahan, bool sr_moments, bool sr_params, UpdateSums* out) {
+    return kahan        ? bf16_update<false, false, true, kMeasure>(u, out)
+           : sr_moments ? bf16_update<true, true, false, kMeasure>(u, out)
+           : sr_params  ? bf16_update<true, false, false, kMeasure>(u, out)
+                        : bf16_update<false, false, false, kMeasure>(u, out);
+}
+
+long update_slices(const std::vector<TensorKind>& kinds) {
+    long n = 0;
+    for (const TensorKind& k : kinds) n += k.layers ? k.layers : 1;
+    return n;
+}
+
+long AdamW::update_range(const StepConstants& c, const TensorKind& k, size_t ki, float* p, const float* g, long lo,
+                         long hi, UpdateSums* sums) {
+    bool decay = config_.decay_norms_and_embeddings || !k.norm_or_embedding;
+    const float wd = decay ? (float)config_.weight_decay : 0.0f;
+    // Moments are kept for the shard only: element i of the tensor is at
+    // k.offset + i - begin_ there.
+    const long at = k.offset - begin_;
+    if (!precision_.bf16_state()) {
+        float *m = m_.f32() + at, *v = v_.f32() + at;
+        if (sums)
+            *sums = fp32_update<true>(p, g, m, v, lo, hi, c.b1, c.b2, c.bc1, c.bc2, c.eps, c.lr, wd);
+        else
+            fp32_update<false>(p, g, m, v, lo, hi, c.b1, c.b2, c.bc1, c.bc2, c.eps, c.lr, wd);
+        return 0;
+    }
+    // The same update computed in fp32 from bf16 values and written back
+    // as bf16. Three streams of rounding bits per tensor (weights, first
+    // and second moment); elements are numbered within the tensor, so the
+    // bits do not depend on how the flat buffer is laid out or split.
+    Bf16Update u{p, g, m_.b16() + at + lo, v_.b16() + at + lo, c_ ? c_->b16() + at + lo : nullptr, lo, hi,
+                 c.b1, c.b2, c.bc1, c.bc2, c.eps, c.lr, wd, rounding_key(rounding_seed_, t_, 3 * ki),
+                 rounding_key(rounding_seed_, t_, 3 * ki + 1), rounding_key(rounding_seed_, t_, 3 * ki + 2)};
+    return sums ? bf16_update_variant<true>(u, c_.has_value(), c.sr_moments, c.sr_params, sums)
+                : bf16_update_variant<false>(u, c_.has_value(), c.sr_moments, c.sr_params, nullptr);
+}
+
+void AdamW::step(Model& model, double lr, std::vector<UpdateSums>* sums) {
     t_++;
-    const float b1 = (float)config_.beta1, b2 = (float)config_.beta2, eps = (float)config_.eps;
-    const float bc1 = (float)(1.0 - std::pow(config_.beta1, (double)t_));
-    const float bc2 = (float)(1.0 - std::pow(config_.beta2, (double)t_));
-    const float lr_f = (float)lr;
-    const bool bf16_state = precision_.bf16_state();
+    if constexpr (kMeasure) *out = {gs, ws, nws, us, es, ms};
     const bool sr_params = precision_.mode == PrecisionMode::Bf16Sr;
-    const bool sr_moments = sr_params && precision_.sr_moments;
+    const StepConstants c{(float)config_.beta1, (float)config_.beta2,
+                          (float)(1.0 - std::pow(config_.beta1, (double)t_)),
+                          (float)(1.0 - std::pow(config_.beta2, (double)t_)), (float)config_.eps, (float)lr,
+                          sr_params, sr_params && precision_.sr_moments};
     float* params = model.params();
     const float* grads = model.grads();
     const auto& kinds = model.tensor_kinds();
-    if (bf16_state) lost_.assign(kinds.size(), 0);
+    if (precision_.bf16_state()) lost_.assign(kinds.size(), 0);
+    if (sums) sums->assign(update_slices(kinds), UpdateSums{});
+    long slice0 = 0;  // the kind's first slice
     for (size_t ki = 0; ki < kinds.size(); ki++) {
         const TensorKind& k = kinds[ki];
-        bool decay = config_.decay_norms_and_embeddings || !k.norm_or_embedding;
-        const float wd = decay ? (float)config_.weight_decay : 0.0f;
+        const long slices = k.layers ? k.layers : 1, per = k.numel() / slices;
         // The part of this tensor inside the shard: elements [lo, hi).
         const long lo = std::max(0L, begin_ - k.offset), hi = std::min(k.numel(), end_ - k.offset);
-        if (lo >= hi) continue;
         float* p = params + k.offset;
         const float* g = grads + k.offset;
-        // Moments are kept for the shard only: element i of the tensor is
-        // m[i - lo] here.
-        const long at = k.offset + lo - begin_;
-        if (!bf16_state) {
-            float *m = m_.f32() + at, *v = v_.f32() + at;
-#pragma omp parallel for
-            for (long i = lo; i < hi; i++) {
-                m[i - lo] = b1 * m[i - lo] + (1.0f - b1) * g[i];
-                v[i - lo] = b2 * v[i - lo] + (1.0f - b2) * g[i] * g[i];
-                float m_hat = m[i - lo] / bc1;
-                float v_hat = v[i - lo] / bc2;
-                p[i] -= lr_f * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
-            }
-            continue;
-        }
-        // The same update computed in fp32 from bf16 values and written back
-        // as bf16. Three streams of rounding bits per tensor (weights, first
-        // and second moment); elements are numbered within the tensor, so the
-        // bits do not depend on how the flat buffer is laid out or split.
-        Bf16Update u{p, g, m_.b16() + at, v_.b16() + at, c_ ? c_->b16() + at : nullptr, lo, hi, b1, b2, bc1,
-                     bc2, eps, lr_f, wd, rounding_key(rounding_seed_, t_, 3 * ki),
-                     rounding_key(rounding_seed_, t_, 3 * ki + 1), rounding_key(rounding_seed_, t_, 3 * ki + 2)};
-        long lost = c_            ? bf16_update<false, false, true>(u)
-                    : sr_moments ? bf16_update<true, true, false>(u)
-                    : sr_params  ? bf16_update<true, false, false>(u)
-                                 : bf16_update<false, false, false>(u);
-        lost_[ki] = lost;
+        long lost = 0;
+        if (lo < hi && !sums) lost = update_range(c, k, ki, p, g, lo, hi, nullptr);
+        // Measured, slice by slice: each one's sums come from its own pass.
+        for (long s = lo / per; sums && lo < hi && s * per < hi; s++)
+            lost += update_range(c, k, ki, p, g, std::max(lo, s * per), std::min(hi, (s + 1) * per),
+                                 &(*sums)[slice0 + s]);
+        if (precision_.bf16_state()) lost_[ki] = lost;
+        slice0 += slices;
     }
 }
 

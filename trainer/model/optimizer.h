@@ -16,7 +16,8 @@ namespace hlat {
 
 // Learning rate of optimizer step `step` (0-based): linear warmup to max_lr over
 // warmup_steps (step 0 gets max_lr / warmup_steps), then cosine decay to min_lr
-// at total_steps, then min_lr.
+// at total_steps, then min_lr; with a ramp (ramp_start >= 0), max_lr after the
+// warm-up, then geometrically to peak_lr over ramp_steps from ramp_start.
 double learning_rate(const ScheduleConfig& s, int step);
 
 // L2 norm of n floats, accumulated in double.
@@ -29,10 +30,29 @@ double bf16_round_and_l2_norm(float* x, long n);
 // clip_grad_norm_ rule: factor max_norm / (norm + 1e-6), only when below 1).
 // Returns the norm before clipping; sets *clipped when it scaled.
 double clip_grad_norm(float* grads, long n, double max_norm, bool* clipped);
+// What clipping multiplies the gradients by at this norm: max_norm /
+// (norm + 1e-6) when that is below 1 (and max_norm > 0, norm finite), else 1.
+double clip_factor(double norm, double max_norm);
 // The scaling step of clip_grad_norm, for a norm computed elsewhere (over
 // shards); returns whether it scaled.
 // With round_bf16 the scaled values are rounded to bf16 in the same pass.
 bool clip_to_norm(float* grads, long n, double norm, double max_norm, bool round_bf16 = false);
+
+// One tensor slice's part of an AdamW step, summed over this shard's elements
+// in the update's own pass: what the per-tensor internals are made of
+// (docs/internals.md). A slice is one layer of a per-layer kind, or a whole
+// global kind; the slices of model.tensor_kinds() are numbered in buffer
+// order (update_slices()).
+struct UpdateSums {
+    double grad_squares = 0.0;        // of the gradient the update read (after clipping)
+    double weight_squares = 0.0;      // of the weights before the update
+    double new_weight_squares = 0.0;  // after it
+    double update_squares = 0.0;      // of (after - before), as stored
+    double eps_dominated = 0.0;       // coordinates with sqrt(v_hat) < eps and v != 0
+    double moments = 0.0;             // coordinates with v != 0
+};
+// How many slices the tensor table has: max(1, layers) per kind.
+long update_slices(const std::vector<TensorKind>& kinds);
 
 class AdamW {
   public:
@@ -47,8 +67,10 @@ class AdamW {
     AdamW(const OptimizerConfig& config, long num_parameters, const PrecisionConfig& precision = {},
           unsigned long long seed = 0, int rank = 0, long shard_begin = 0, long shard_end = -1);
     // One update of model.params() from model.grads() at learning rate lr
-    // (of the shard's range only).
-    void step(Model& model, double lr);
+    // (of the shard's range only). With sums, also each slice's UpdateSums over
+    // the shard's range (update_slices(model.tensor_kinds()) of them, written
+    // over), in the same pass.
+    void step(Model& model, double lr, std::vector<UpdateSums>* sums = nullptr);
     long steps_taken() const { return t_; }
     long shard_begin() const { return begin_; }
     long shard_end() const { return end_; }
@@ -69,6 +91,13 @@ class AdamW {
     const std::vector<long>& lost_updates() const { return lost_; }
 
   private:
+    // Elements [lo, hi) of tensor kind k, the ki-th (a range inside the
+    // shard; p and g point at the kind's first element): the update, and its
+    // sums when sums is not null; returns the bf16 modes' lost updates.
+    struct StepConstants;  // the step's betas, bias corrections, eps and rate
+    long update_range(const StepConstants& c, const TensorKind& k, size_t ki, float* p, const float* g, long lo,
+                      long hi, UpdateSums* sums);
+
     OptimizerConfig config_;
     PrecisionConfig precision_;
     unsigned long long rounding_seed_;

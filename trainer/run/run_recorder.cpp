@@ -94,6 +94,8 @@ void RunRecorder::step(const StepStats& s, session::StepPoints& points) {
     points.add("rss_mb", ProcessUsage::rss_mb());
     for (const auto& [key, value] : s.tensor_norms) points.add(key, value);
     for (const auto& [key, value] : s.lost_updates_by_kind) points.add(key, value);
+    // The internals' vectors (docs/internals.md); their labels are shared, not copied.
+    for (const telemetry::VectorPoint& v : s.internals) points.add(v.key, v.values, v.labels);
 }
 
 void RunRecorder::heldout_loss(int64_t step, double loss, int64_t tokens_seen) {
