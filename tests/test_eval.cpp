@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <utility>
 
 namespace hlat {
 namespace {
@@ -150,8 +151,9 @@ static std::vector<double> model_logprobs(Model& m, const std::vector<int32_t>& 
     return out;
 }
 
-static Model tiny_model(int NKV) {
+static Model tiny_model(int NKV, bool qk_norm = false) {
     ModelConfig c;
+    c.qk_norm = qk_norm;
     c.vocab_size = 97;
     c.dim = 32;
     c.n_layers = 2;
@@ -161,13 +163,18 @@ static Model tiny_model(int NKV) {
     c.max_seq_len = 24;
     Model m(c, 1, c.max_seq_len, false);
     m.init_weights(7);
+    // qk-norm's gains away from one, q's unlike k's.
+    for (int i = 0; qk_norm && i < c.n_layers * c.head_dim(); i++) {
+        m.param_tensors().q_norm[i] = 0.5f + 0.05f * (i % 13);
+        m.param_tensors().k_norm[i] = 1.5f - 0.04f * (i % 11);
+    }
     return m;
 }
 
 TEST(EvalDecoder, CachedContinuationsMatchTheFullForwardPass) {
-    for (int NKV : {4, 2}) {
-        SCOPED_TRACE(fmt::format("kv heads {}", NKV));
-        Model m = tiny_model(NKV);
+    for (auto [NKV, qk_norm] : {std::pair{4, false}, std::pair{2, false}, std::pair{2, true}}) {
+        SCOPED_TRACE(fmt::format("kv heads {}, qk_norm {}", NKV, qk_norm));
+        Model m = tiny_model(NKV, qk_norm);
         eval::Scorer scorer(m, 2);
         std::vector<int32_t> context = {5, 17, 33, 60, 2, 91, 11};
         std::vector<std::vector<int32_t>> conts = {{40}, {3, 4, 5, 6}, {90, 1}};
