@@ -267,6 +267,33 @@ class Statistics(unittest.TestCase):
         self.assertIs(torch.Tensor.softmax, torch._C._TensorBase.softmax, "the softmax patch is gone after the step")
         self.assertFalse(model._forward_hooks or model.transformer.h[0]._forward_hooks, "no hooks after close()")
 
+    def test_clip_on_a_watched_step_is_torchs(self):
+        """On a watched step the wrapped clip_grad_norm_ clips with the norms the watch read (one
+        pass over the gradients): the same total and the same clipped gradients as torch's own,
+        bit for bit, for a generator of parameters, a subset, a tied weight, max_norm above and
+        below the total; another norm type goes to torch's."""
+        import copy
+        from torch.nn.utils.clip_grad import clip_grad_norm_ as torchs
+        torch.manual_seed(0)
+        a = GPT()
+        b = copy.deepcopy(a)
+        x, y = next(text_batches(32, 2, seed=4))
+        w = hlat.torch.watch(FakeRun(), a, torch.optim.AdamW(a.parameters()))
+        self.assertIsNot(torch.nn.utils.clip_grad_norm_, torchs)
+        for subset, max_norm, kw in ((False, 1.0, {}), (False, 1e3, {}), (True, 0.1, {}), (False, 0.5, {"norm_type": 1.0})):
+            for m in (a, b):
+                m.zero_grad()
+                m(x, y)[1].backward()
+            w._cur = None  # a fresh watched step
+            pa = list(a.transformer.h[0].parameters()) if subset else a.parameters()
+            pb = list(b.transformer.h[0].parameters()) if subset else b.parameters()
+            got, want = torch.nn.utils.clip_grad_norm_(pa, max_norm, **kw), torchs(pb, max_norm, **kw)
+            self.assertEqual(got.item(), want.item(), (subset, max_norm, kw))
+            for (n, p), q in zip(a.named_parameters(), b.parameters()):
+                self.assertTrue(torch.equal(p.grad, q.grad), f"{n} {subset} {max_norm} {kw}")
+            self.assertIsNotNone(w._cur.grad_norms, "the watch read the norms")
+        w.close()
+
     def test_large_tensors_are_sampled_closely(self):
         """A tensor of more than 32,768 coordinates: its update norm and epsilon share come from
         a fixed random sample of 32,768 (runs of 64); within 2% and 0.02 of all of them, with
