@@ -4,7 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <limits>
 
@@ -56,33 +59,61 @@ std::optional<int64_t> Reader::last_vector_step(int64_t run, const std::string& 
 
 namespace {
 
-// One bucket's running reduction of each element.
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// One bucket's running reduction of each element, over finite values only.
+// Branch-free per element so the compiler vectorises it: a heatmap of 64
+// elements over 100,000 steps folds 6.4M values per request.
 struct BucketSums {
+    Reduce reduce = Reduce::Max;
     std::vector<float> value;
-    std::vector<int> count;  // finite values seen, per element
+    std::vector<int> count;  // finite values seen, per element (mean only)
     void reset(size_t n) {
-        value.assign(n, NAN);
-        count.assign(n, 0);
+        value.assign(n, reduce == Reduce::Max ? -kInf : reduce == Reduce::Min ? kInf : reduce == Reduce::Mean ? 0.0f : NAN);
+        if (reduce == Reduce::Mean) count.assign(n, 0);
     }
-    void add(const std::vector<float>& row, Reduce reduce) {
-        const size_t n = std::min(row.size(), value.size());
-        for (size_t i = 0; i < n; i++) {
-            const float x = row[i];
-            if (!std::isfinite(x)) continue;
-            float& v = value[i];
-            if (count[i]++ == 0) v = x;
-            else if (reduce == Reduce::Max) v = std::max(v, x);
-            else if (reduce == Reduce::Min) v = std::min(v, x);
-            else if (reduce == Reduce::Mean) v += x;
-            else v = x;
+    void add(const float* row, size_t n) {
+        n = std::min(n, value.size());
+        float* v = value.data();
+        switch (reduce) {
+        case Reduce::Max:
+            for (size_t i = 0; i < n; i++) v[i] = std::fabs(row[i]) <= FLT_MAX && row[i] > v[i] ? row[i] : v[i];
+            break;
+        case Reduce::Min:
+            for (size_t i = 0; i < n; i++) v[i] = std::fabs(row[i]) <= FLT_MAX && row[i] < v[i] ? row[i] : v[i];
+            break;
+        case Reduce::Last:
+            for (size_t i = 0; i < n; i++) v[i] = std::fabs(row[i]) <= FLT_MAX ? row[i] : v[i];
+            break;
+        case Reduce::Mean:
+            for (size_t i = 0; i < n; i++) {
+                const bool ok = std::fabs(row[i]) <= FLT_MAX;
+                v[i] += ok ? row[i] : 0.0f;
+                count[i] += ok;
+            }
+            break;
         }
     }
-    void finish(Reduce reduce) {
-        if (reduce != Reduce::Mean) return;
-        for (size_t i = 0; i < value.size(); i++)
-            if (count[i] > 0) value[i] /= (float)count[i];
+    // Elements without a finite value in the bucket become NaN.
+    void finish() {
+        for (size_t i = 0; i < value.size(); i++) {
+            float& v = value[i];
+            if (reduce == Reduce::Mean) v = count[i] > 0 ? v / (float)count[i] : NAN;
+            else if (std::isinf(v)) v = NAN;  // never a value: non-finite ones are skipped
+        }
     }
 };
+
+// The first (or last) step a key has in [first, last]: one seek down the
+// primary key, where min() and max() together would scan every row.
+std::optional<int64_t> end_step(Database& db, int64_t run, int64_t key, int64_t first, int64_t last, bool newest) {
+    Statement s = db.prepare(fmt::format("SELECT step FROM vectors WHERE run_id = ?1 AND key_id = ?2 "
+                                         "AND step BETWEEN ?3 AND ?4 ORDER BY step {} LIMIT 1",
+                                         newest ? "DESC" : "ASC"));
+    s.bind(1, run).bind(2, key).bind(3, first).bind(4, last);
+    if (!s.step()) return std::nullopt;
+    return s.column_int(0);
+}
 
 }  // namespace
 
@@ -92,22 +123,21 @@ Heatmap Reader::heatmap(int64_t run, const std::string& key, int64_t first, int6
     auto key_ = key_id(key);
     if (!key_ || first > last) return out;
     out.labels = vector_labels(run, key);
-    Statement range = db_.prepare("SELECT min(step), max(step) FROM vectors WHERE run_id = ?1 AND key_id = ?2 "
-                                  "AND step BETWEEN ?3 AND ?4");
-    range.bind(1, run).bind(2, *key_).bind(3, first).bind(4, last);
-    if (!range.step() || range.column_is_null(0)) return out;
-    first = range.column_int(0), last = range.column_int(1);
+    auto lo = end_step(db_, run, *key_, first, last, false), hi = end_step(db_, run, *key_, first, last, true);
+    if (!lo || !hi) return out;
+    first = *lo, last = *hi;
     const int64_t width = std::max<int64_t>(1, (last - first + buckets) / std::max(1, buckets));
     Statement s = db_.prepare("SELECT step, data FROM vectors WHERE run_id = ?1 AND key_id = ?2 "
                               "AND step BETWEEN ?3 AND ?4 ORDER BY step");
     s.bind(1, run).bind(2, *key_).bind(3, first).bind(4, last);
     const size_t n = out.labels.size();
     BucketSums sums;
+    sums.reduce = reduce;
     std::vector<float> row;
     int64_t bucket = -1;
     auto close_bucket = [&] {
         if (bucket < 0) return;
-        sums.finish(reduce);
+        sums.finish();
         out.values.insert(out.values.end(), sums.value.begin(), sums.value.end());
     };
     while (s.step()) {
@@ -122,7 +152,7 @@ Heatmap Reader::heatmap(int64_t run, const std::string& key, int64_t first, int6
         }
         out.last_step.back() = step;
         s.column_floats_into(1, row);
-        sums.add(row, reduce);
+        sums.add(row.data(), row.size());
     }
     close_bucket();
     return out;

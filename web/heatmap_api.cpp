@@ -7,6 +7,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <limits>
 
 namespace hlat::web {
@@ -27,19 +30,28 @@ Reduce reduce_of(const std::string& name) {
 }
 
 // The cells written by hand: 64 layers x 2,000 buckets is 128,000 numbers,
-// and a JSON tree of them costs more than the query.
+// and a JSON tree of them costs more than the query. Each number by
+// std::to_chars (as %.6g) into the buffer, without a format string per cell.
+void append_number(fmt::memory_buffer& out, float v) {
+    char text[32];
+    auto end = std::isfinite(v) ? std::to_chars(text, text + sizeof text, v, std::chars_format::general, 6).ptr
+                                : std::copy_n("null", 4, text);
+    out.append(text, end);
+}
+
 void append_cells(fmt::memory_buffer& out, const Heatmap& h) {
     const size_t n = h.labels.size();
+    out.reserve(out.size() + h.buckets() * (24 + n * 9));
     fmt::format_to(std::back_inserter(out), ",\"steps\":[");
     for (size_t b = 0; b < h.buckets(); b++)
         fmt::format_to(std::back_inserter(out), "{}[{},{}]", b ? "," : "", h.first_step[b], h.last_step[b]);
     fmt::format_to(std::back_inserter(out), "],\"values\":[");
     for (size_t b = 0; b < h.buckets(); b++) {
-        fmt::format_to(std::back_inserter(out), "{}[", b ? "," : "");
+        if (b) out.push_back(',');
+        out.push_back('[');
         for (size_t i = 0; i < n; i++) {
-            const float v = b * n + i < h.values.size() ? h.values[b * n + i] : NAN;
-            if (std::isfinite(v)) fmt::format_to(std::back_inserter(out), "{}{:.6g}", i ? "," : "", v);
-            else fmt::format_to(std::back_inserter(out), "{}null", i ? "," : "");
+            if (i) out.push_back(',');
+            append_number(out, b * n + i < h.values.size() ? h.values[b * n + i] : NAN);
         }
         out.push_back(']');
     }
