@@ -7,7 +7,8 @@ One watched step, as the hooks see it:
                                              logits (softmax / scaled_dot_product_attention patched
                                              for the forward's length only)
     loss.backward()
-    clip_grad_norm_ (or watch.before_clip()) per-tensor gradient norms, before clipping
+    clip_grad_norm_ (or watch.before_clip()) per-tensor gradient norms, before clipping (the
+                                             wrapped clip_grad_norm_ clips with them)
     optimizer.step(): pre-hook               weights copied (a tensor of more than 32,768 coordinates:
                                              a fixed random sample of that many), weight norms before
                       post-hook              update norms, weight norms after, Adam's epsilon share
