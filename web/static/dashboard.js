@@ -3,7 +3,9 @@
 // bucket's min..max as a band, its mean as the line), so a one-step event is
 // visible at any zoom; alerts are red markers on every chart and a list that
 // zooms to them; grad-norm spike episodes are shaded from the full-resolution
-// data (server side). Every key the run has can be drawn (the metric picker);
+// data (server side). Statistics over layers, heads and tensors are heatmaps
+// below the charts (heatmaps.js); an alert with a flight-recorder window
+// zooms everything to it. Every key the run has can be drawn (the metric picker);
 // the URL holds the view, so a link restores it.
 import { COLORS, fetchJson, loadSeries, appendLive, envelopeParts, yTicks, rangeFrom } from "./series.js";
 import { chartSvg, downloadPng, downloadSvg } from "./chart_export.js";
@@ -12,6 +14,7 @@ import { loadUptime } from "./uptime.js";
 import { showPreflight } from "./preflight.js";
 import { loadRankPanels, drawRankPanel } from "./rank_panels.js";
 import { showStoreHealth } from "./store_health.js";
+import { loadHeatmaps, drawHeatmaps } from "./heatmaps.js";
 
 const params = new URLSearchParams(location.search);
 const runName = params.get("run");
@@ -48,6 +51,9 @@ const state = (window.hlatDashboard = {
   haltRoute: null,   // what a halt does for this run ("" when nothing here can stop it)
   drawn: 0,          // draws so far (the bench waits for the first)
   loadFailed: false, // the message shows a load error (cleared by the next good load)
+  heatmaps: [],      // GET .../heatmap replies, one per vector key of the run
+  heatmapCharts: [], // their uPlot lines (destroyed on each heatmap draw)
+  marked: null,      // the alert whose flight-recorder window is shown
 });
 
 // The view in the URL: run, drawn keys (when not the default), zoom,
@@ -249,6 +255,39 @@ function zoomTo(from, to) {
   load();
 }
 
+// The heatmaps: one request per vector key, as many buckets as the panel
+// has pixel columns, over the zoomed range.
+// (the section is hidden until its first draw: the page's width, not its own)
+const heatmapWidth = () => Math.max(480, $("#charts").clientWidth - 8);
+async function loadInternals() {
+  const vectors = state.catalogue.vectors ?? [];
+  const range = state.zoom ? { from: state.zoom[0], to: state.zoom[1] } : {};
+  return vectors.length ? loadHeatmaps(api, vectors, { ...range, buckets: Math.min(2000, heatmapWidth()) }) : [];
+}
+
+function drawInternals() {
+  $("#internals").hidden = !state.heatmaps.length;
+  for (const chart of state.heatmapCharts) chart.destroy();
+  state.heatmapCharts = drawHeatmaps($("#heatmaps"), state.heatmaps, {
+    alerts: state.alerts, marked: state.marked, zoom: state.zoom, width: heatmapWidth(), onZoom: zoomTo });
+  state.heatmapsDrawn = (state.heatmapsDrawn ?? 0) + 1;  // for the end-to-end test
+}
+
+// Live: the heatmaps are fetched again at most every 5 s while points arrive
+// (the stream carries scalars; a heatmap's columns are re-bucketed anyway).
+let internalsPending = null;
+function internalsSoon() {
+  if (internalsPending || state.zoom || !state.heatmaps.length) return;
+  internalsPending = new Promise((resolve) => setTimeout(resolve, 5000))
+    .then(loadInternals)
+    .then((heatmaps) => {
+      if (state.zoom) return;  // zoomed meanwhile: that load has drawn its own
+      state.heatmaps = heatmaps;
+      drawInternals();
+    })
+    .catch(() => {}).finally(() => { internalsPending = null; });
+}
+
 async function loadAlerts() {
   const { alerts, omitted } = await fetchJson(api("/alerts"));
   state.alerts = alerts;
@@ -266,6 +305,18 @@ async function loadAlerts() {
       zoomTo(a.step - half, a.step + half);
     });
     li.append(link, ` · ${a.kind} · ${a.message}`);
+    const window_ = a.data?.flight_recorder;
+    if (window_) {
+      const button = Object.assign(document.createElement("button"), { type: "button", className: "flight-recorder",
+        textContent: `per-layer window, steps ${window_.first_step}–${window_.last_step}` });
+      button.title = "zoom the charts and heatmaps to the steps stored at full resolution around this alert";
+      button.addEventListener("click", () => {
+        state.marked = a;
+        zoomTo(window_.first_step, window_.last_step);
+        $("#internals").scrollIntoView({ block: "start" });
+      });
+      li.append(" ", button);
+    }
     return li;
   }));
 }
@@ -403,9 +454,13 @@ async function load() {
     const episodes = shade ? (await fetchJson(api(`/episodes?key=${encodeURIComponent(shade)}${q}`))).episodes : [];
     if (overtaken()) return;
     state.episodes = episodes;
-    await Promise.all([loadAlerts(), loadUptime(api, run.status), loadEvals(),
+    const [, , , heatmaps] = await Promise.all([loadAlerts(), loadUptime(api, run.status), loadEvals(), loadInternals(),
                        run.preflight ? null : loadRankPanels(api, state.catalogue.panels).then((p) => { state.rankPanels = p; })]);
     draw();
+    if (!overtaken()) {
+      state.heatmaps = heatmaps;
+      drawInternals();
+    }
     if (state.loadFailed) $("#message").textContent = "";  // other messages (a halt's answer) stay
     state.loadFailed = false;
   } catch (e) {
@@ -456,6 +511,7 @@ function listen() {
     const { key, points } = JSON.parse(e.data);
     for (const [step] of points) state.lastStep = Math.max(state.lastStep, step);
     showSteps();
+    internalsSoon();
     const s = state.series[key];
     if (!s || !state.shown.has(key)) return;
     for (const [step, value, time] of points) {
@@ -465,7 +521,7 @@ function listen() {
     if (s.steps.length > 4 * $("#charts").clientWidth) rebucketSoon();
     scheduleDraw();
   });
-  source.addEventListener("alert", () => loadAlerts().then(scheduleDraw));
+  source.addEventListener("alert", () => loadAlerts().then(() => { scheduleDraw(); drawInternals(); }));
   source.addEventListener("status", (e) => {
     const { status } = JSON.parse(e.data);
     showStatus(status);
@@ -498,7 +554,7 @@ function controls() {
     saveView();
     draw();
   });
-  $("#reset-zoom").addEventListener("click", () => { state.zoom = null; saveView(); load(); });
+  $("#reset-zoom").addEventListener("click", () => { state.zoom = null; state.marked = null; saveView(); load(); });
   $("#halt").addEventListener("click", async () => {
     if (!confirm(`Halt run "${runName}"? ${$("#halt").title}`)) return;
     const token = prompt("Access token (printed by `hlat serve` at start):");
