@@ -87,6 +87,48 @@ TEST(VectorStore, RowsComeBackWithTheirNamesAndHeatmapsReduceEachBucket) {
     EXPECT_EQ(r.heatmap(run, "attn_logit_max", 0, 99, 1000).buckets(), 100u) << "never more buckets than rows";
 }
 
+// Each reduction skips NaN and infinities; an element with no finite value in
+// a bucket is NaN; a sub-range is bucketed from its own first stored step.
+TEST(VectorStore, HeatmapReductionsSkipNonFiniteValues) {
+    test::ScratchDir dir("vector-reduce");
+    const std::string path = dir.file("s.db");
+    int64_t run;
+    {
+        telemetry::Writer w(path);
+        run = w.open_run({0, "r", "{}", "fp32", "running", "", "", "hlat"}, false);
+        std::vector<VectorPoint> points;
+        // Every 10th step only (as the flight recorder stores between alerts).
+        for (int s = 0; s < 100; s += 10) {
+            const float inf = s == 30 ? INFINITY : s == 40 ? -INFINITY : (float)s;
+            points.push_back({"residual_rms", s, {(float)s, inf, NAN}, 1.0 * s, nullptr});
+        }
+        w.vectors(run, points);
+        w.flush();
+    }
+    telemetry::Reader r(path);
+    using telemetry::Reduce;
+    // Buckets of 20 steps from 0: {0, 10}, {20, 30}, {40, 50}, ...
+    auto mean = r.heatmap(run, "residual_rms", 0, 99, 5, Reduce::Mean);
+    ASSERT_EQ(mean.buckets(), 5u);
+    EXPECT_EQ(mean.values[0 * 3 + 0], 5.0f);
+    EXPECT_EQ(mean.values[1 * 3 + 1], 20.0f) << "+inf at step 30 left out";
+    EXPECT_EQ(mean.values[2 * 3 + 1], 50.0f) << "-inf at step 40 left out";
+    EXPECT_TRUE(std::isnan(mean.values[0 * 3 + 2])) << "no finite value: NaN";
+    auto last = r.heatmap(run, "residual_rms", 0, 99, 5, Reduce::Last);
+    EXPECT_EQ(last.values[1 * 3 + 1], 20.0f);
+    EXPECT_EQ(last.values[4 * 3 + 0], 90.0f);
+    auto max = r.heatmap(run, "residual_rms", 0, 99, 5, Reduce::Max);
+    EXPECT_EQ(max.values[1 * 3 + 1], 20.0f);
+    EXPECT_TRUE(std::isnan(max.values[3 * 3 + 2]));
+    auto min = r.heatmap(run, "residual_rms", 0, 99, 5, Reduce::Min);
+    EXPECT_EQ(min.values[2 * 3 + 1], 50.0f);
+    auto part = r.heatmap(run, "residual_rms", 25, 75, 100, Reduce::Max);
+    ASSERT_EQ(part.buckets(), 5u);
+    EXPECT_EQ(part.first_step.front(), 30);
+    EXPECT_EQ(part.last_step.back(), 70);
+    EXPECT_EQ(r.heatmap(run, "residual_rms", 91, 99, 10).buckets(), 0u) << "no rows in the range";
+}
+
 // ---- ingest ----
 
 TEST(VectorIngest, ObjectsListsAndMatricesAreVectorsAndBadOnesAreNamed) {
