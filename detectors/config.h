@@ -170,7 +170,7 @@ struct AttentionLogitConfig {
 
 struct AttentionEntropyConfig {
     Policy policy = Policy::Warn;
-    double floor = 0.05;    // nats: a head's mean attention entropy below this has collapsed
+    double floor = 0.01;    // nats: a head's mean attention entropy below this has collapsed
     int warmup_steps = 50;  // not judged before (a fresh model's heads are near uniform anyway)
     template <class Fields>
     void fields(Fields& f) {

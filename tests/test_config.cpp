@@ -33,6 +33,18 @@ TEST(Config, RoundTripsThroughJson) {
     EXPECT_EQ(config_to_json(config_from_json(config_to_json(c))), config_to_json(c));
 }
 
+TEST(Config, ARampNeedsItsPeakAndTheDataSeedIsItsOwn) {
+    std::string e = error_of({{"schedule", {{"ramp_start", 100}}}});
+    EXPECT_NE(e.find("schedule.peak_lr"), std::string::npos) << e;
+    EXPECT_NE(error_of({{"schedule", {{"ramp_steps", 0}}}}).find("schedule.ramp_steps"), std::string::npos);
+    EXPECT_NE(error_of({{"run", {{"data_seed", -2}}}}).find("run.data_seed"), std::string::npos);
+    TrainConfig c = config_from_json({{"run", {{"seed", 1}, {"data_seed", 7}}},
+                                      {"schedule", {{"ramp_start", 10}, {"peak_lr", 0.1}}}});
+    EXPECT_EQ(c.run.data_seed, 7);
+    EXPECT_EQ(c.schedule.ramp_start, 10);
+    EXPECT_EQ(config_to_json(config_from_json(config_to_json(c))), config_to_json(c));
+}
+
 TEST(Config, WrongTypeNamesFieldAndValue) {
     std::string e = error_of({{"model", {{"dim", "big"}}}});
     EXPECT_NE(e.find("model.dim"), std::string::npos) << e;

@@ -15,6 +15,19 @@ TEST(Schedule, WarmupThenCosineToMin) {
     for (int i = 11; i < 110; i++) EXPECT_LE(learning_rate(s, i), learning_rate(s, i - 1));
 }
 
+// bench/early_warning's schedule: a safe rate, then geometrically to a peak.
+TEST(Schedule, TrainSafelyThenRampGeometricallyToThePeak) {
+    ScheduleConfig s{0.01, 0.001, 10, 1000, /*ramp_start=*/100, /*ramp_steps=*/50, /*peak_lr=*/1.0};
+    EXPECT_DOUBLE_EQ(learning_rate(s, 0), 0.001);  // the warm-up as before
+    EXPECT_DOUBLE_EQ(learning_rate(s, 50), 0.01);  // then the safe rate, no cosine
+    EXPECT_DOUBLE_EQ(learning_rate(s, 99), 0.01);
+    EXPECT_NEAR(learning_rate(s, 125), 0.1, 1e-12);  // half way in log space
+    EXPECT_DOUBLE_EQ(learning_rate(s, 150), 1.0);
+    EXPECT_DOUBLE_EQ(learning_rate(s, 5000), 1.0);  // the peak is held
+    for (int i = 101; i <= 150; i++)  // a few percent a step: no step the update-ratio detector calls a jump
+        EXPECT_NEAR(learning_rate(s, i) / learning_rate(s, i - 1), std::pow(100.0, 1.0 / 50), 1e-9);
+}
+
 TEST(Clipping, ScalesOnlyAboveTheLimit) {
     std::vector<float> g = {3.0f, 4.0f};
     bool clipped;

@@ -219,6 +219,9 @@ void schedule_fields(F& f, C& c) {
     f.number("min_lr", c.min_lr, 0.0, 10.0);
     f.integer("warmup_steps", c.warmup_steps, 0, kMaxInt);
     f.integer("total_steps", c.total_steps, 1, kMaxInt);
+    f.integer("ramp_start", c.ramp_start, -1, kMaxInt);
+    f.integer("ramp_steps", c.ramp_steps, 1, kMaxInt);
+    f.number("peak_lr", c.peak_lr, 0.0, 10.0);
 }
 
 template <class F, class C>
@@ -237,6 +240,7 @@ void run_fields(F& f, C& c) {
     f.integer("seq_len", c.seq_len, 1, 1 << 20);
     f.integer("grad_accum", c.grad_accum, 1, 1 << 16);
     f.seed("seed", c.seed);
+    f.integer("data_seed", c.data_seed, -1, kMaxInt);
     f.integer("threads", c.threads, 1, 1024);
     f.boolean("activation_checkpointing", c.activation_checkpointing);
     f.string("data", c.data);
@@ -248,10 +252,10 @@ void run_fields(F& f, C& c) {
     f.string("name", c.name);
     f.string("store", c.store);
     f.integer("tensor_norms_every", c.tensor_norms_every, 0, kMaxInt);
+    f.integer("internals_every", c.internals_every, 0, kMaxInt);
     f.integer("checkpoint_every", c.checkpoint_every, 0, kMaxInt);
     f.integer("keep_checkpoints", c.keep_checkpoints, 0, kMaxInt);
     f.integer("eval_every", c.eval_every, 0, kMaxInt);
-    f.integer("internals_every", c.internals_every, 0, kMaxInt);
     f.integer("eval_batches", c.eval_batches, 1, 100000);
     f.strings("inject", c.inject);
 }
@@ -336,6 +340,9 @@ void validate_config(const TrainConfig& c) {
     if (c.schedule.min_lr > c.schedule.max_lr)
         throw ConfigError(fmt::format("schedule.min_lr = {} exceeds schedule.max_lr = {}",
                                       c.schedule.min_lr, c.schedule.max_lr));
+    if (c.schedule.ramp_start >= 0 && !(c.schedule.peak_lr > 0 && c.schedule.max_lr > 0))
+        throw ConfigError("schedule.ramp_start needs schedule.max_lr > 0 and schedule.peak_lr > 0 (the ramp goes "
+                          "geometrically from one to the other)");
     if (c.schedule.warmup_steps > c.schedule.total_steps)
         throw ConfigError(fmt::format("schedule.warmup_steps = {} exceeds schedule.total_steps = {}",
                                       c.schedule.warmup_steps, c.schedule.total_steps));

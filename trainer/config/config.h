@@ -30,6 +30,9 @@ struct RunConfig {
     int seq_len = 256;       // T of training sequences, <= model.max_seq_len
     int grad_accum = 1;      // micro-batches per optimizer step
     unsigned long long seed = 1234;
+    // The order the loader draws documents in; -1: seed. Set apart from the
+    // weights' seed, runs that share an init see different data (and back).
+    int data_seed = -1;
     int threads = 2;
     bool activation_checkpointing = false;  // recompute attention probabilities in backward
     std::string data;                       // binary token file

@@ -18,6 +18,13 @@ struct ScheduleConfig {
     double min_lr = 3e-5;
     int warmup_steps = 100;
     int total_steps = 2000;
+    // "Train safely, then ramp" (bench/early_warning, after Wortsman et al.
+    // 2023): from ramp_start the rate rises geometrically from max_lr to
+    // peak_lr over ramp_steps and stays there; before it, max_lr after the
+    // warm-up (no cosine). -1: off, the cosine schedule above.
+    int ramp_start = -1;
+    int ramp_steps = 100;
+    double peak_lr = 0.0;
 };
 
 }  // namespace hlat

@@ -9,6 +9,11 @@ namespace hlat {
 
 double learning_rate(const ScheduleConfig& s, int step) {
     if (step < s.warmup_steps) return s.max_lr * (step + 1) / s.warmup_steps;
+    if (s.ramp_start >= 0) {
+        if (step < s.ramp_start) return s.max_lr;
+        const double progress = std::min(1.0, (double)(step - s.ramp_start) / std::max(1, s.ramp_steps));
+        return s.max_lr * std::pow(s.peak_lr / s.max_lr, progress);
+    }
     if (step >= s.total_steps) return s.min_lr;
     int decay_steps = s.total_steps - s.warmup_steps;
     double progress = decay_steps > 0 ? (double)(step - s.warmup_steps) / decay_steps : 1.0;
@@ -56,15 +61,15 @@ static void scale(float* x, long n, float f) {
     for (long i = 0; i < n; i++) x[i] = kRound ? bf16_to_float(float_to_bf16_rne(x[i] * f)) : x[i] * f;
 }
 
-bool clip_to_norm(float* grads, long n, double norm, double max_norm, bool round_bf16) {
-    const double factor = clip_factor(norm, max_norm);
-    if (factor >= 1.0) return false;
-    if (round_bf16)
 double clip_factor(double norm, double max_norm) {
     if (max_norm <= 0.0 || !std::isfinite(norm)) return 1.0;
     return std::min(1.0, max_norm / (norm + 1e-6));
 }
 
+bool clip_to_norm(float* grads, long n, double norm, double max_norm, bool round_bf16) {
+    const double factor = clip_factor(norm, max_norm);
+    if (factor >= 1.0) return false;
+    if (round_bf16)
         scale<true>(grads, n, (float)factor);
     else
         scale<false>(grads, n, (float)factor);
@@ -94,24 +99,69 @@ static inline bf16 to_bf16(float x, bool stochastic, uint32_t random) {
     return stochastic ? float_to_bf16_stochastic(x, random) : float_to_bf16_rne(x);
 }
 
-// One tensor's (shard range's) AdamW update in the pure bf16 modes. The
-// rounding choices are template parameters so each variant's loop has no
-// branch and vectorizes.
-struct Bf16Update {
-    float* p;        // weights, element i at p[i]
-// One coordinate into the sums: its gradient, its weight before and after,
-// and whether Adam's denominator is mostly epsilon there.
-static inline void add_coordinate(double& grad, double& weight, double& new_weight, double& update, double& eps_count,
-                                  double& moments, float g, float w, float stored, float v, float v_hat, float eps) {
+// The measured loops sum in float over blocks of kSumBlock coordinates (a
+// simd reduction the compiler vectorizes) and add each block's sums in
+// double: summing every coordinate in double kept the loop scalar, 4x the
+// unmeasured update's time. A block's float sums are good to ~1e-6 relative,
+// and its counts exact (integers below 2^24).
+constexpr long kSumBlock = 1024;
+
+// One coordinate into a block's sums: its gradient, its weight before and
+// after, and whether Adam's denominator is mostly epsilon there.
+static inline void add_coordinate(float& grad, float& weight, float& new_weight, float& update, float& eps_count,
+                                  float& moments, float g, float w, float stored, float v, float v_hat, float eps) {
     const float u = stored - w;
-    grad += (double)g * g;
-    weight += (double)w * w;
-    new_weight += (double)stored * stored;
-    update += (double)u * u;
+    grad += g * g;
+    weight += w * w;
+    new_weight += stored * stored;
+    update += u * u;
     // A coordinate whose v is exactly 0 never had a gradient (a token never
     // seen): it is left out, or it would pin the share at a floor.
-    eps_count += v != 0.0f && std::sqrt(v_hat) < eps;
-    moments += v != 0.0f;
+    eps_count += v != 0.0f && std::sqrt(v_hat) < eps ? 1.0f : 0.0f;
+    moments += v != 0.0f ? 1.0f : 0.0f;
+}
+
+// A measured update of elements [lo, hi) of a tensor whose slices are `per`
+// elements long: coordinate(i, sums...) updates element i, adds it to the
+// block's float sums and returns whether its update was lost in rounding.
+// One parallel region for the whole range (a region per slice waited at
+// every join for a descheduled thread on a loaded machine), blocks split at
+// slice boundaries, each thread's sums per slice added once at the end into
+// sums[0..] (the range's first slice first).
+template <class Coordinate>
+static long measured_update(long lo, long hi, long per, UpdateSums* sums, const Coordinate& coordinate) {
+    const long first = lo / per, n = (hi - 1) / per - first + 1;
+    std::vector<UpdateSums> total(n);
+    long lost = 0;
+#pragma omp parallel reduction(+ : lost)
+    {
+        std::vector<UpdateSums> mine(n);
+#pragma omp for schedule(static)
+        for (long b0 = lo; b0 < hi; b0 += kSumBlock) {
+            const long b1 = std::min(hi, b0 + kSumBlock);
+            for (long s0 = b0; s0 < b1;) {
+                const long slice = s0 / per, s1 = std::min(b1, (slice + 1) * per);
+                float g2 = 0.0f, w2 = 0.0f, n2 = 0.0f, u2 = 0.0f, e = 0.0f, mo = 0.0f;
+                long block_lost = 0;
+#pragma omp simd reduction(+ : g2, w2, n2, u2, e, mo, block_lost)
+                for (long i = s0; i < s1; i++) block_lost += coordinate(i, g2, w2, n2, u2, e, mo);
+                UpdateSums& t = mine[slice - first];
+                t.grad_squares += g2, t.weight_squares += w2, t.new_weight_squares += n2;
+                t.update_squares += u2, t.eps_dominated += e, t.moments += mo;
+                lost += block_lost;
+                s0 = s1;
+            }
+        }
+#pragma omp critical
+        for (long k = 0; k < n; k++) {
+            UpdateSums& t = total[k];
+            t.grad_squares += mine[k].grad_squares, t.weight_squares += mine[k].weight_squares;
+            t.new_weight_squares += mine[k].new_weight_squares, t.update_squares += mine[k].update_squares;
+            t.eps_dominated += mine[k].eps_dominated, t.moments += mine[k].moments;
+        }
+    }
+    std::copy(total.begin(), total.end(), sums);
+    return lost;
 }
 
 struct AdamW::StepConstants {
@@ -119,25 +169,42 @@ struct AdamW::StepConstants {
     bool sr_params, sr_moments;
 };
 
-// One range's AdamW update in fp32; m and v are indexed like p (element i at
-// m[i]). With kMeasure, the range's sums from the same pass.
-template <bool kMeasure>
-static UpdateSums fp32_update(float* p, const float* g, float* m, float* v, long lo, long hi, float b1, float b2,
-                              float bc1, float bc2, float eps, float lr, float wd) {
-    double gs = 0.0, ws = 0.0, nws = 0.0, us = 0.0, es = 0.0, ms = 0.0;
-#pragma omp parallel for reduction(+ : gs, ws, nws, us, es, ms)
-    for (long i = lo; i < hi; i++) {
-        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-        float m_hat = m[i] / bc1;
-        float v_hat = v[i] / bc2;
-        const float w = p[i];
-        p[i] -= lr * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
-        if constexpr (kMeasure) add_coordinate(gs, ws, nws, us, es, ms, g[i], w, p[i], v[i], v_hat, eps);
-    }
-    return {gs, ws, nws, us, es, ms};
+// One coordinate's AdamW update in fp32; returns v_hat, for the measurement
+// (returned, not written through a reference: that kept the loop scalar).
+static inline float fp32_coordinate(float* p, const float* g, float* m, float* v, long i, float b1, float b2,
+                                    float bc1, float bc2, float eps, float lr, float wd) {
+    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    float m_hat = m[i] / bc1;
+    float v_hat = v[i] / bc2;
+    p[i] -= lr * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
+    return v_hat;
 }
 
+// One range's AdamW update in fp32; m and v are indexed like p (element i at
+// m[i]). With sums, each slice's sums (slices `per` long) from the same pass.
+static void fp32_update(float* p, const float* g, float* m, float* v, long lo, long hi, long per, float b1, float b2,
+                        float bc1, float bc2, float eps, float lr, float wd, UpdateSums* sums) {
+    if (!sums) {
+        // firstprivate: shared, the constants were reloaded every iteration
+        // (p's stores might alias them) and the loop stayed scalar.
+#pragma omp parallel for firstprivate(b1, b2, bc1, bc2, eps, lr, wd)
+        for (long i = lo; i < hi; i++) fp32_coordinate(p, g, m, v, i, b1, b2, bc1, bc2, eps, lr, wd);
+        return;
+    }
+    measured_update(lo, hi, per, sums, [=](long i, float& g2, float& w2, float& n2, float& u2, float& e, float& mo) {
+        const float w = p[i];
+        const float v_hat = fp32_coordinate(p, g, m, v, i, b1, b2, bc1, bc2, eps, lr, wd);
+        add_coordinate(g2, w2, n2, u2, e, mo, g[i], w, p[i], v[i], v_hat, eps);
+        return 0L;
+    });
+}
+
+// One tensor's (shard range's) AdamW update in the pure bf16 modes. The
+// rounding choices are template parameters so each variant's loop has no
+// branch and vectorizes.
+struct Bf16Update {
+    float* p;        // weights, element i at p[i]
     const float* g;  // gradients
     bf16 *m, *v;     // moments, element i at m[i - lo]
     bf16* c;         // Kahan compensation like the moments, or null
@@ -146,43 +213,61 @@ static UpdateSums fp32_update(float* p, const float* g, float* m, float* v, long
     uint64_t key_p, key_m, key_v;  // rounding bits (stochastic rounding)
 };
 
-template <bool kSrParams, bool kSrMoments, bool kKahan, bool kMeasure>
-static long bf16_update(const Bf16Update& u, UpdateSums* out) {
-    long lost = 0;
+// Coordinate i of a bf16 update: the weight stored; returns its old value,
+// v_hat (for the measurement) and whether the update was lost in rounding.
+struct Bf16Coordinate {
+    float w, v_hat;
+    bool lost;
+};
+template <bool kSrParams, bool kSrMoments, bool kKahan>
+static inline Bf16Coordinate bf16_coordinate(const Bf16Update& u, bf16* m, bf16* v, bf16* c, long i) {
     float* p = u.p;
-    bf16 *m = u.m - u.lo, *v = u.v - u.lo, *c = kKahan ? u.c - u.lo : nullptr;
     const float* g = u.g;
-#pragma omp parallel for simd reduction(+ : lost, gs, ws, nws, us, es, ms)
-    for (long i = u.lo; i < u.hi; i++) {
-    double gs = 0.0, ws = 0.0, nws = 0.0, us = 0.0, es = 0.0, ms = 0.0;
-        float mi = u.b1 * bf16_to_float(m[i]) + (1.0f - u.b1) * g[i];
-        float vi = u.b2 * bf16_to_float(v[i]) + (1.0f - u.b2) * g[i] * g[i];
-        m[i] = to_bf16(mi, kSrMoments, kSrMoments ? rounding_bits_at(u.key_m, i) : 0);
-        v[i] = to_bf16(vi, kSrMoments, kSrMoments ? rounding_bits_at(u.key_v, i) : 0);
-        float m_hat = bf16_to_float(m[i]) / u.bc1, v_hat = bf16_to_float(v[i]) / u.bc2;
-        float update = -u.lr * (m_hat / (std::sqrt(v_hat) + u.eps) + u.wd * p[i]);
-        float stored;
-        if constexpr (kKahan) {  // the update plus what earlier roundings lost
-            float y = update - bf16_to_float(c[i]);
-            stored = bf16_to_float(to_bf16(p[i] + y, false, 0));
-            c[i] = to_bf16((stored - p[i]) - y, false, 0);
-        } else {
-            stored = bf16_to_float(to_bf16(p[i] + update, kSrParams, kSrParams ? rounding_bits_at(u.key_p, i) : 0));
-        }
-        lost += update != 0.0f && stored == p[i];
-        p[i] = stored;
+    float mi = u.b1 * bf16_to_float(m[i]) + (1.0f - u.b1) * g[i];
+    float vi = u.b2 * bf16_to_float(v[i]) + (1.0f - u.b2) * g[i] * g[i];
+    m[i] = to_bf16(mi, kSrMoments, kSrMoments ? rounding_bits_at(u.key_m, i) : 0);
+    v[i] = to_bf16(vi, kSrMoments, kSrMoments ? rounding_bits_at(u.key_v, i) : 0);
+    float m_hat = bf16_to_float(m[i]) / u.bc1;
+    float v_hat = bf16_to_float(v[i]) / u.bc2;
+    float update = -u.lr * (m_hat / (std::sqrt(v_hat) + u.eps) + u.wd * p[i]);
+    float stored;
+    if constexpr (kKahan) {  // the update plus what earlier roundings lost
+        float y = update - bf16_to_float(c[i]);
+        stored = bf16_to_float(to_bf16(p[i] + y, false, 0));
+        c[i] = to_bf16((stored - p[i]) - y, false, 0);
+    } else {
+        stored = bf16_to_float(to_bf16(p[i] + update, kSrParams, kSrParams ? rounding_bits_at(u.key_p, i) : 0));
     }
-    return lost;
+    const Bf16Coordinate out{p[i], v_hat, update != 0.0f && stored == p[i]};
+    p[i] = stored;
+    return out;
 }
 
-        if constexpr (kMeasure)
-            add_coordinate(gs, ws, nws, us, es, ms, g[i], p[i], stored, bf16_to_float(v[i]), v_hat, u.eps);
+template <bool kSrParams, bool kSrMoments, bool kKahan, bool kMeasure>
+static long bf16_update(const Bf16Update& u, long per, UpdateSums* out) {
+    long lost = 0;
+    bf16 *m = u.m - u.lo, *v = u.v - u.lo, *c = kKahan ? u.c - u.lo : nullptr;
+    if constexpr (!kMeasure) {
+#pragma omp parallel for simd reduction(+ : lost)
+        for (long i = u.lo; i < u.hi; i++) lost += bf16_coordinate<kSrParams, kSrMoments, kKahan>(u, m, v, c, i).lost;
+        return lost;
+    }
+    return measured_update(u.lo, u.hi, per, out,
+                           [&](long i, float& g2, float& w2, float& n2, float& u2, float& e, float& mo) {
+                               const Bf16Coordinate k = bf16_coordinate<kSrParams, kSrMoments, kKahan>(u, m, v, c, i);
+                               add_coordinate(g2, w2, n2, u2, e, mo, u.g[i], k.w, u.p[i], bf16_to_float(v[i]),
+                                              k.v_hat, u.eps);
+                               return (long)k.lost;
+                           });
+}
+
 template <bool kMeasure>
-static long bf16_update_variant(const Bf16Update& u, bool kahan, bool sr_moments, bool sr_params, UpdateSums* out) {
-    return kahan        ? bf16_update<false, false, true, kMeasure>(u, out)
-           : sr_moments ? bf16_update<true, true, false, kMeasure>(u, out)
-           : sr_params  ? bf16_update<true, false, false, kMeasure>(u, out)
-                        : bf16_update<false, false, false, kMeasure>(u, out);
+static long bf16_update_variant(const Bf16Update& u, long per, bool kahan, bool sr_moments, bool sr_params,
+                                UpdateSums* out) {
+    return kahan        ? bf16_update<false, false, true, kMeasure>(u, per, out)
+           : sr_moments ? bf16_update<true, true, false, kMeasure>(u, per, out)
+           : sr_params  ? bf16_update<true, false, false, kMeasure>(u, per, out)
+                        : bf16_update<false, false, false, kMeasure>(u, per, out);
 }
 
 long update_slices(const std::vector<TensorKind>& kinds) {
@@ -193,6 +278,7 @@ long update_slices(const std::vector<TensorKind>& kinds) {
 
 long AdamW::update_range(const StepConstants& c, const TensorKind& k, size_t ki, float* p, const float* g, long lo,
                          long hi, UpdateSums* sums) {
+    const long per = k.numel() / (k.layers ? k.layers : 1);  // a slice's elements
     bool decay = config_.decay_norms_and_embeddings || !k.norm_or_embedding;
     const float wd = decay ? (float)config_.weight_decay : 0.0f;
     // Moments are kept for the shard only: element i of the tensor is at
@@ -200,10 +286,7 @@ long AdamW::update_range(const StepConstants& c, const TensorKind& k, size_t ki,
     const long at = k.offset - begin_;
     if (!precision_.bf16_state()) {
         float *m = m_.f32() + at, *v = v_.f32() + at;
-        if (sums)
-            *sums = fp32_update<true>(p, g, m, v, lo, hi, c.b1, c.b2, c.bc1, c.bc2, c.eps, c.lr, wd);
-        else
-            fp32_update<false>(p, g, m, v, lo, hi, c.b1, c.b2, c.bc1, c.bc2, c.eps, c.lr, wd);
+        fp32_update(p, g, m, v, lo, hi, per, c.b1, c.b2, c.bc1, c.bc2, c.eps, c.lr, wd, sums);
         return 0;
     }
     // The same update computed in fp32 from bf16 values and written back
@@ -213,13 +296,12 @@ long AdamW::update_range(const StepConstants& c, const TensorKind& k, size_t ki,
     Bf16Update u{p, g, m_.b16() + at + lo, v_.b16() + at + lo, c_ ? c_->b16() + at + lo : nullptr, lo, hi,
                  c.b1, c.b2, c.bc1, c.bc2, c.eps, c.lr, wd, rounding_key(rounding_seed_, t_, 3 * ki),
                  rounding_key(rounding_seed_, t_, 3 * ki + 1), rounding_key(rounding_seed_, t_, 3 * ki + 2)};
-    return sums ? bf16_update_variant<true>(u, c_.has_value(), c.sr_moments, c.sr_params, sums)
-                : bf16_update_variant<false>(u, c_.has_value(), c.sr_moments, c.sr_params, nullptr);
+    return sums ? bf16_update_variant<true>(u, per, c_.has_value(), c.sr_moments, c.sr_params, sums)
+                : bf16_update_variant<false>(u, per, c_.has_value(), c.sr_moments, c.sr_params, nullptr);
 }
 
 void AdamW::step(Model& model, double lr, std::vector<UpdateSums>* sums) {
     t_++;
-    if constexpr (kMeasure) *out = {gs, ws, nws, us, es, ms};
     const bool sr_params = precision_.mode == PrecisionMode::Bf16Sr;
     const StepConstants c{(float)config_.beta1, (float)config_.beta2,
                           (float)(1.0 - std::pow(config_.beta1, (double)t_)),
@@ -238,12 +320,9 @@ void AdamW::step(Model& model, double lr, std::vector<UpdateSums>* sums) {
         const long lo = std::max(0L, begin_ - k.offset), hi = std::min(k.numel(), end_ - k.offset);
         float* p = params + k.offset;
         const float* g = grads + k.offset;
-        long lost = 0;
-        if (lo < hi && !sums) lost = update_range(c, k, ki, p, g, lo, hi, nullptr);
-        // Measured, slice by slice: each one's sums come from its own pass.
-        for (long s = lo / per; sums && lo < hi && s * per < hi; s++)
-            lost += update_range(c, k, ki, p, g, std::max(lo, s * per), std::min(hi, (s + 1) * per),
-                                 &(*sums)[slice0 + s]);
+        // Measured: the sums of the slices [lo, hi) touches, from lo's on.
+        const long lost = lo < hi ? update_range(c, k, ki, p, g, lo, hi, sums ? &(*sums)[slice0 + lo / per] : nullptr)
+                                  : 0;
         if (precision_.bf16_state()) lost_[ki] = lost;
         slice0 += slices;
     }

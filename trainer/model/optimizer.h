@@ -92,8 +92,9 @@ class AdamW {
 
   private:
     // Elements [lo, hi) of tensor kind k, the ki-th (a range inside the
-    // shard; p and g point at the kind's first element): the update, and its
-    // sums when sums is not null; returns the bf16 modes' lost updates.
+    // shard; p and g point at the kind's first element): the update, and
+    // when sums is not null the sums of the slices the range touches, into
+    // sums[0..] from lo's slice on; returns the bf16 modes' lost updates.
     struct StepConstants;  // the step's betas, bias corrections, eps and rate
     long update_range(const StepConstants& c, const TensorKind& k, size_t ki, float* p, const float* g, long lo,
                       long hi, UpdateSums* sums);

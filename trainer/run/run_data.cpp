@@ -7,6 +7,8 @@
 
 namespace hlat {
 
+static uint64_t data_seed(const RunConfig& run) { return run.data_seed >= 0 ? (uint64_t)run.data_seed : run.seed; }
+
 // Shannon entropy of the token frequencies: the loss of the best model that
 // ignores context. A language model must go well below it.
 static double unigram_entropy(const std::vector<int32_t>& tokens) {
@@ -42,7 +44,7 @@ RunData open_data(const TrainConfig& config, const std::optional<LoaderState>& l
     if (d.tokenizer->vocab_size() > config.model.vocab_size)
         throw std::runtime_error(fmt::format("tokenizer {} has {} pieces but model.vocab_size is {}",
                                              config.data.tokenizer, d.tokenizer->vocab_size(), config.model.vocab_size));
-    d.loader = std::make_unique<Loader>(ds.train, *d.tokenizer, B, T, config.run.seed, rank, world,
+    d.loader = std::make_unique<Loader>(ds.train, *d.tokenizer, B, T, data_seed(config.run), rank, world,
                                         config.data.prefetch_batches, loader_state.value_or(LoaderState{}));
     d.source = d.loader.get();
 
