@@ -14,13 +14,17 @@
 // for entropies, in nats): far below any real difference (one wrong row of
 // a head moves its mean entropy by ~1e-2).
 #include "test_util.h"
+#include "telemetry/reader.h"
 #include "trainer/trainer.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <random>
 #include <string>
@@ -367,6 +371,70 @@ TEST(Internals, Bf16ModesReportEveryInternalWithExactUpdateStatistics) {
                 for (float x : p.values) EXPECT_TRUE(std::isfinite(x)) << precision_mode_name(mode) << " " << p.key;
             }
             EXPECT_TRUE(std::isfinite(s.logz_mean) && std::isfinite(s.logz_max) && std::isfinite(s.logit_max));
+        }
+    }
+}
+
+
+// Distributed jobs through the binary under mpirun (2 processes, as
+// test_distributed.cpp runs them): tensor parallelism gathers every head in
+// the global order and sums the sharded tensors' squares over the group; data
+// parallelism with ZeRO-1 reduces the activation statistics over the ranks'
+// tokens and the optimizer's sums over the ranks' ranges. Each stores what
+// one process stores for the same global batch, within 1e-4 relative (the
+// layouts sum in other orders, and Adam carries such differences forward
+// into the update norms; the curves themselves agree within 1e-5).
+TEST(InternalsDistributed, TensorParallelAndDataParallelZeroOneStoreWhatOneProcessStores) {
+    test::ScratchDir dir("internals_distributed");
+    std::mt19937 rng(7);
+    std::vector<uint16_t> tokens(40000);
+    for (uint16_t& t : tokens) t = (uint16_t)(rng() % 256);
+    std::ofstream(dir.file("tokens.bin"), std::ios::binary)
+        .write(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+    auto train = [&](const std::string& name, int np, int batch, const std::string& args) {
+        const std::string config = dir.file(name + ".json");
+        std::ofstream(config) << fmt::format(R"({{
+          "model": {{"vocab_size": 256, "dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
+                    "hidden_dim": 128, "max_seq_len": 32}},
+          "schedule": {{"max_lr": 3e-3, "min_lr": 3e-4, "warmup_steps": 2, "total_steps": 30}},
+          "run": {{"batch_size": {}, "seq_len": 32, "threads": 1, "data": "{}", "eval_every": 0,
+                  "peak_gflops": 100, "tensor_norms_every": 0, "checkpoint_every": 0, "keep_checkpoints": 0}},
+          "detectors": {{"leak_probe": {{"policy": "off"}}, "straggler": {{"policy": "off"}},
+                        "flight_recorder": {{"store_every": 1}}}}
+        }})", batch, dir.file("tokens.bin"));
+        const std::string launch = np == 1 ? "" : fmt::format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                                                              "mpirun --oversubscribe -np {} ", np);
+        test::CommandResult r = test::run_command(fmt::format(
+            "{}{} train --config {} --out-dir {} --store {} --steps 6 {}", launch, HLAT_BINARY, config,
+            dir.file(name), dir.file(name + ".db"), args));
+        EXPECT_EQ(r.exit_code, 0) << r.output;
+        telemetry::Reader reader(dir.file(name + ".db"));
+        const int64_t run = reader.find_run(name).value().id;
+        std::map<std::string, std::vector<telemetry::VectorPoint>> out;
+        for (const std::string& key : reader.vector_keys(run)) out[key] = reader.vector_series(run, key, 0, 5);
+        return out;
+    };
+    const auto single = train("single", 1, 8, "");
+    ASSERT_EQ(single.size(), 9u);
+    for (const auto& [name, job] : {std::pair{"tp2", train("tp2", 2, 8, "--tp 2")},
+                                    std::pair{"dp2_zero1", train("dp2_zero1", 2, 4, "--dp 2 --zero1")}}) {
+        ASSERT_EQ(job.size(), single.size()) << name;
+        for (const auto& [key, series] : single) {
+            const auto& other = job.at(key);
+            ASSERT_EQ(series.size(), 6u) << key;
+            ASSERT_EQ(other.size(), series.size()) << name << " " << key;
+            double worst = 0.0;
+            for (size_t s = 0; s < series.size(); s++) {
+                ASSERT_EQ(other[s].values.size(), series[s].values.size()) << name << " " << key;
+                for (size_t i = 0; i < series[s].values.size(); i++) {
+                    const double a = series[s].values[i], b = other[s].values[i];
+                    // eps_share counts coordinates: a share, compared as one.
+                    const double scale = key == "eps_share" ? 1.0 : std::max(std::abs(a), 1e-6);
+                    worst = std::max(worst, std::abs(a - b) / scale);
+                }
+            }
+            std::printf("%-10s %-20s max relative difference to one process %.2e\n", name, key.c_str(), worst);
+            EXPECT_LT(worst, 1e-4) << name << " " << key;
         }
     }
 }
