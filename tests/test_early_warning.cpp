@@ -196,13 +196,13 @@ TEST(EarlyWarning, AttentionEntropyCollapseIsJudgedAfterWarmUp) {
     auto labels = head_labels(1, 2);
     std::vector<telemetry::Alert> all;
     for (int s = 0; s < 60; s++) {
-        const float collapsing = s < 5 ? 0.01f : std::max(0.01f, 2.0f - 0.06f * (float)s);  // low in warm-up too
+        const float collapsing = s < 5 ? 0.001f : std::max(0.001f, 2.0f - 0.06f * (float)s);  // low in warm-up too
         for (auto& a : alerts_of(suite, view_of(s, "attn_entropy", {2.0f, collapsing}, labels))) all.push_back(a);
     }
     ASSERT_EQ(all.size(), 1u);
     EXPECT_EQ(all[0].kind, "attention_entropy");
     EXPECT_EQ(nlohmann::json::parse(all[0].data)["head"], "layers.0.head.1");
-    EXPECT_EQ(all[0].step, 33);  // 2 - 0.06 s < 0.05 from step 33 (the warm-up's low values not judged)
+    EXPECT_EQ(all[0].step, 34);  // 2 - 0.06 s < 0.01 from step 34 (the warm-up's low values not judged)
 }
 
 // Update ratios of `n` tensors under a learning rate `lr(step)`: Adam's

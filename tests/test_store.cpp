@@ -7,6 +7,8 @@
 #include "telemetry/writer.h"
 #include "test_util.h"
 
+#include <fmt/format.h>
+
 #include <sqlite3.h>
 #include <sys/stat.h>
 
@@ -115,8 +117,10 @@ TEST(Store, DownsamplingKeepsEverySpike) {
     EXPECT_EQ(b[5].last, raw.back().value);
 }
 
-// What version 5 added (bucket means and times, run tags and notes).
+// What version 6 added (statistics over layers, heads and tensors), then
+// what version 5 added (bucket means and times, run tags and notes).
 const std::string kDropVersion5 =
+    "DROP TABLE vectors; DROP TABLE vector_labels; "
     "ALTER TABLE metric_blocks DROP COLUMN sum_value; ALTER TABLE metric_blocks DROP COLUMN n_values; "
     "ALTER TABLE metric_blocks DROP COLUMN first_time; ALTER TABLE metric_blocks DROP COLUMN last_time; "
     "ALTER TABLE runs DROP COLUMN tags; ALTER TABLE runs DROP COLUMN note; ";
@@ -314,7 +318,9 @@ TEST(Store, BadStoresAreRefusedWithAReason) {
     sqlite3_exec(raw, "PRAGMA user_version = 99", nullptr, nullptr, nullptr);
     sqlite3_close(raw);
     e = store_error([&] { Reader r(dir.file("new.db")); });
-    EXPECT_NE(e.find("schema version 99, newer than this hlat understands (5)"), std::string::npos) << e;
+    EXPECT_NE(e.find(fmt::format("schema version 99, newer than this hlat understands ({})", kSchemaVersion)),
+              std::string::npos)
+        << e;
     e = store_error([&] { Writer w(dir.file("new.db")); });
     EXPECT_NE(e.find("schema version 99"), std::string::npos) << e;
 }
