@@ -31,6 +31,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         ParsedBatch batch = parser.parse_until_bad(text.substr(pos), 0.0, &bad);
         for (const MetricPoint& p : batch.points)
             if (!valid_utf8(p.key) || p.step < 0) std::abort();
+        for (const VectorPoint& v : batch.vectors) {
+            if (!valid_utf8(v.key) || v.step < 0 || !v.labels || v.labels->size() != v.values.size()) std::abort();
+            for (const std::string& l : *v.labels)
+                if (!valid_utf8(l)) std::abort();
+        }
         if (!bad) break;
         if (!valid_utf8(bad->message) || bad->message.size() > 1000 || bad->next == 0) std::abort();
         parser.skip_lines(1);

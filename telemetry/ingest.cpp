@@ -298,6 +298,13 @@ void LineParser::parse_record(std::string_view line, long number, double default
             throw bad(e.what());
         }
     }
+    for (const VectorPoint& v : r.vectors) {
+        try {
+            check_name(v.key, "metric key");
+        } catch (const std::invalid_argument& e) {
+            throw bad(e.what());
+        }
+    }
     const int64_t step = (int64_t)r.step;
     if (step > last_step_) keys_at_last_step_.clear();
     // A key the last step already had is a repeat too: its first value stays.
@@ -443,8 +450,17 @@ VectorPoint LineParser::take_vector(const std::string& key, const nlohmann::json
         for (size_t i = 0; i < j.size(); i++) labels.push_back(std::to_string(i));
     }
     if (values.empty()) throw bad(fmt::format("field {} is an empty list or object", excerpt(key, 64)));
-    auto& known = vector_labels_[key];  // the same names line after line: one copy
-    if (!known || *known != labels) known = std::make_shared<const std::vector<std::string>>(std::move(labels));
+    auto& known = vector_labels_[key];  // the same names line after line: one copy, checked once
+    if (!known || *known != labels) {
+        for (const std::string& l : labels) {
+            try {
+                check_name(l, "element name");
+            } catch (const std::invalid_argument& e) {
+                throw bad(fmt::format("field {}: {}", excerpt(key, 64), e.what()));
+            }
+        }
+        known = std::make_shared<const std::vector<std::string>>(std::move(labels));
+    }
     return {key, 0, std::move(values), 0.0, known};
 }
 

@@ -150,11 +150,13 @@ TEST(VectorIngest, ObjectsListsAndMatricesAreVectorsAndBadOnesAreNamed) {
     EXPECT_EQ(*by_key["attn_logit_max"].labels, (std::vector<std::string>{"0.0", "0.1", "1.0", "1.1"}));
     EXPECT_EQ(by_key["attn_logit_max"].values[2], 3.0f);
 
-    for (const char* bad : {R"({"step": 1, "x": [1, "a"]})", R"({"step": 1, "x": [[1, 2], [3]]})",
-                            R"({"step": 1, "x": {"a": {"b": 1}}})", R"({"step": 1, "x": []})"}) {
+    const std::vector<std::string> bad_lines = {
+        R"({"step": 1, "x": [1, "a"]})", R"({"step": 1, "x": [[1, 2], [3]]})", R"({"step": 1, "x": {"a": {"b": 1}}})",
+        R"({"step": 1, "x": []})", R"({"step": 1, "x": {")" + std::string(300, 'n') + R"(": 1}})"};
+    for (const std::string& bad : bad_lines) {
         telemetry::LineParser p("log", telemetry::LogFormat::Jsonl);
         try {
-            p.parse(std::string(bad) + "\n", 0.0);
+            p.parse(bad + "\n", 0.0);
             ADD_FAILURE() << bad << " was taken";
         } catch (const telemetry::IngestError& e) {
             EXPECT_NE(std::string(e.what()).find("field \"x\""), std::string::npos) << e.what();
