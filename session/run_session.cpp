@@ -155,7 +155,7 @@ void RunSession::resolve_labels(std::vector<telemetry::VectorPoint>& vectors) {
             return true;
         }
         if (!v.labels) v.labels = known;
-        else if (known && *known == *v.labels) v.labels = known;  // one copy of the names, shared
+        else if (known && (known == v.labels || *known == *v.labels)) v.labels = known;  // one copy, shared
         else known = v.labels;
         return false;
     });
