@@ -28,6 +28,17 @@ TEST(Schedule, TrainSafelyThenRampGeometricallyToThePeak) {
         EXPECT_NEAR(learning_rate(s, i) / learning_rate(s, i - 1), std::pow(100.0, 1.0 / 50), 1e-9);
 }
 
+// ... and with a hold, back down on a cosine: the run ends at a rate where its loss can be compared.
+TEST(Schedule, AHeldPeakComesDownOnACosineToTheMinimumAtTheEnd) {
+    ScheduleConfig s{0.01, 0.001, 10, 400, /*ramp_start=*/100, /*ramp_steps=*/50, /*peak_lr=*/1.0, /*ramp_hold=*/50};
+    EXPECT_DOUBLE_EQ(learning_rate(s, 150), 1.0);
+    EXPECT_DOUBLE_EQ(learning_rate(s, 200), 1.0);  // the last step held... and the first of the decay
+    EXPECT_NEAR(learning_rate(s, 300), 0.001 + 0.5 * (1.0 - 0.001), 1e-12);  // half way down
+    for (int i = 201; i < 400; i++) EXPECT_LT(learning_rate(s, i), learning_rate(s, i - 1));
+    EXPECT_DOUBLE_EQ(learning_rate(s, 400), 0.001);
+    EXPECT_DOUBLE_EQ(learning_rate(s, 5000), 0.001);
+}
+
 TEST(Clipping, ScalesOnlyAboveTheLimit) {
     std::vector<float> g = {3.0f, 4.0f};
     bool clipped;

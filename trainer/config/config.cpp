@@ -222,6 +222,7 @@ void schedule_fields(F& f, C& c) {
     f.integer("ramp_start", c.ramp_start, -1, kMaxInt);
     f.integer("ramp_steps", c.ramp_steps, 1, kMaxInt);
     f.number("peak_lr", c.peak_lr, 0.0, 10.0);
+    f.integer("ramp_hold", c.ramp_hold, -1, kMaxInt);
 }
 
 template <class F, class C>

@@ -20,11 +20,14 @@ struct ScheduleConfig {
     int total_steps = 2000;
     // "Train safely, then ramp" (bench/early_warning, after Wortsman et al.
     // 2023): from ramp_start the rate rises geometrically from max_lr to
-    // peak_lr over ramp_steps and stays there; before it, max_lr after the
-    // warm-up (no cosine). -1: off, the cosine schedule above.
+    // peak_lr over ramp_steps and stays there for ramp_hold steps, then comes
+    // down to min_lr at total_steps on a cosine (ramp_hold -1: the peak is
+    // held to the end); before it, max_lr after the warm-up (no cosine).
+    // ramp_start -1: off, the cosine schedule above.
     int ramp_start = -1;
     int ramp_steps = 100;
     double peak_lr = 0.0;
+    int ramp_hold = -1;
 };
 
 }  // namespace hlat

@@ -12,7 +12,11 @@ double learning_rate(const ScheduleConfig& s, int step) {
     if (s.ramp_start >= 0) {
         if (step < s.ramp_start) return s.max_lr;
         const double progress = std::min(1.0, (double)(step - s.ramp_start) / std::max(1, s.ramp_steps));
-        return s.max_lr * std::pow(s.peak_lr / s.max_lr, progress);
+        const int decay_start = s.ramp_start + s.ramp_steps + s.ramp_hold;
+        if (s.ramp_hold < 0 || step < decay_start) return s.max_lr * std::pow(s.peak_lr / s.max_lr, progress);
+        if (step >= s.total_steps) return s.min_lr;
+        const double down = (double)(step - decay_start) / std::max(1, s.total_steps - decay_start);
+        return s.min_lr + 0.5 * (s.peak_lr - s.min_lr) * (1.0 + std::cos(M_PI * down));
     }
     if (step >= s.total_steps) return s.min_lr;
     int decay_steps = s.total_steps - s.warmup_steps;

@@ -17,7 +17,8 @@ namespace hlat {
 // Learning rate of optimizer step `step` (0-based): linear warmup to max_lr over
 // warmup_steps (step 0 gets max_lr / warmup_steps), then cosine decay to min_lr
 // at total_steps, then min_lr; with a ramp (ramp_start >= 0), max_lr after the
-// warm-up, then geometrically to peak_lr over ramp_steps from ramp_start.
+// warm-up, then geometrically to peak_lr over ramp_steps from ramp_start,
+// held ramp_hold steps (-1: to the end), then a cosine down to min_lr.
 double learning_rate(const ScheduleConfig& s, int step);
 
 // L2 norm of n floats, accumulated in double.
