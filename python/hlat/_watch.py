@@ -12,7 +12,8 @@ One watched step, as the hooks see it:
     optimizer.step(): pre-hook               weights copied (a tensor of more than 32,768 coordinates:
                                              a fixed random sample of that many), weight norms before
                       post-hook              update norms, weight norms after, Adam's epsilon share
-                                             (sampled as the copy);
+                                             (all four from the copy and the same coordinates after:
+                                             no pass over a large tensor's weights);
                                              every number of the step stacked into one tensor,
                                              moved to the host once (non_blocking into pinned
                                              memory on CUDA), and queued: the sender thread
@@ -36,7 +37,8 @@ LOGITS_NAMES = ("lm_head", "output", "head", "embed_out")
 PREFIXES = ("module.", "_orig_mod.")              # DDP, torch.compile
 SDPA_SAMPLE_ELEMENTS = 1 << 22   # attention logits materialised per scaled_dot_product_attention call, at most
 ENTROPY_SAMPLE = 1 << 18         # a model's own softmax: the entropy from at most this many probabilities a call
-TENSOR_SAMPLE = 1 << 15          # a larger tensor's update norm and epsilon share come from this many coordinates
+TENSOR_SAMPLE = 1 << 15          # a larger tensor's weight and update norms and epsilon share come from this many
+                                 # coordinates
                                  # (under ATen's grain size: each op on a sample runs inline, no thread wake-up)
 RUN = 64                         # ... in runs of this many neighbours (memory read in whole cache lines)
 
@@ -152,6 +154,11 @@ def _sample(t, index):
     return flat[: flat.numel() // RUN * RUN].view(-1, RUN).index_select(0, index)
 
 
+def _scaled(norms, factors):
+    """Sample norms scaled to the whole tensor's (a factor of 1: the norm is the whole's)."""
+    return [n * f if f != 1.0 else n for n, f in zip(norms, factors)]
+
+
 def _row_stats(logits, probs, row_max=None):
     """Per row (query) of attention logits s and their softmax p: the largest logit and the
     entropy -sum p log p, as log Z - sum p s with log Z = max s - log max p (no log of every
@@ -247,7 +254,7 @@ class Watch:
         vocab = _vocab_size(model)
         self.logits_module = logits_module if logits_module is not None else _find_logits_module(model, vocab)
         self.vocab = vocab
-        self._bufs = self._index = self._after_norms = None
+        self._bufs = self._index = self._scale = None
         in_optimizer = {id(p) for g in optimizer.param_groups for p in g["params"]}
         self._stepped = [i for i, (_, p) in enumerate(self.params) if id(p) in in_optimizer]
         self._position = {k: j for j, k in enumerate(self._stepped)}
@@ -468,13 +475,10 @@ class Watch:
         if self._index is None:
             self._index = [_sample_index(p) for p in params]
         self._bufs = [_sample(p, i) for p, i in zip(params, self._index)]
-        # The weight norms before this update are the ones after the previous one when that step
-        # was watched too (every=1): the weights do not change between optimizer steps.
-        kept = self._after_norms
-        if kept is not None and kept[0] == self._step - 1 and len(kept[1]) == len(params):
-            cur.before_norms = kept[1]
-        else:
-            cur.before_norms = torch._foreach_norm(params) if params else []
+        # A large tensor's weight norm from its sample, scaled (within ~1% of the whole, see the
+        # test): reading 110M weights twice a step would cost more than everything else here.
+        self._scale = [math.sqrt(p.numel() / max(b.numel(), 1)) for p, b in zip(params, self._bufs)]
+        cur.before_norms = _scaled(torch._foreach_norm(self._bufs), self._scale) if params else []
 
     @torch.no_grad()
     def _post_step(self):
@@ -493,12 +497,9 @@ class Watch:
         n = len(self.params)
         params = [self.params[i][1].detach() for i in self._stepped]
         views = [_sample(p, i) for p, i in zip(params, self._index)]
+        after_norms = _scaled(torch._foreach_norm(views), self._scale) if params else []
         torch._foreach_sub_(self._bufs, views)                     # before - after, at the sampled coordinates
-        scale = [math.sqrt(p.numel() / max(v.numel(), 1)) for p, v in zip(params, views)]
-        sampled = torch._foreach_norm(self._bufs) if params else []
-        update = {i: u * f if f != 1.0 else u for i, u, f in zip(self._stepped, sampled, scale)}
-        after_norms = torch._foreach_norm(params) if params else []
-        self._after_norms = (self._step, after_norms)
+        update = dict(zip(self._stepped, _scaled(torch._foreach_norm(self._bufs), self._scale) if params else []))
         after = dict(zip(self._stepped, after_norms))
         before = dict(zip(self._stepped, cur.before_norms))
         parts, layout = [], []

@@ -296,8 +296,8 @@ class Statistics(unittest.TestCase):
         w.close()
 
     def test_large_tensors_are_sampled_closely(self):
-        """A tensor of more than 32,768 coordinates: its update norm and epsilon share come from
-        a fixed random sample of 32,768 (runs of 64); within 2% and 0.02 of all of them, with
+        """A tensor of more than 32,768 coordinates: its weight and update norms and epsilon share
+        come from a fixed random sample of 32,768 (runs of 64); within 2% and 0.02 of all of them, with
         columns of zero gradient (which evenly strided runs of a 768-wide matrix would alias)."""
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(768, 768), torch.nn.GELU(), torch.nn.Linear(768, 8))
@@ -314,6 +314,7 @@ class Statistics(unittest.TestCase):
             opt.step()
         got = run.steps()[2]
         w = model[0].weight.detach()
+        close(self, got["tensor_param_norm"]["0.weight"], w.norm().item(), rel=0.02, what="weight norm")
         close(self, got["tensor_update_norm"]["0.weight"], (w - before).norm().item(), rel=0.02, what="update norm")
         close(self, got["update_ratio"]["0.weight"], (w - before).norm().item() / before.norm().item(), rel=0.02,
               what="update ratio")
