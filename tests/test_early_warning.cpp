@@ -164,6 +164,41 @@ TEST(VectorIngest, ObjectsListsAndMatricesAreVectorsAndBadOnesAreNamed) {
     }
 }
 
+// The parser remembers each key's names from line to line: a line with other
+// names (a layer added, one renamed, one with a bad name) is read as itself.
+TEST(VectorIngest, NamesThatChangeFromLineToLineAreReadAsThemselves) {
+    telemetry::LineParser parser("log", telemetry::LogFormat::Jsonl);
+    auto batch = parser.parse(R"({"step": 1, "r": {"layers.10": 10, "layers.2": 2}})"
+                              "\n"
+                              R"({"step": 2, "r": {"layers.2": 20, "layers.10": 100}})"
+                              "\n"
+                              R"({"step": 3, "r": {"layers.2": 200, "layers.3": 300, "layers.10": 1000}})"
+                              "\n"
+                              R"({"step": 4, "r": {"layers.2": 2000, "layers.9": 9000}})"
+                              "\n",
+                              100.0);
+    ASSERT_EQ(batch.vectors.size(), 4u);
+    EXPECT_EQ(batch.vectors[0].labels, batch.vectors[1].labels) << "the same names: one shared copy";
+    EXPECT_EQ(batch.vectors[1].values, (std::vector<float>{20, 100}));
+    EXPECT_EQ(*batch.vectors[2].labels, (std::vector<std::string>{"layers.2", "layers.3", "layers.10"}));
+    EXPECT_EQ(batch.vectors[2].values, (std::vector<float>{200, 300, 1000}));
+    EXPECT_EQ(*batch.vectors[3].labels, (std::vector<std::string>{"layers.2", "layers.9"}));
+    EXPECT_EQ(batch.vectors[3].values, (std::vector<float>{2000, 9000}));
+    try {
+        parser.parse(R"({"step": 5, "r": {"layers.2": 1, ")" + std::string(300, 'n') + R"(": 2}})"
+                     "\n",
+                     100.0);
+        ADD_FAILURE() << "a bad element name after good lines was taken";
+    } catch (const telemetry::IngestError& e) {
+        EXPECT_NE(std::string(e.what()).find("field \"r\""), std::string::npos) << e.what();
+    }
+    auto again = parser.parse(R"({"step": 6, "r": {"layers.2": 7, "layers.9": 8}})"
+                              "\n",
+                              100.0);
+    ASSERT_EQ(again.vectors.size(), 1u);
+    EXPECT_EQ(again.vectors[0].values, (std::vector<float>{7, 8})) << "the refused line left nothing behind";
+}
+
 // ---- the detectors ----
 
 TEST(EarlyWarning, AnAttentionLogitPastItsBoundNamesTheHeadAndTheFirstToMove) {
