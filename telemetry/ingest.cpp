@@ -390,31 +390,6 @@ void take_alert(const nlohmann::json& j, LineParser::Record& r, const Bad& bad) 
 }
 }  // namespace
 
-namespace {
-
-// Names compared with their digit runs as numbers: "layers.2" before "layers.10".
-bool natural_less(const std::string& a, const std::string& b) {
-    size_t i = 0, j = 0;
-    while (i < a.size() && j < b.size()) {
-        if (std::isdigit((unsigned char)a[i]) && std::isdigit((unsigned char)b[j])) {
-            size_t i2 = i, j2 = j;
-            while (i2 < a.size() && std::isdigit((unsigned char)a[i2])) i2++;
-            while (j2 < b.size() && std::isdigit((unsigned char)b[j2])) j2++;
-            const std::string_view x = std::string_view(a).substr(i, i2 - i), y = std::string_view(b).substr(j, j2 - j);
-            const std::string_view xs = x.substr(std::min(x.find_first_not_of('0'), x.size())),
-                                   ys = y.substr(std::min(y.find_first_not_of('0'), y.size()));
-            if (xs.size() != ys.size()) return xs.size() < ys.size();
-            if (xs != ys) return xs < ys;
-            i = i2, j = j2;
-            continue;
-        }
-        if (a[i] != b[j]) return a[i] < b[j];
-        i++, j++;
-    }
-    return a.size() - i < b.size() - j;
-}
-
-}  // namespace
 
 // A statistic over layers, heads or tensors (docs/internals.md): an object of
 // name -> number (elements in natural order of their names: JSON objects
@@ -499,6 +474,14 @@ VectorPoint LineParser::take_object(const std::string& key, const nlohmann::json
 }
 
 void LineParser::parse_jsonl(std::string_view line, long number, Record& r) {
+    if (fast_.read(line, fast_line_)) {  // the common shape, no DOM (jsonl_fast.h)
+        for (const auto& [key, value] : fast_line_.scalars) r.take(rename(key), value);
+        for (VectorPoint& v : fast_line_.vectors) {
+            v.key = rename(v.key);
+            r.vectors.push_back(std::move(v));
+        }
+        return;
+    }
     auto bad = [&](const std::string& why) { return IngestError(fmt::format("{}:{}: {}", file_, number, why)); };
     if (json_depth(line) > kMaxJsonDepth) throw bad(fmt::format("nests arrays or objects more than {} deep", kMaxJsonDepth));
     nlohmann::json j = nlohmann::json::parse(quote_bare_nonfinite(line), nullptr, false);

@@ -38,6 +38,7 @@
 // to the names as they appear in the log.
 #pragma once
 
+#include "telemetry/jsonl_fast.h"
 #include "telemetry/records.h"
 
 #include <nlohmann/json.hpp>
@@ -177,6 +178,8 @@ class LineParser {
         std::shared_ptr<const std::vector<std::string>> labels;  // in natural order
     };
     std::map<std::string, ObjectShape> object_shapes_;  // per key
+    FastJsonlReader fast_;  // tried first on every JSON line
+    FastLine fast_line_;    // its output, reused line to line
 };
 
 }  // namespace hlat::telemetry

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <optional>
 #include <random>
 
 namespace hlat {
@@ -197,6 +198,61 @@ TEST(VectorIngest, NamesThatChangeFromLineToLineAreReadAsThemselves) {
                               100.0);
     ASSERT_EQ(again.vectors.size(), 1u);
     EXPECT_EQ(again.vectors[0].values, (std::vector<float>{7, 8})) << "the refused line left nothing behind";
+}
+
+// Every line the fast reader (telemetry/jsonl_fast.h) takes gives what the
+// full reader gives: each line read as it is, and again with a bare NaN field
+// added (not JSON: only the full way reads it), compared but for that field.
+TEST(JsonlFastPath, AgreesWithTheFullReaderLineByLine) {
+    const std::vector<std::string> lines = {
+        R"({"step": 1, "loss": 2.5, "lr": 3e-4, "n": 12345678901234567890, "z": -0, "w": -1.5E+2})",
+        R"({"step": 2, "loss": 2, "loss": null})",                           // repeated, the last null: no loss
+        R"({"step": 3, "iter": 5, "loss": 1})",                               // iter=step: the last taken wins
+        R"({"step": 4, "train_loss": 3, "loss": 2})",                         // two names mapped to one
+        R"({"step": 5, "v": {"a1": 1, "a01": 2}, "A": 1})",              // equal as numbers, two names
+        R"({"step": 6, "v": {"a01": 1, "a1": 2}})",                           // the same names, the other order
+        R"({"step": 7, "v": {"a1": 1, "a01": 2, "a1": 3}})",                  // a repeated element
+        R"({"step": 8, "r": {"layers.10": 1, "layers.2": null}, "time": 5})",
+        R"({"step": 9, "r": {"layers.2": 1, "layers.10": "x"}})",             // refused half way through
+        R"({"step": 10, "r": {"layers.2": 4, "layers.10": 5}, "event": 3})",  // a number named event
+        R"({"step": 11, "r": {"layers.2": 6}, "train_loss": {"x": 1}})",
+        R"({"step": 12, "loss": null, "r": {"layers.2": 7, "layers.3": 8, "layers.10": 9}})",
+    };
+    const telemetry::KeyMap map = {{"iter", "step"}, {"train_loss", "loss"}};
+    telemetry::LineParser fast("log", telemetry::LogFormat::Jsonl, "", map);
+    telemetry::LineParser full("log", telemetry::LogFormat::Jsonl, "", map);
+    auto same = [](double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); };
+    for (const std::string& line : lines) {
+        SCOPED_TRACE(line);
+        const std::string forced = line.substr(0, line.size() - 1) + R"(, "zz_forced": NaN})";
+        std::optional<telemetry::ParsedBatch> a, b;
+        try {
+            a = fast.parse(line + "\n", 100.0);
+        } catch (const telemetry::IngestError&) {
+        }
+        try {
+            b = full.parse(forced + "\n", 100.0);
+        } catch (const telemetry::IngestError&) {
+        }
+        ASSERT_EQ(a.has_value(), b.has_value()) << "both read it, or both refuse it";
+        if (!a) continue;
+        std::erase_if(b->points, [](const auto& p) { return p.key == "zz_forced"; });
+        ASSERT_EQ(a->points.size(), b->points.size());
+        for (size_t i = 0; i < a->points.size(); i++) {
+            EXPECT_EQ(a->points[i].key, b->points[i].key);
+            EXPECT_EQ(a->points[i].step, b->points[i].step);
+            EXPECT_TRUE(same(a->points[i].value, b->points[i].value)) << a->points[i].key;
+        }
+        ASSERT_EQ(a->vectors.size(), b->vectors.size());
+        for (size_t i = 0; i < a->vectors.size(); i++) {
+            EXPECT_EQ(a->vectors[i].key, b->vectors[i].key);
+            EXPECT_EQ(a->vectors[i].step, b->vectors[i].step);
+            EXPECT_EQ(*a->vectors[i].labels, *b->vectors[i].labels);
+            ASSERT_EQ(a->vectors[i].values.size(), b->vectors[i].values.size());
+            for (size_t k = 0; k < a->vectors[i].values.size(); k++)
+                EXPECT_TRUE(same(a->vectors[i].values[k], b->vectors[i].values[k])) << a->vectors[i].key << " " << k;
+        }
+    }
 }
 
 // ---- the detectors ----
