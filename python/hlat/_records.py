@@ -241,5 +241,5 @@ def to_lines(items, stamp=None):
                 dropped.append((k, step, why))
         if stamp is not None and "time" not in record:
             record["time"] = stamp
-        lines.append(json.dumps(record) + "\n")  # NaN and Infinity bare: hlat reads them
+        lines.append(json.dumps(record, separators=(",", ":")) + "\n")  # NaN, Infinity bare: hlat reads them
     return lines, values, dropped, max((step for step, _ in merged), default=-1)

@@ -428,9 +428,9 @@ class VectorRecords(unittest.TestCase):
             "t1": torch.arange(3.0), "t2": torch.ones(2, 2), "one": torch.ones(1),
             "ragged": [[1], [2, 3]], "nested": {"a": {"b": 1}}, "hole": [None, 1], "word": "x", "cube": torch.ones(2, 2, 2),
             "empty": [], "time": [1.0]})])
-        self.assertEqual(lines[0], '{"step": 3, "named": {"a": 1.0, "b": NaN}, "list": [1.0, 2.5, Infinity], '
-                                   '"matrix": [[1.0, 2.0], [3.0, 4.0]], "t1": [0.0, 1.0, 2.0], '
-                                   '"t2": [[1.0, 1.0], [1.0, 1.0]], "one": 1.0}\n')
+        self.assertEqual(lines[0], '{"step":3,"named":{"a":1.0,"b":NaN},"list":[1.0,2.5,Infinity],'
+                                   '"matrix":[[1.0,2.0],[3.0,4.0]],"t1":[0.0,1.0,2.0],'
+                                   '"t2":[[1.0,1.0],[1.0,1.0]],"one":1.0}\n')
         self.assertEqual(count, 6)
         self.assertEqual(sorted(k for k, _, _ in dropped),
                          ["cube", "empty", "hole", "nested", "ragged", "time", "word"])
