@@ -405,10 +405,13 @@ VectorPoint LineParser::take_vector(const std::string& key, const nlohmann::json
         throw bad(fmt::format("field {} has {} at element {}, not a number", excerpt(key, 64), excerpt(safe_dump(x), 64, false),
                               excerpt(where, 64)));
     };
-    if (j.is_object()) return take_object(key, j, value_of, bad);
     std::vector<std::string> labels;
     std::vector<float> values;
-    if (!j.empty() && j[0].is_array()) {
+    if (j.is_object()) {  // the common object lines take jsonl_fast.h's road, names remembered there
+        for (auto it = j.begin(); it != j.end(); ++it) labels.push_back(it.key());
+        std::sort(labels.begin(), labels.end(), natural_less);
+        for (const std::string& l : labels) values.push_back((float)value_of(j.at(l), l));
+    } else if (!j.empty() && j[0].is_array()) {
         for (size_t row = 0; row < j.size(); row++) {
             if (!j[row].is_array() || j[row].size() != j[0].size())
                 throw bad(fmt::format("field {} is a list of lists of different lengths", excerpt(key, 64)));
@@ -439,38 +442,6 @@ void LineParser::check_names(const std::string& key, const std::vector<std::stri
             throw bad(fmt::format("field {}: {}", excerpt(key, 64), e.what()));
         }
     }
-}
-
-// An object of name -> number. A source sends the same names line after line:
-// when they are the last line's (compared in the parser's order, no sort, no
-// lookup), each value goes straight to its element; otherwise the names are
-// put in natural order, checked, and remembered.
-template <typename ValueOf, typename Bad>
-VectorPoint LineParser::take_object(const std::string& key, const nlohmann::json& j, const ValueOf& value_of,
-                                    const Bad& bad) {
-    ObjectShape& shape = object_shapes_[key];
-    bool same = shape.labels && shape.parsed.size() == j.size();
-    size_t i = 0;
-    for (auto it = j.begin(); same && it != j.end(); ++it, ++i) same = it.key() == shape.parsed[i];
-    if (!same) {
-        shape.parsed.clear();
-        for (auto it = j.begin(); it != j.end(); ++it) shape.parsed.push_back(it.key());
-        std::vector<uint32_t> order(shape.parsed.size());
-        for (uint32_t k = 0; k < order.size(); k++) order[k] = k;
-        std::sort(order.begin(), order.end(),
-                  [&](uint32_t a, uint32_t b) { return natural_less(shape.parsed[a], shape.parsed[b]); });
-        std::vector<std::string> labels(order.size());
-        shape.slot.assign(order.size(), 0);
-        for (uint32_t k = 0; k < order.size(); k++) labels[k] = shape.parsed[order[k]], shape.slot[order[k]] = k;
-        shape.labels.reset();
-        if (labels.empty()) throw bad(fmt::format("field {} is an empty list or object", excerpt(key, 64)));
-        check_names(key, labels, bad);
-        shape.labels = std::make_shared<const std::vector<std::string>>(std::move(labels));
-    }
-    std::vector<float> values(shape.slot.size());
-    i = 0;
-    for (auto it = j.begin(); it != j.end(); ++it, ++i) values[shape.slot[i]] = (float)value_of(*it, it.key());
-    return {key, 0, std::move(values), 0.0, shape.labels};
 }
 
 void LineParser::parse_jsonl(std::string_view line, long number, Record& r) {

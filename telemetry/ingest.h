@@ -152,8 +152,6 @@ class LineParser {
     std::string rename(std::string_view name) const;
     template <typename Bad>
     VectorPoint take_vector(const std::string& key, const nlohmann::json& j, const Bad& bad);
-    template <typename ValueOf, typename Bad>
-    VectorPoint take_object(const std::string& key, const nlohmann::json& j, const ValueOf& value_of, const Bad& bad);
     template <typename Bad>
     static void check_names(const std::string& key, const std::vector<std::string>& labels, const Bad& bad);
     double wall_time_of(double time, double default_time);
@@ -172,12 +170,6 @@ class LineParser {
     bool relative_time_ = false;
     std::set<std::string> keys_at_last_step_;  // what a record at last_step_ may no longer set
     std::map<std::string, std::shared_ptr<const std::vector<std::string>>> vector_labels_;  // last names per key
-    struct ObjectShape {
-        std::vector<std::string> parsed;  // the last object's names in the parser's order
-        std::vector<uint32_t> slot;       // each one's place in natural order
-        std::shared_ptr<const std::vector<std::string>> labels;  // in natural order
-    };
-    std::map<std::string, ObjectShape> object_shapes_;  // per key
     FastJsonlReader fast_;  // tried first on every JSON line
     FastLine fast_line_;    // its output, reused line to line
 };
