@@ -7,7 +7,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config git
   libdnnl-dev
-  libfmt-dev libspdlog-dev nlohmann-json3-dev libboost-dev libboost-program-options-dev
+  libfmt-dev libspdlog-dev nlohmann-json3-dev libsimdjson-dev libboost-dev libboost-program-options-dev
   libsqlite3-dev sqlite3 libcivetweb-dev
   openmpi-bin libopenmpi-dev
   libsentencepiece-dev sentencepiece libre2-dev

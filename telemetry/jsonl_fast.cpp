@@ -2,7 +2,7 @@
 
 #include "telemetry/untrusted_text.h"
 
-#include <nlohmann/json.hpp>
+#include <simdjson.h>
 
 #include <algorithm>
 #include <cctype>
@@ -59,95 +59,72 @@ bool reshape(FastJsonlReader::Shape& shape, std::vector<std::string> names) {
     return true;
 }
 
-// nlohmann's SAX interface for one line. Depth 1 is the line's object, depth 2
-// an object of numbers; any other event declines the line.
-class LineSax {
-  public:
-    LineSax(std::map<std::string, FastJsonlReader::Shape>& shapes, FastLine& out) : shapes_(shapes), out_(out) {}
-
-    bool null() { return value(NAN, depth_ == 1); }
-    bool number_integer(int64_t v) { return value((double)v, false); }
-    bool number_unsigned(uint64_t v) { return value((double)v, false); }
-    bool number_float(double v, const std::string&) { return value(v, false); }
-    bool boolean(bool) { return false; }
-    bool string(std::string&) { return false; }
-    bool binary(nlohmann::json::binary_t&) { return false; }
-    bool start_array(size_t) { return false; }
-    bool end_array() { return false; }
-    bool parse_error(size_t, const std::string&, const nlohmann::json::exception&) { return false; }
-
-    bool start_object(size_t) {
-        if (depth_ == 2) return false;
-        if (depth_++ == 1) begin_vector();
-        return true;
-    }
-    bool key(std::string& k) {
-        if (depth_ == 1) {
-            key_ = k;
-            out_.keys.push_back(k);  // nulls too: {"loss": 2, "loss": null} is the DOM's "no loss"
-            return true;
+// One object of numbers (a statistic named per element) into its values, in
+// the natural order of their names. The names usually come as the last line
+// of this key had them: then they are only compared, never sorted or copied.
+bool read_vector(const std::string& key, simdjson::dom::object elements, FastJsonlReader::Shape& shape,
+                 FastLine& out) {
+    std::vector<float> values;
+    values.reserve(elements.size());
+    std::vector<std::string> names;  // the names so far, once they are not the shape's
+    bool matching = shape.labels != nullptr;
+    for (auto [name, element] : elements) {
+        double x = NAN;
+        if (!element.is_null() && element.get_double().get(x)) return false;  // not a number: the full way
+        if (matching && values.size() < shape.sent.size() && name == shape.sent[values.size()]) {
+            values.push_back((float)x);
+            continue;
         }
-        if (matching_ && count_ < shape_->sent.size() && k == shape_->sent[count_]) return true;
-        if (matching_) names_.assign(shape_->sent.begin(), shape_->sent.begin() + (long)count_), matching_ = false;
-        names_.push_back(k);
-        return true;
+        if (matching) names.assign(shape.sent.begin(), shape.sent.begin() + (long)values.size()), matching = false;
+        names.emplace_back(name);
+        values.push_back((float)x);
     }
-    bool end_object() {
-        if (depth_-- == 2) return end_vector();
-        return true;
+    if (values.empty()) return false;
+    if (matching && values.size() != shape.sent.size())
+        names.assign(shape.sent.begin(), shape.sent.begin() + (long)values.size()), matching = false;
+    if (!matching && !reshape(shape, std::move(names))) {
+        shape.labels.reset();
+        return false;
     }
-
-  private:
-    bool value(double v, bool skip) {
-        if (depth_ == 1) {
-            if (!skip) out_.scalars.emplace_back(key_, v);
-            return true;
-        }
-        if (depth_ != 2) return false;  // a bare number, not an object
-        values_.push_back((float)v);
-        count_++;
-        return true;
-    }
-    void begin_vector() {
-        shape_ = &shapes_[key_];
-        matching_ = shape_->labels != nullptr;
-        count_ = 0;
-        values_.clear();
-        names_.clear();
-    }
-    bool end_vector() {
-        if (values_.empty()) return false;
-        if (matching_ && count_ != shape_->sent.size())
-            names_.assign(shape_->sent.begin(), shape_->sent.begin() + (long)count_), matching_ = false;
-        if (!matching_ && !reshape(*shape_, std::move(names_))) {
-            shape_->labels.reset();
-            return false;
-        }
-        std::vector<float> placed(values_.size());
-        for (size_t i = 0; i < values_.size(); i++) placed[shape_->slot[i]] = values_[i];
-        out_.vectors.push_back({key_, 0, std::move(placed), 0.0, shape_->labels});
-        return true;
-    }
-
-    std::map<std::string, FastJsonlReader::Shape>& shapes_;
-    FastLine& out_;
-    int depth_ = 0;
-    std::string key_;
-    FastJsonlReader::Shape* shape_ = nullptr;
-    bool matching_ = false;  // the names so far are the shape's
-    size_t count_ = 0;
-    std::vector<std::string> names_;  // the names so far, once they are not the shape's
-    std::vector<float> values_;
-};
+    std::vector<float> placed(values.size());
+    for (size_t i = 0; i < values.size(); i++) placed[shape.slot[i]] = values[i];
+    out.vectors.push_back({key, 0, std::move(placed), 0.0, shape.labels});
+    return true;
+}
 
 }  // namespace
+
+FastJsonlReader::FastJsonlReader() : parser_(std::make_unique<simdjson::dom::parser>()) {}
+FastJsonlReader::~FastJsonlReader() = default;
+FastJsonlReader::FastJsonlReader(const FastJsonlReader& other)
+    : parser_(std::make_unique<simdjson::dom::parser>()), shapes_(other.shapes_) {}
+FastJsonlReader& FastJsonlReader::operator=(const FastJsonlReader& other) {
+    shapes_ = other.shapes_;
+    return *this;
+}
+FastJsonlReader::FastJsonlReader(FastJsonlReader&&) noexcept = default;
+FastJsonlReader& FastJsonlReader::operator=(FastJsonlReader&&) noexcept = default;
 
 bool FastJsonlReader::read(std::string_view line, FastLine& out) {
     out.scalars.clear();
     out.vectors.clear();
     out.keys.clear();
-    LineSax sax(shapes_, out);
-    if (!nlohmann::json::sax_parse(line.begin(), line.end(), &sax)) return false;
+    // simdjson checks the whole line (UTF-8, escapes, control characters,
+    // trailing content) before any of it is read.
+    simdjson::dom::object object;
+    if (parser_->parse(line.data(), line.size()).get_object().get(object)) return false;
+    for (auto [name, value] : object) {
+        std::string key(name);
+        out.keys.push_back(key);  // nulls too: {"loss": 2, "loss": null} is the DOM's "no loss"
+        if (value.is_null()) continue;  // a missing value
+        if (value.is_object()) {
+            if (!read_vector(key, value.get_object().value_unsafe(), shapes_[key], out)) return false;
+            continue;
+        }
+        double x;
+        if (value.get_double().get(x)) return false;  // a string, a boolean, a list
+        out.scalars.emplace_back(std::move(key), x);
+    }
     std::sort(out.keys.begin(), out.keys.end());
     if (std::adjacent_find(out.keys.begin(), out.keys.end()) != out.keys.end()) return false;  // the DOM keeps the last
     // In the DOM's order (its objects are std::maps): two names mapped to one (--map iter=step) resolve alike.

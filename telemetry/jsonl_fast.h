@@ -3,8 +3,9 @@
 // Nearly every line a trainer sends is a flat object of numbers, and the
 // model's internals add objects of numbers (a statistic over layers, heads or
 // tensors, named per element). nlohmann's DOM spends most of ingest building
-// maps and strings for those; its SAX reader hands over the same tokens with
-// no tree. FastJsonlReader takes exactly that shape and declines everything
+// maps and strings for those, and even its SAX reader lexes a byte at a time;
+// simdjson (Debian's libsimdjson-dev) parses a line into a flat tape with
+// SIMD, several times faster. FastJsonlReader takes exactly that shape and declines everything
 // else (strings, booleans, lists, deeper nesting, a repeated name, an empty
 // object as a value, invalid JSON), which LineParser then reads the full way,
 // with its own error messages: the two agree on every line this one accepts
@@ -20,6 +21,10 @@
 #include <utility>
 #include <vector>
 
+namespace simdjson::dom {
+class parser;
+}
+
 namespace hlat::telemetry {
 
 // Names compared with their digit runs as numbers: "layers.2" before "layers.10".
@@ -33,6 +38,13 @@ struct FastLine {
 
 class FastJsonlReader {
   public:
+    FastJsonlReader();
+    ~FastJsonlReader();
+    // A copy remembers the same shapes and has a parser of its own.
+    FastJsonlReader(const FastJsonlReader& other);
+    FastJsonlReader& operator=(const FastJsonlReader& other);
+    FastJsonlReader(FastJsonlReader&&) noexcept;
+    FastJsonlReader& operator=(FastJsonlReader&&) noexcept;
     // True with `out` filled when the line has the common shape; false (and
     // `out` to be ignored) otherwise.
     bool read(std::string_view line, FastLine& out);
@@ -45,7 +57,8 @@ class FastJsonlReader {
     };
 
   private:
-    std::map<std::string, Shape> shapes_;  // per key
+    std::unique_ptr<simdjson::dom::parser> parser_;  // its buffers kept from line to line
+    std::map<std::string, Shape> shapes_;            // per key
 };
 
 }  // namespace hlat::telemetry
