@@ -158,19 +158,28 @@ struct HealthCheckConfig {
 // false alarms (docs/detectors.md has the numbers behind these defaults).
 struct AttentionLogitConfig {
     Policy policy = Policy::Warn;
-    // A head's largest pre-softmax logit beyond this: its softmax is one-hot
-    // (Wortsman et al. 2023's attention-logit growth; Kimi K2 caps at 100).
-    double bound = 100.0;
+    // A head's largest pre-softmax logit beyond `bound`: its softmax is
+    // one-hot (Wortsman et al. 2023's attention-logit growth; a mid-scale
+    // Kimi K2 run passed 1,000 before they capped logits at 100). Or, once
+    // past `floor`, projected beyond `bound` at the largest learning rate the
+    // schedule still has ahead (the scalar lr_max_ahead, when recorded):
+    // logit x (lr_max_ahead / lr)^lr_exponent. Logits grew about as
+    // lr^1.5 over bench/early_warning's ramps.
+    double bound = 1000.0;
+    double floor = 100.0;
+    double lr_exponent = 1.5;
     template <class Fields>
     void fields(Fields& f) {
         f.policy(policy);
         f.number("bound", bound, true);
+        f.number("floor", floor, true);
+        f.number("lr_exponent", lr_exponent, false);
     }
 };
 
 struct AttentionEntropyConfig {
     Policy policy = Policy::Warn;
-    double floor = 0.01;    // nats: a head's mean attention entropy below this has collapsed
+    double floor = 0.001;   // nats: a head's mean attention entropy below this has collapsed
     int warmup_steps = 50;  // not judged before (a fresh model's heads are near uniform anyway)
     template <class Fields>
     void fields(Fields& f) {
@@ -202,7 +211,7 @@ struct EpsRegimeConfig {
     Policy policy = Policy::Warn;
     // A tensor whose Adam denominators are mostly epsilon (Molybog et al.
     // 2023): its updates no longer scale with its gradients.
-    double share = 0.5;
+    double share = 0.75;
     int warmup_steps = 100;
     template <class Fields>
     void fields(Fields& f) {

@@ -66,9 +66,20 @@ Extreme extreme_of(const VectorValue& v, double bound, bool upward) {
     return e;
 }
 
+// How much larger than now the learning rate will still get, raised to
+// `exponent`: 1 when the step has no lr_max_ahead (a client that does not
+// know its schedule), when the rate only falls from here, or with exponent 0.
+double schedule_growth(const StepView& s, double exponent) {
+    const double lr = s.value("lr"), ahead = s.value("lr_max_ahead");
+    if (exponent <= 0 || !(lr > 0) || !(ahead > lr) || !std::isfinite(ahead)) return 1.0;
+    return std::pow(ahead / lr, exponent);
+}
+
 // A per-head bound, crossed upward (largest attention logit) or downward
 // (attention entropy): one alert per episode, naming the head and the head
-// that crossed the watch level first.
+// that crossed the watch level first. An upward rule with a floor also
+// fires when a head past the floor, projected to the schedule's largest rate
+// ahead, passes the bound.
 class HeadBound : public Detector {
   public:
     struct Rule {
@@ -78,13 +89,18 @@ class HeadBound : public Detector {
         double bound, watch, rearm;
         bool upward;
         int warmup_steps;
+        double floor = NAN, lr_exponent = 0;  // the projection (NaN floor: none)
     };
     explicit HeadBound(Rule r) : r_(r) {}
 
     void observe(const StepView& s, std::vector<Alert>& out) override {
         const VectorValue* v = s.vector(r_.key);
         if (!v || seen_++ < r_.warmup_steps) return;
-        const Extreme e = extreme_of(*v, r_.bound, r_.upward);
+        const double growth = std::isnan(r_.floor) ? 1.0 : schedule_growth(s, r_.lr_exponent);
+        // A head is past the bound when its projection is: the floor over
+        // the growth, or the bound itself when the floor is higher.
+        const double bound = growth > 1.0 ? std::min(r_.bound, std::max(r_.floor, r_.bound / growth)) : r_.bound;
+        const Extreme e = extreme_of(*v, bound, r_.upward);
         if (std::isnan(e.value)) return;
         if (active_) {
             if (r_.upward ? e.value < r_.rearm : e.value > r_.rearm) active_ = false, moved_.clear();
@@ -93,19 +109,7 @@ class HeadBound : public Detector {
         moved_.observe(*v, s.step, r_.watch, r_.upward);
         if (e.past == 0) return;
         active_ = true;
-        const std::string head = v->label(e.index);
-        const auto first = moved_.first();
-        json data = {{"head", head}, {"value", e.value}, {"bound", r_.bound}, {"heads_past", e.past},
-                     {"heads", v->values.size()}};
-        std::string since;
-        if (first) {
-            data["first_moved"] = first->first, data["first_moved_step"] = first->second;
-            since = fmt::format("; the first past {:.3g}: {} at step {}", r_.watch, first->first, first->second);
-        }
-        out.push_back(make_alert(r_.kind, "warning", s.step,
-                                 fmt::format("{}: {} {:.4g} {} {:.3g} ({} of {} heads){}", head, r_.what, e.value,
-                                             r_.upward ? "above" : "below", r_.bound, e.past, v->values.size(), since),
-                                 data));
+        out.push_back(alert(s, *v, e, growth));
     }
     json state() const override { return {{"seen", seen_}, {"active", active_}, {"moved", moved_.state()}}; }
     void restore(const json& j) override {
@@ -115,6 +119,30 @@ class HeadBound : public Detector {
     }
 
   private:
+    Alert alert(const StepView& s, const VectorValue& v, const Extreme& e, double growth) const {
+        const std::string head = v.label(e.index);
+        const auto first = moved_.first();
+        const double projected = e.value * growth;
+        json data = {{"head", head}, {"value", e.value}, {"bound", r_.bound}, {"heads_past", e.past},
+                     {"heads", v.values.size()}};
+        std::string why = fmt::format("{}: {} {:.4g} {} {:.4g}", head, r_.what, e.value,
+                                      r_.upward ? "above" : "below", r_.bound);
+        if (projected > r_.bound && e.value <= r_.bound) {  // fired on the projection
+            data["projected"] = projected, data["lr"] = s.value("lr"), data["lr_max_ahead"] = s.value("lr_max_ahead");
+            why = fmt::format("{}: {} {:.4g} at lr {:.3g}; the schedule climbs to {:.3g}, where it projects to {:.4g} "
+                              "(as lr^{:.3g}), above {:.4g}",
+                              head, r_.what, e.value, s.value("lr"), s.value("lr_max_ahead"), projected,
+                              r_.lr_exponent, r_.bound);
+        }
+        std::string since;
+        if (first) {
+            data["first_moved"] = first->first, data["first_moved_step"] = first->second;
+            since = fmt::format("; the first past {:.3g}: {} at step {}", r_.watch, first->first, first->second);
+        }
+        return make_alert(r_.kind, "warning", s.step,
+                          fmt::format("{} ({} of {} heads){}", why, e.past, v.values.size(), since), data);
+    }
+
     Rule r_;
     int64_t seen_ = 0;
     bool active_ = false;
@@ -279,8 +307,11 @@ class LogzDrift : public Detector {
 }  // namespace
 
 std::unique_ptr<Detector> make_attention_logit(const AttentionLogitConfig& c) {
+    // Watched from half the floor (which head moved first); a new episode
+    // once every head is back below 0.8 x floor.
     return std::make_unique<HeadBound>(HeadBound::Rule{"attention_logit", "attn_logit_max", "largest attention logit",
-                                                       c.bound, c.bound / 2, 0.8 * c.bound, true, 0});
+                                                       c.bound, c.floor / 2, 0.8 * c.floor, true, 0, c.floor,
+                                                       c.lr_exponent});
 }
 
 std::unique_ptr<Detector> make_attention_entropy(const AttentionEntropyConfig& c) {

@@ -217,6 +217,14 @@ TEST(JsonlFastPath, AgreesWithTheFullReaderLineByLine) {
         R"({"step": 10, "r": {"layers.2": 4, "layers.10": 5}, "event": 3})",  // a number named event
         R"({"step": 11, "r": {"layers.2": 6}, "train_loss": {"x": 1}})",
         R"({"step": 12, "loss": null, "r": {"layers.2": 7, "layers.3": 8, "layers.10": 9}})",
+        R"({"step": 13, "l\u00f6ss": 1, "r": {"layers.2": 1e-50, "layers.3": 1e39, "layers.10": 1e400}})",
+        R"({"step": 14, "loss": 1} {"x": 2})",                                // trailing content
+        R"({"step": 15, "loss": 1, })",                                       // a trailing comma
+        "{\"step\": 16, \"lo\xffss\": 1}",                                   // not UTF-8
+        "{\"step\": 17, \"lo\tss\": 1}",                                     // a raw control character
+        R"({"step": 18, "r": {}, "loss": 1})",                                // an empty object
+        R"({"step": 19, "r": {"a": {"b": 1}}})",                              // deeper
+        R"({"step": 20, "loss": [1, 2], "ok": true})",
     };
     const telemetry::KeyMap map = {{"iter", "step"}, {"train_loss", "loss"}};
     telemetry::LineParser fast("log", telemetry::LogFormat::Jsonl, "", map);
@@ -262,24 +270,70 @@ TEST(EarlyWarning, AnAttentionLogitPastItsBoundNamesTheHeadAndTheFirstToMove) {
     auto labels = head_labels(2, 2);
     std::vector<telemetry::Alert> all;
     for (int s = 0; s < 40; s++) {
-        // Head 1.0 grows first (past 50 at step 10), head 0.1 later and faster (past 100 at step 30).
-        const float h10 = 20.0f + 4.0f * (float)s, h01 = s < 20 ? 20.0f : 20.0f + 9.0f * (float)(s - 20);
+        // Head 1.0 grows first (past 50, half the floor, at step 8), head 0.1 later and
+        // faster (past the bound of 1,000 at step 31).
+        const float h10 = 20.0f + 4.0f * (float)s, h01 = s < 20 ? 20.0f : 20.0f + 90.0f * (float)(s - 20);
         for (auto& a : alerts_of(suite, view_of(s, "attn_logit_max", {20, h01, std::min(h10, 95.0f), 20}, labels)))
             all.push_back(a);
     }
     ASSERT_EQ(all.size(), 1u) << "once per episode";
     EXPECT_EQ(all[0].kind, "attention_logit");
-    EXPECT_EQ(all[0].step, 29);
+    EXPECT_EQ(all[0].step, 31);
     auto data = nlohmann::json::parse(all[0].data);
     EXPECT_EQ(data["head"], "layers.0.head.1");
     EXPECT_EQ(data["first_moved"], "layers.1.head.0");
     EXPECT_EQ(data["first_moved_step"], 8);
+    EXPECT_FALSE(data.contains("projected")) << "no schedule recorded: the bound itself";
     EXPECT_NE(all[0].message.find("layers.0.head.1"), std::string::npos) << all[0].message;
 
-    // A clean model's logits (20-50) raise nothing.
+    // A clean model's logits (20-50) raise nothing, nor do logits held at
+    // 500 by a client that does not record its schedule.
     DetectorSuite clean(DetectorsConfig{});
-    for (int s = 0; s < 500; s++)
+    for (int s = 0; s < 500; s++) {
         EXPECT_TRUE(alerts_of(clean, view_of(s, "attn_logit_max", {20, 50, 35, 28}, labels)).empty());
+        EXPECT_TRUE(alerts_of(clean, view_of(s, "attn_logit_max", {20, 500, 35, 28}, labels)).empty());
+    }
+}
+
+// Logits past the floor while the schedule still climbs: projected to the
+// largest rate ahead as lr^1.5, they pass the bound long before the logits do.
+std::vector<telemetry::Alert> projected_alerts(double lr, double lr_max_ahead, float logit) {
+    DetectorSuite suite(DetectorsConfig{});
+    auto labels = head_labels(1, 2);
+    std::vector<telemetry::Alert> all;
+    for (int s = 0; s < 20; s++) {
+        StepView v = view_of(s, "attn_logit_max", {30, s < 10 ? 30.0f : logit}, labels);
+        v.values["lr"] = lr, v.values["lr_max_ahead"] = lr_max_ahead;
+        for (auto& a : alerts_of(suite, v)) all.push_back(a);
+    }
+    return all;
+}
+
+TEST(EarlyWarning, AnAttentionLogitIsProjectedToThePeakRateTheScheduleHasAhead) {
+    // 150 at lr 0.05 with 0.3 ahead: 150 x 6^1.5 = 2,204 > 1,000.
+    auto ahead = projected_alerts(0.05, 0.3, 150.0f);
+    ASSERT_EQ(ahead.size(), 1u);
+    EXPECT_EQ(ahead[0].step, 10);
+    auto data = nlohmann::json::parse(ahead[0].data);
+    EXPECT_EQ(data["head"], "layers.0.head.1");
+    EXPECT_NEAR(data["projected"].get<double>(), 150.0 * std::pow(6.0, 1.5), 1e-6 * 2204);
+    EXPECT_NE(ahead[0].message.find("climbs to 0.3"), std::string::npos) << ahead[0].message;
+
+    // The same logit with the rate at most doubling (150 x 2^1.5 = 424), or
+    // with the rate already at its peak: nothing.
+    EXPECT_TRUE(projected_alerts(0.05, 0.1, 150.0f).empty());
+    EXPECT_TRUE(projected_alerts(0.3, 0.3, 150.0f).empty());
+    // Below the floor nothing is projected, however far the rate will climb:
+    // a fresh model's logits (30-90) do not grow with the rate.
+    EXPECT_TRUE(projected_alerts(0.003, 0.3, 90.0f).empty());
+    // Past the bound itself, the schedule does not matter.
+    EXPECT_EQ(projected_alerts(0.3, 0.3, 1500.0f).size(), 1u);
+    DetectorsConfig c;
+    c.attention_logit.lr_exponent = 0;  // the projection off
+    DetectorSuite suite(c);
+    StepView v = view_of(0, "attn_logit_max", {30, 150}, head_labels(1, 2));
+    v.values["lr"] = 0.05, v.values["lr_max_ahead"] = 0.3;
+    EXPECT_TRUE(alerts_of(suite, v).empty());
 }
 
 TEST(EarlyWarning, AttentionEntropyCollapseIsJudgedAfterWarmUp) {
@@ -289,13 +343,13 @@ TEST(EarlyWarning, AttentionEntropyCollapseIsJudgedAfterWarmUp) {
     auto labels = head_labels(1, 2);
     std::vector<telemetry::Alert> all;
     for (int s = 0; s < 60; s++) {
-        const float collapsing = s < 5 ? 0.001f : std::max(0.001f, 2.0f - 0.06f * (float)s);  // low in warm-up too
+        const float collapsing = s < 5 ? 1e-4f : std::max(1e-4f, 2.0f - 0.06f * (float)s);  // low in warm-up too
         for (auto& a : alerts_of(suite, view_of(s, "attn_entropy", {2.0f, collapsing}, labels))) all.push_back(a);
     }
     ASSERT_EQ(all.size(), 1u);
     EXPECT_EQ(all[0].kind, "attention_entropy");
     EXPECT_EQ(nlohmann::json::parse(all[0].data)["head"], "layers.0.head.1");
-    EXPECT_EQ(all[0].step, 34);  // 2 - 0.06 s < 0.01 from step 34 (the warm-up's low values not judged)
+    EXPECT_EQ(all[0].step, 34);  // 2 - 0.06 s < 0.001 from step 34 (the warm-up's low values not judged)
 }
 
 // Update ratios of `n` tensors under a learning rate `lr(step)`: Adam's
@@ -340,7 +394,7 @@ TEST(EarlyWarning, EpsRegimeAndLogzDriftNameWhatMoved) {
     auto labels = std::make_shared<std::vector<std::string>>(std::vector<std::string>{"embed_tokens", "lm_head"});
     std::vector<telemetry::Alert> all;
     for (int s = 0; s < 300; s++) {
-        StepView v = view_of(s, "eps_share", {0.02f, s < 200 ? 0.1f : 0.7f}, labels);
+        StepView v = view_of(s, "eps_share", {0.02f, s < 200 ? 0.1f : 0.8f}, labels);
         v.values["logz_mean"] = s < 250 ? 9.0 : 9.0 + (s - 250);
         for (auto& a : alerts_of(suite, v)) all.push_back(a);
     }
@@ -396,7 +450,7 @@ TEST(FlightRecorder, AnAlertStoresItsWindowAtFullResolution) {
     for (int s = 0; s < 60; s++) {
         session::StepPoints p;
         p.add("loss", 2.0);
-        p.add("attn_logit_max", {30.0f, s >= 45 ? 150.0f : 30.0f}, labels);
+        p.add("attn_logit_max", {30.0f, s >= 45 ? 1500.0f : 30.0f}, labels);
         for (auto& f : session->step(s, p)) fired.push_back(f);
     }
     session->flush();
@@ -425,7 +479,7 @@ TEST(VectorApi, AClientsVectorsAreDetectedStoredAndServedAsAHeatmap) {
     std::string body;
     for (int s = 0; s < 30; s++)
         body += fmt::format(R"({{"step": {}, "loss": 2, "attn_logit_max": {{"layers.0.head.0": 20, "layers.0.head.1": {}}}}})",
-                            s, s == 25 ? 500 : 20) + "\n";
+                            s, s == 25 ? 1500 : 20) + "\n";
     web::Response ingest = api.handle(test::post("/api/v1/runs/c/ingest", "token", body));
     ASSERT_EQ(ingest.status, 200) << ingest.body;
     auto reply = nlohmann::json::parse(ingest.body);
@@ -442,7 +496,7 @@ TEST(VectorApi, AClientsVectorsAreDetectedStoredAndServedAsAHeatmap) {
     EXPECT_EQ(h["labels"], (nlohmann::json{"layers.0.head.0", "layers.0.head.1"}));
     EXPECT_EQ(h["reduce"], "max");
     ASSERT_FALSE(h["values"].empty());
-    EXPECT_EQ(h["values"].back()[1], 500) << "the alert's window is stored at full resolution";
+    EXPECT_EQ(h["values"].back()[1], 1500) << "the alert's window is stored at full resolution";
     EXPECT_EQ(api.handle(test::get("/api/v1/runs/c/heatmap", {{"key", "nope"}})).status, 404);
     EXPECT_EQ(api.handle(test::get("/api/v1/runs/c/heatmap", {{"key", "attn_logit_max"}, {"reduce", "sum"}})).status,
               400);

@@ -39,6 +39,28 @@ TEST(Schedule, AHeldPeakComesDownOnACosineToTheMinimumAtTheEnd) {
     EXPECT_DOUBLE_EQ(learning_rate(s, 5000), 0.001);
 }
 
+// What the attention_logit detector projects to: the largest rate from each
+// step on, against a scan of every step ahead, for each kind of schedule.
+TEST(Schedule, ThePeakRateAheadIsTheLargestRateTheScheduleStillGives) {
+    const ScheduleConfig schedules[] = {
+        {1.0, 0.1, 10, 110},
+        {0.01, 0.001, 10, 400, /*ramp_start=*/100, /*ramp_steps=*/50, /*peak_lr=*/1.0},
+        {0.01, 0.001, 10, 400, /*ramp_start=*/100, /*ramp_steps=*/50, /*peak_lr=*/1.0, /*ramp_hold=*/50},
+        {0.01, 0.001, 10, 400, /*ramp_start=*/100, /*ramp_steps=*/50, /*peak_lr=*/1.0, /*ramp_hold=*/0},
+        {0.01, 0.001, 10, 400, /*ramp_start=*/100, /*ramp_steps=*/50, /*peak_lr=*/0.001, /*ramp_hold=*/20},
+    };
+    for (const ScheduleConfig& s : schedules) {
+        for (int step = 0; step < 450; step++) {
+            double scanned = 0.0;
+            for (int at = step; at < 500; at++) scanned = std::max(scanned, learning_rate(s, at));
+            ASSERT_DOUBLE_EQ(peak_learning_rate_ahead(s, step), scanned) << "step " << step << " peak " << s.peak_lr;
+        }
+    }
+    const ScheduleConfig ramp = schedules[2];
+    EXPECT_DOUBLE_EQ(peak_learning_rate_ahead(ramp, 120), 1.0);    // climbing: the peak ahead
+    EXPECT_DOUBLE_EQ(peak_learning_rate_ahead(ramp, 300), learning_rate(ramp, 300));  // coming down: now
+}
+
 TEST(Clipping, ScalesOnlyAboveTheLimit) {
     std::vector<float> g = {3.0f, 4.0f};
     bool clipped;

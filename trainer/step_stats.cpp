@@ -12,6 +12,7 @@ std::vector<StepMetric> step_metrics(const StepStats& s) {
         {"clipped", s.clipped ? 1.0 : 0.0, K::Flag},
         {"param_norm", s.param_norm},
         {"lr", s.lr},
+        {"lr_max_ahead", s.lr_max_ahead},  // the attention_logit detector's projection
         {"tokens_seen", (double)s.tokens_seen, K::Count},
         {"tokens_per_s", s.tokens_per_second},
         {"mfu", s.mfu},

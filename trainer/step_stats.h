@@ -23,6 +23,7 @@ struct StepStats {
     bool clipped;
     double param_norm;      // global L2 norm after the update
     double lr;
+    double lr_max_ahead;    // the largest rate the schedule gives from this step on (faults aside)
     long tokens_seen;       // after this step
     double step_seconds;
     double data_seconds, forward_seconds, backward_seconds, optimizer_seconds;

@@ -216,6 +216,7 @@ void Trainer::clip(StepStats& s, bool tensor_norms) {
 
 void Trainer::update(StepStats& s) {
     s.lr = learning_rate(config_.schedule, step_) * faults_.lr_factor(step_);
+    s.lr_max_ahead = peak_learning_rate_ahead(config_.schedule, step_);
     // A non-finite loss or gradient never reaches the weights: the update is
     // skipped and the detectors report it.
     s.update_skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);

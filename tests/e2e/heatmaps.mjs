@@ -31,7 +31,9 @@ const post = (what, body) => fetch(`${url}api/v1/runs/heads/${what}`, {
   method: "POST", headers: { "X-HLAT-Token": token }, body }).then(async (r) => ({ status: r.status, body: await r.json() }));
 
 // One step's record: every head near 20 (a little apart by layer and head),
-// the growing one x1.15 a step from step 300 (past the bound of 100 at ~312).
+// the growing one x1.15 a step from step 300, at a tenth of the rate the
+// client's schedule has ahead (lr_max_ahead): past the floor of 100 at ~312,
+// where it projects beyond the bound of 1,000.
 function record(step) {
   const logits = {}, rms = {}, ratio = {};
   for (let l = 0; l < LAYERS; l++) {
@@ -40,7 +42,7 @@ function record(step) {
     ratio[`layers.${l}.qkv_proj`] = 1e-3 * (1 + 0.2 * l);
   }
   if (step >= 300) logits[GROWING] = 20 * 1.15 ** (step - 300);
-  return JSON.stringify({ step, loss: 3 - step / 400, attn_logit_max: logits, residual_rms: rms, update_ratio: ratio });
+  return JSON.stringify({ step, loss: 3 - step / 400, lr: 0.01, lr_max_ahead: 0.1, attn_logit_max: logits, residual_rms: rms, update_ratio: ratio });
 }
 const lines = (from, to) => Array.from({ length: to - from }, (_, i) => record(from + i)).join("\n") + "\n";
 check((await post("start", JSON.stringify({ precision: "fp32" }))).status === 200, "a client run starts");

@@ -24,6 +24,18 @@ double learning_rate(const ScheduleConfig& s, int step) {
     return s.min_lr + 0.5 * (s.max_lr - s.min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
+// The schedule is monotone between its breakpoints (the warm-up's end, the
+// ramp's start and end, the decay's start, total_steps), so its largest value
+// from `step` on is at `step` or on either side of a breakpoint ahead.
+double peak_learning_rate_ahead(const ScheduleConfig& s, int step) {
+    const int decay_start = s.ramp_start + s.ramp_steps + std::max(0, s.ramp_hold);
+    double peak = learning_rate(s, step);
+    for (int b : {s.warmup_steps, s.ramp_start, s.ramp_start + s.ramp_steps, decay_start, s.total_steps})
+        for (int at : {b - 1, b})
+            if (at > step) peak = std::max(peak, learning_rate(s, at));
+    return peak;
+}
+
 // Fixed chunks summed in a fixed order: the norm (and so clipping) is
 // bit-identical run to run, whatever the thread count and scheduling, which
 // exact resume depends on. An OpenMP reduction combines partial sums in the

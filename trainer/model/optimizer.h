@@ -20,6 +20,9 @@ namespace hlat {
 // warm-up, then geometrically to peak_lr over ramp_steps from ramp_start,
 // held ramp_hold steps (-1: to the end), then a cosine down to min_lr.
 double learning_rate(const ScheduleConfig& s, int step);
+// The largest learning rate the schedule gives from `step` to its end: what
+// the attention_logit detector projects the run's logits to.
+double peak_learning_rate_ahead(const ScheduleConfig& s, int step);
 
 // L2 norm of n floats, accumulated in double.
 double l2_norm(const float* x, long n);
