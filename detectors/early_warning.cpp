@@ -49,7 +49,8 @@ class FirstCrossing {
     std::map<std::string, int64_t> first_;
 };
 
-// The element with the largest (or smallest) finite value, and how many are past `bound`.
+// The element with the largest (or smallest) value, and how many are past
+// `bound`. NaN is no value; an infinite one is past any bound.
 struct Extreme {
     size_t index = 0;
     double value = NAN;
@@ -59,7 +60,7 @@ Extreme extreme_of(const VectorValue& v, double bound, bool upward) {
     Extreme e;
     for (size_t i = 0; i < v.values.size(); i++) {
         const double x = v.values[i];
-        if (!std::isfinite(x)) continue;
+        if (std::isnan(x)) continue;
         if (upward ? x > bound : x < bound) e.past++;
         if (std::isnan(e.value) || (upward ? x > e.value : x < e.value)) e.index = i, e.value = x;
     }
@@ -86,7 +87,8 @@ class HeadBound : public Detector {
         const char* kind;
         const char* key;
         const char* what;  // "largest attention logit"
-        double bound, watch, rearm;
+        double bound, watch;
+        double rearm;  // times the bound in force: a new episode once every head is back past it
         bool upward;
         int warmup_steps;
         double floor = NAN, lr_exponent = 0;  // the projection (NaN floor: none)
@@ -103,7 +105,8 @@ class HeadBound : public Detector {
         const Extreme e = extreme_of(*v, bound, r_.upward);
         if (std::isnan(e.value)) return;
         if (active_) {
-            if (r_.upward ? e.value < r_.rearm : e.value > r_.rearm) active_ = false, moved_.clear();
+            const double rearm = r_.rearm * bound;
+            if (r_.upward ? e.value < rearm : e.value > rearm) active_ = false, moved_.clear();
             return;
         }
         moved_.observe(*v, s.step, r_.watch, r_.upward);
@@ -123,11 +126,14 @@ class HeadBound : public Detector {
         const std::string head = v.label(e.index);
         const auto first = moved_.first();
         const double projected = e.value * growth;
-        json data = {{"head", head}, {"value", e.value}, {"bound", r_.bound}, {"heads_past", e.past},
+        const bool on_projection = r_.upward && e.value <= r_.bound;  // not past the bound itself
+        // Heads past the bound itself, or past the floor and projected past it.
+        const int past = on_projection ? e.past : extreme_of(v, r_.bound, r_.upward).past;
+        json data = {{"head", head}, {"value", e.value}, {"bound", r_.bound}, {"heads_past", past},
                      {"heads", v.values.size()}};
         std::string why = fmt::format("{}: {} {:.4g} {} {:.4g}", head, r_.what, e.value,
                                       r_.upward ? "above" : "below", r_.bound);
-        if (projected > r_.bound && e.value <= r_.bound) {  // fired on the projection
+        if (on_projection) {
             data["projected"] = projected, data["lr"] = s.value("lr"), data["lr_max_ahead"] = s.value("lr_max_ahead");
             why = fmt::format("{}: {} {:.4g} at lr {:.3g}; the schedule climbs to {:.3g}, where it projects to {:.4g} "
                               "(as lr^{:.3g}), above {:.4g}",
@@ -140,7 +146,7 @@ class HeadBound : public Detector {
             since = fmt::format("; the first past {:.3g}: {} at step {}", r_.watch, first->first, first->second);
         }
         return make_alert(r_.kind, "warning", s.step,
-                          fmt::format("{} ({} of {} heads){}", why, e.past, v.values.size(), since), data);
+                          fmt::format("{} ({} of {} heads){}", why, past, v.values.size(), since), data);
     }
 
     Rule r_;
@@ -308,15 +314,15 @@ class LogzDrift : public Detector {
 
 std::unique_ptr<Detector> make_attention_logit(const AttentionLogitConfig& c) {
     // Watched from half the floor (which head moved first); a new episode
-    // once every head is back below 0.8 x floor.
+    // once every head is back below 0.8 x the bound in force (the bound, or
+    // where the projection puts it).
     return std::make_unique<HeadBound>(HeadBound::Rule{"attention_logit", "attn_logit_max", "largest attention logit",
-                                                       c.bound, c.floor / 2, 0.8 * c.floor, true, 0, c.floor,
-                                                       c.lr_exponent});
+                                                       c.bound, c.floor / 2, 0.8, true, 0, c.floor, c.lr_exponent});
 }
 
 std::unique_ptr<Detector> make_attention_entropy(const AttentionEntropyConfig& c) {
     return std::make_unique<HeadBound>(HeadBound::Rule{"attention_entropy", "attn_entropy", "attention entropy",
-                                                       c.floor, 4 * c.floor, 2 * c.floor, false, c.warmup_steps});
+                                                       c.floor, 4 * c.floor, 2.0, false, c.warmup_steps});
 }
 
 std::unique_ptr<Detector> make_update_ratio(const UpdateRatioConfig& c) { return std::make_unique<UpdateRatio>(c); }

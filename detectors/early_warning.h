@@ -4,7 +4,8 @@
 //   largest learning rate the schedule has ahead (lr_max_ahead, as
 //   lr^lr_exponent): the run is heading where logits blow up. Names the
 //   head, how many heads are past it, and which head passed half the floor
-//   first, and when. Once per episode (re-armed below 0.8 x floor).
+//   first, and when. Once per episode (re-armed once every head is below 0.8 x
+//   the bound in force).
 // - attention_entropy: after warmup_steps, a head's mean attention entropy
 //   below `floor` (0.001 nats): the head attends to one position. Names the
 //   head and the first head below 4 x floor. Once per episode.

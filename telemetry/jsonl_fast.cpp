@@ -111,6 +111,7 @@ bool FastJsonlReader::read(std::string_view line, FastLine& out) {
     out.keys.clear();
     // simdjson checks the whole line (UTF-8, escapes, control characters,
     // trailing content) before any of it is read.
+    if (!parser_) parser_ = std::make_unique<simdjson::dom::parser>();  // moved from
     simdjson::dom::object object;
     if (parser_->parse(line.data(), line.size()).get_object().get(object)) return false;
     for (auto [name, value] : object) {

@@ -225,6 +225,9 @@ TEST(JsonlFastPath, AgreesWithTheFullReaderLineByLine) {
         R"({"step": 18, "r": {}, "loss": 1})",                                // an empty object
         R"({"step": 19, "r": {"a": {"b": 1}}})",                              // deeper
         R"({"step": 20, "loss": [1, 2], "ok": true})",
+        R"({"step": 21, "\udc00": 1})",                                      // a lone low surrogate
+        R"({"step": 22, "\ud888\u1234": 1})",                                // a high one, then no low one
+        R"({"step": 23, "\ud83d\ude00": 1, "r": {"\u00e9": 2}})",           // a pair, escaped names
     };
     const telemetry::KeyMap map = {{"iter", "step"}, {"train_loss", "loss"}};
     telemetry::LineParser fast("log", telemetry::LogFormat::Jsonl, "", map);
@@ -295,6 +298,27 @@ TEST(EarlyWarning, AnAttentionLogitPastItsBoundNamesTheHeadAndTheFirstToMove) {
     }
 }
 
+// An episode ends once every head is back below 0.8 x the bound in force:
+// a logit held at 500 after one past 1,000 (no schedule recorded) ends it,
+// one held past the bound (here a bound below the floor) does not.
+TEST(EarlyWarning, AnAttentionLogitEpisodeEndsBelowTheBoundInForce) {
+    auto labels = head_labels(1, 2);
+    auto count = [&](DetectorsConfig c, const std::vector<float>& logits) {
+        DetectorSuite suite(c);
+        size_t n = 0;
+        for (size_t s = 0; s < logits.size(); s++) n += alerts_of(suite, view_of((int64_t)s, "attn_logit_max",
+                                                                                    {20, logits[s]}, labels)).size();
+        return n;
+    };
+    std::vector<float> twice = {1500, 500, 500, 500, 1500, 1500};
+    EXPECT_EQ(count(DetectorsConfig{}, twice), 2u);
+    DetectorsConfig low;
+    low.attention_logit.bound = 50;  // below the floor: the bound alone
+    EXPECT_EQ(count(low, std::vector<float>(10, 70.0f)), 1u);
+    // An overflowed head (inf as a float) is past any bound.
+    EXPECT_EQ(count(DetectorsConfig{}, {20, INFINITY}), 1u);
+}
+
 // Logits past the floor while the schedule still climbs: projected to the
 // largest rate ahead as lr^1.5, they pass the bound long before the logits do.
 std::vector<telemetry::Alert> projected_alerts(double lr, double lr_max_ahead, float logit) {
@@ -326,8 +350,11 @@ TEST(EarlyWarning, AnAttentionLogitIsProjectedToThePeakRateTheScheduleHasAhead) 
     // Below the floor nothing is projected, however far the rate will climb:
     // a fresh model's logits (30-90) do not grow with the rate.
     EXPECT_TRUE(projected_alerts(0.003, 0.3, 90.0f).empty());
-    // Past the bound itself, the schedule does not matter.
-    EXPECT_EQ(projected_alerts(0.3, 0.3, 1500.0f).size(), 1u);
+    // Past the bound itself, the schedule does not matter; the alert
+    // counts the heads past the bound itself.
+    auto past = projected_alerts(0.3, 0.3, 1500.0f);
+    ASSERT_EQ(past.size(), 1u);
+    EXPECT_EQ(nlohmann::json::parse(past[0].data)["heads_past"], 1);
     DetectorsConfig c;
     c.attention_logit.lr_exponent = 0;  // the projection off
     DetectorSuite suite(c);
