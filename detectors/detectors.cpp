@@ -542,7 +542,8 @@ DetectorSuite::DetectorSuite(const DetectorsConfig& c) {
         c.health_check.policy);
     add("information_leak", {"causality_leak"}, {}, std::make_unique<InformationLeak>(), c.leak_probe.policy);
     add("trainer_alert", {}, {"alert"}, std::make_unique<TrainerAlert>(), Policy::Warn);  // the trainer's own say
-    add("attention_logit", {"attn_logit_max", "lr", "lr_max_ahead"}, {}, make_attention_logit(c.attention_logit), c.attention_logit.policy);
+    add("attention_logit", {"attn_logit_max", "lr", "lr_max_ahead"}, {}, make_attention_logit(c.attention_logit),
+        c.attention_logit.policy);
     add("attention_entropy", {"attn_entropy"}, {}, make_attention_entropy(c.attention_entropy),
         c.attention_entropy.policy);
     add("update_ratio", {"update_ratio"}, {}, make_update_ratio(c.update_ratio), c.update_ratio.policy);

@@ -94,10 +94,9 @@ bool read_vector(const std::string& key, simdjson::dom::object elements, FastJso
 
 }  // namespace
 
-FastJsonlReader::FastJsonlReader() : parser_(std::make_unique<simdjson::dom::parser>()) {}
+FastJsonlReader::FastJsonlReader() = default;
 FastJsonlReader::~FastJsonlReader() = default;
-FastJsonlReader::FastJsonlReader(const FastJsonlReader& other)
-    : parser_(std::make_unique<simdjson::dom::parser>()), shapes_(other.shapes_) {}
+FastJsonlReader::FastJsonlReader(const FastJsonlReader& other) : shapes_(other.shapes_) {}
 FastJsonlReader& FastJsonlReader::operator=(const FastJsonlReader& other) {
     shapes_ = other.shapes_;
     return *this;
@@ -111,7 +110,7 @@ bool FastJsonlReader::read(std::string_view line, FastLine& out) {
     out.keys.clear();
     // simdjson checks the whole line (UTF-8, escapes, control characters,
     // trailing content) before any of it is read.
-    if (!parser_) parser_ = std::make_unique<simdjson::dom::parser>();  // moved from
+    if (!parser_) parser_ = std::make_unique<simdjson::dom::parser>();  // made at the first line a reader reads
     simdjson::dom::object object;
     if (parser_->parse(line.data(), line.size()).get_object().get(object)) return false;
     for (auto [name, value] : object) {
