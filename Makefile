@@ -41,6 +41,7 @@ bench: data
 	bench/detector_matrix
 	bench/scaling
 	bench/uptime
+	bench/spike_recovery
 	bench/client_overhead
 	bench/fuzz
 

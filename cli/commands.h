@@ -19,5 +19,6 @@ int eval_command(int argc, char** argv);
 int make_tasks_command(int argc, char** argv);
 int probe_command(int argc, char** argv);
 int preflight_command(int argc, char** argv);
+int replay_command(int argc, char** argv);
 
 }  // namespace hlat::cli

@@ -89,9 +89,10 @@ int detect_command(int argc, char** argv) {
     fmt::print("run \"{}\": {} steps replayed, {} alerts\n", s.run.name, steps, fired.size());
     bool halt = false;
     for (const detectors::Fired& f : fired) {
-        halt = halt || f.policy == detectors::Policy::Halt;
+        const bool halts = f.policy == detectors::Policy::Halt || f.policy == detectors::Policy::RewindSkip;
+        halt = halt || halts;
         fmt::print("step {:>7}  {:<8}  {:<22} {}{}\n", f.alert.step, f.alert.severity, f.alert.kind, f.alert.message,
-                   f.policy == detectors::Policy::Halt ? "  [halt]" : "");
+                   halts ? fmt::format("  [{}]", detectors::policy_name(f.policy)) : "");
     }
     if (vm.count("save")) {
         std::vector<telemetry::Alert> fresh = new_alerts(*s.reader, s.run.id, fired);

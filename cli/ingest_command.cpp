@@ -4,6 +4,7 @@
 // matched by a pattern; once, or following the file as it grows.
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "session/ingest_parsed.h"
 #include "session/run_session.h"
 #include "telemetry/ingest.h"
 #include "telemetry/log_text.h"
@@ -114,14 +115,15 @@ class ImportedRun {
   public:
     ImportedRun(Writer& writer, const Options& o, std::string name) : writer_(writer), o_(o), name_(std::move(name)) {}
 
-    void add(std::vector<MetricPoint> points, std::vector<Event> events, std::vector<VectorPoint> vectors = {}) {
+    void add(ParsedBatch b) {
+        const std::vector<MetricPoint>& points = b.points;
         double first = points.empty() ? now_seconds() : points.front().wall_time;
         for (const MetricPoint& p : points) {
             first = std::min(first, p.wall_time), last_point_time_ = std::max(last_point_time_, p.wall_time);
             last_step_ = std::max(last_step_, p.step);
         }
         if (!session_) {
-            const int64_t step = !points.empty() ? points.front().step : !events.empty() ? events.front().step : 0;
+            const int64_t step = !points.empty() ? points.front().step : !b.events.empty() ? b.events.front().step : 0;
             session::SessionOptions options;
             options.halts = false;  // nothing is left to halt: its alerts are stored, no halt request
             session_ = session::RunSession::open(&writer_, run_record(o_, name_),
@@ -129,8 +131,8 @@ class ImportedRun {
             opened_at_ = first;
         }
         values_ += points.size();
-        values_ += vectors.size();
-        alerts_ += session_->ingest(std::move(points), std::move(events), std::move(vectors)).size();
+        values_ += b.vectors.size();
+        alerts_ += session::ingest_parsed(*session_, std::move(b)).size();
     }
 
     // Ends the run with `status`, dated by its last record (its start when no
@@ -157,7 +159,9 @@ int import_tensorboard(const Options& o) {
     Writer writer(o.store);
     for (TensorBoardRun& r : runs) {
         ImportedRun run(writer, o, r.folder.empty() ? o.run : o.run + "/" + r.folder);
-        run.add(std::move(r.points), {});
+        ParsedBatch b;
+        b.points = std::move(r.points);
+        run.add(std::move(b));
         run.finish("finished");
     }
     return 0;
@@ -175,6 +179,7 @@ ParsedBatch parse_good_lines(LineParser& parser, std::string_view text, bool ski
         std::move(b.points.begin(), b.points.end(), std::back_inserter(all.points));
         std::move(b.events.begin(), b.events.end(), std::back_inserter(all.events));
         std::move(b.vectors.begin(), b.vectors.end(), std::back_inserter(all.vectors));
+        std::move(b.batches.begin(), b.batches.end(), std::back_inserter(all.batches));
         if (!bad) break;
         pos += bad->next;
         bad->next = pos;
@@ -247,14 +252,14 @@ int import_lines(const Options& o, LineParser& parser, std::ifstream& in) {
                 bad.message += " (the file ends without a newline: a write cut short?)";
         for (Event& e : ingest_errors(parser, bad_lines, o.skip_bad_lines, "line skipped")) b.events.push_back(std::move(e));
         if (!o.skip_bad_lines && !bad_lines.empty()) stopped_at = bad_lines.back();
-        if (b.points.empty() && b.events.empty() && b.vectors.empty() && b.records == 0) continue;
+        if (b.points.empty() && b.events.empty() && b.vectors.empty() && b.batches.empty() && b.records == 0) continue;
         // A log that stops at a bad line before its first record leaves no run behind: the
         // retry its message suggests (--on-bad-line=skip) must not find the name taken.
         if (!run && counts.records == 0 && stopped_at)
             throw IngestError(fmt::format("{}; nothing is stored (--on-bad-line=skip passes over bad lines)",
                                           stopped_at->message));
         if (!run) writer.emplace(o.store), run.emplace(*writer, o, o.run);
-        run->add(std::move(b.points), std::move(b.events), std::move(b.vectors));
+        run->add(std::move(b));
     }
     if (g_ingest_stop && !run) throw IngestError(fmt::format("{}: interrupted before any record; nothing is stored", o.file));
     if (!run)
@@ -311,7 +316,7 @@ std::string ingest_complete_lines(const Options& o, LineParser& parser, std::str
     pending.erase(0, cut + 1);
     values += (long)(b.points.size() + b.vectors.size());
     take_end_record(b.events, end_status, end_detail);
-    s.ingest(std::move(b.points), std::move(b.events), std::move(b.vectors));
+    session::ingest_parsed(s, std::move(b));
     s.flush();
     return !o.skip_bad_lines && !bad_lines.empty() ? bad_lines.back().message : "";
 }
@@ -326,6 +331,11 @@ bool act_on_halt(const Options& o, session::RunSession& s, int64_t step, std::st
     s.halt(step, halt_reason);
     s.flush();
     spdlog::error("halt: {}{}", halt_reason, o.on_halt.how == "none" ? " (--on-halt none: nothing is stopped)" : "");
+    if (const nlohmann::json& plan = s.rewind_plan(); !plan.is_null())  // rewind_skip's: what the trainer does next
+        spdlog::error("rewind: restart from the newest checkpoint at or before step {}, skipping the batches of "
+                      "steps {} (batch ids {})", plan.value("restart_at_or_before", 0L),
+                      safe_dump(plan.value("skip_steps", nlohmann::json::array())),
+                      safe_dump(plan.value("skip_batch_ids", nlohmann::json::array())));
     if (o.on_halt.how == "exit") return true;
     if (o.on_halt.how == "signal" && ::kill(o.on_halt.pid, o.on_halt.signal) != 0)
         spdlog::error("cannot signal process {}: {}", o.on_halt.pid, std::strerror(errno));

@@ -34,6 +34,8 @@ const Command kCommands[] = {
     {"probe", "the CPU's fp32 and bf16 ceilings and the rate of each GEMM of a training step", hlat::cli::probe_command},
     {"preflight", "burn-in before a long job: every rank's GEMMs, memory and arithmetic, and the links",
      hlat::cli::preflight_command},
+    {"replay", "re-run one stored step bit-exactly: reproducible (data) or not (hardware); --without its top sequences",
+     hlat::cli::replay_command},
     {"spikes", "gradient spike episodes of a stored run (the paper's Figure 2)", hlat::cli::spikes_command},
 };
 

@@ -37,7 +37,8 @@ int run_command(int argc, char** argv) {
     auto parsed = parse_options(split, argv, opts,
                                 "usage: hlat run [options] -- [hlat train options]\n"
                                 "Relaunches a crashed or hung job from its latest good checkpoint (adding --resume);\n"
-                                "a job halted by a detector (exit 3) or stopped by Ctrl-C is not restarted.");
+                                "a job halted by a detector (exit 3) or stopped by Ctrl-C is not restarted; one a rewind_skip alert\n"
+                                "stopped (exit 4) restarts from an earlier checkpoint, skipping the alert's batches.");
     if (!parsed) return 0;
     const po::variables_map& vm = *parsed;
     SupervisorOptions o;

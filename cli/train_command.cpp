@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <iostream>
+#include <sstream>
 #include <vector>
 
 namespace hlat::cli {
@@ -46,6 +47,24 @@ static TrainConfig effective_config(const po::variables_map& vm) {
     return config;
 }
 
+// "12,13,40" -> {12, 13, 40}; anything but non-negative integers is refused.
+static std::vector<long> parse_batch_list(const std::string& text) {
+    std::vector<long> out;
+    std::stringstream in(text);
+    for (std::string item; std::getline(in, item, ',');) {
+        size_t used = 0;
+        long v = -1;
+        try {
+            v = std::stol(item, &used);
+        } catch (const std::exception&) {
+        }
+        if (used != item.size() || v < 0)
+            throw std::runtime_error(fmt::format("--skip-batches: \"{}\" is not a batch index (an integer >= 0)", item));
+        out.push_back(v);
+    }
+    return out;
+}
+
 int train_command(int argc, char** argv) {
     po::options_description opts("hlat train options");
     opts.add_options()
@@ -62,6 +81,11 @@ int train_command(int argc, char** argv) {
          "telemetry store (SQLite file); overrides run.store; \"none\" disables it")
         ("name", po::value<std::string>()->default_value(""), "run name in the store; overrides run.name")
         ("resume", "continue from the latest good checkpoint in the run folder")
+        ("resume-from", po::value<std::string>()->default_value(""),
+         "continue from this checkpoint folder rather than the latest (how hlat run rewinds)")
+        ("skip-batches", po::value<std::string>()->default_value(""),
+         "comma-separated batch indices of the data stream never to train on, kept in the loader's state "
+         "(how hlat run skips the batches of a rewind_skip alert)")
         ("allow-data-change", "with --resume: accept a different corpus, tokenizer or world size")
         ("init", po::value<std::string>()->default_value(""),
          "start from these weights (safetensors) instead of a random init")
@@ -89,6 +113,8 @@ int train_command(int argc, char** argv) {
     options.steps = vm["steps"].as<int>();
     if (options.steps < 0) throw std::runtime_error("--steps must be >= 0");
     options.resume = vm.count("resume") > 0;
+    options.resume_from = vm["resume-from"].as<std::string>();
+    options.skip_batches = parse_batch_list(vm["skip-batches"].as<std::string>());
     options.allow_data_change = vm.count("allow-data-change") > 0;
     options.init_weights = vm["init"].as<std::string>();
     options.save_weights = vm["save"].as<std::string>();

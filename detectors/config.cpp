@@ -25,7 +25,8 @@ class Fields {
         if (s == "off") out = Policy::Off;
         else if (s == "warn") out = Policy::Warn;
         else if (s == "halt") out = Policy::Halt;
-        else fail("policy", *v, "\"off\", \"warn\" or \"halt\"");
+        else if (s == "rewind_skip") out = Policy::RewindSkip;
+        else fail("policy", *v, "\"off\", \"warn\", \"halt\" or \"rewind_skip\"");
     }
     void integer(const char* key, int& out, int lo) {
         const json* v = get(key);
@@ -78,7 +79,9 @@ const char* rule_name(SpikeRule r) {
 
 }  // namespace
 
-const char* policy_name(Policy p) { return p == Policy::Off ? "off" : p == Policy::Warn ? "warn" : "halt"; }
+const char* policy_name(Policy p) {
+    return p == Policy::Off ? "off" : p == Policy::Warn ? "warn" : p == Policy::Halt ? "halt" : "rewind_skip";
+}
 
 namespace {
 

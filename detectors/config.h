@@ -14,7 +14,10 @@
 
 namespace hlat::detectors {
 
-enum class Policy { Off, Warn, Halt };
+// What an alert does: nothing, a warning, a halt, or a halt that recovers:
+// rewind_skip stops the run, and the supervisor (`hlat run`) restarts it from
+// a checkpoint before the alert, skipping the offending batches (RewindConfig).
+enum class Policy { Off, Warn, Halt, RewindSkip };
 enum class SpikeRule { Additive, Ratio, ZScore };
 
 struct GradSpikeConfig {
@@ -250,6 +253,23 @@ struct FlightRecorderConfig {
     }
 };
 
+// Recovery by rewind_skip, as PaLM recovered from its loss spikes (it
+// restarted about 100 steps before a spike and skipped 200-500 batches): the
+// restart is from the newest checkpoint at least min_steps_back steps before
+// the alert's step, and the batches of the skip_steps steps up to and
+// including it are never trained on again.
+struct RewindConfig {
+    int min_steps_back = 0;
+    int skip_steps = 1;
+    int max_rewinds = 5;  // then the run halts for good
+    template <class Fields>
+    void fields(Fields& f) {
+        f.integer("min_steps_back", min_steps_back, 0);
+        f.integer("skip_steps", skip_steps, 1);
+        f.integer("max_rewinds", max_rewinds, 0);
+    }
+};
+
 struct DetectorsConfig {
     GradSpikeConfig grad_spike;
     NonFiniteConfig nonfinite;
@@ -267,6 +287,7 @@ struct DetectorsConfig {
     EpsRegimeConfig eps_regime;
     LogzDriftConfig logz_drift;
     FlightRecorderConfig flight_recorder;
+    RewindConfig rewind;
     std::string webhook;
 
     // Every detector's section by its name in the config: the one list that
@@ -289,6 +310,7 @@ struct DetectorsConfig {
         visit("eps_regime", eps_regime);
         visit("logz_drift", logz_drift);
         visit("flight_recorder", flight_recorder);
+        visit("rewind", rewind);
     }
 };
 

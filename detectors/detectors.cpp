@@ -567,7 +567,8 @@ std::vector<Fired> DetectorSuite::observe(const StepView& s) {
         std::vector<Alert> alerts;
         e.detector->observe(s, alerts);
         for (Alert& a : alerts) {
-            const Policy p = a.severity == "info" && e.policy == Policy::Halt ? Policy::Warn : e.policy;  // a note halts nothing
+            const bool halts = e.policy == Policy::Halt || e.policy == Policy::RewindSkip;
+            const Policy p = a.severity == "info" && halts ? Policy::Warn : e.policy;  // a note halts nothing
             out.push_back({std::move(a), p});
         }
     }

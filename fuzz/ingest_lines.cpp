@@ -36,6 +36,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             for (const std::string& l : *v.labels)
                 if (!valid_utf8(l)) std::abort();
         }
+        for (const BatchIds& b : batch.batches) {
+            if (b.step < 0 || b.ids.empty() || b.ids.size() > kMaxBatchIds) std::abort();
+            for (const std::string& id : b.ids)
+                if (id.empty() || id.size() > kMaxBatchIdBytes || !valid_utf8(id)) std::abort();
+        }
         if (!bad) break;
         if (!valid_utf8(bad->message) || bad->message.size() > 1000 || bad->next == 0) std::abort();
         parser.skip_lines(1);

@@ -34,4 +34,12 @@ std::optional<FlightRecorder::Window> FlightRecorder::take_window() {
     return w;
 }
 
+std::vector<const telemetry::VectorPoint*> FlightRecorder::series(const std::string& key) const {
+    std::vector<const telemetry::VectorPoint*> out;
+    for (const Held& h : held_)
+        if (h.point.key == key) out.push_back(&h.point);
+    std::stable_sort(out.begin(), out.end(), [](auto* a, auto* b) { return a->step < b->step; });
+    return out;
+}
+
 }  // namespace hlat::session

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace hlat::session {
@@ -27,6 +28,8 @@ class FlightRecorder {
         std::vector<telemetry::VectorPoint> unstored;
     };
     std::optional<Window> take_window();
+    // The held values of one key, oldest step first (not taken).
+    std::vector<const telemetry::VectorPoint*> series(const std::string& key) const;
 
   private:
     struct Held {

@@ -1,5 +1,7 @@
 #include "session/run_session.h"
 
+#include "session/moved_first.h"
+
 #include "session/aliases.h"
 #include "session/replay.h"
 
@@ -34,7 +36,8 @@ RunSession::RunSession(telemetry::Writer* writer, telemetry::RunRecord run, Sess
       run_(std::move(run)),
       options_(std::move(options)),
       suite_(config),
-      recorder_(config.flight_recorder.steps, config.flight_recorder.store_every) {
+      recorder_(config.flight_recorder.steps, config.flight_recorder.store_every),
+      rewind_config_(config.rewind) {
     if (!config.webhook.empty()) webhook_ = std::make_unique<Webhook>(config.webhook, run_.name);
 }
 
@@ -229,7 +232,9 @@ void RunSession::route(Fired& f, const std::string& halt_reason) {
     telemetry::Alert& a = f.alert;
     a.wall_time = now_seconds();
     attach_window(a);
-    const bool halt = f.policy == detectors::Policy::Halt && options_.halts;
+    if (annotate_) annotate_(a);
+    const bool rewind = f.policy == detectors::Policy::RewindSkip && options_.halts;
+    const bool halt = (f.policy == detectors::Policy::Halt || rewind) && options_.halts;
     const bool note = a.severity == "info";  // a one-step outlier, a trainer's info alert: stored and drawn, not pushed
     spdlog::log(a.severity == "critical" ? spdlog::level::err : note ? spdlog::level::info : spdlog::level::warn,
                 "{} {} at step {}: {}{}", note ? "note" : "ALERT", a.kind, a.step, a.message, halt ? " -> halt" : "");
@@ -242,24 +247,70 @@ void RunSession::route(Fired& f, const std::string& halt_reason) {
         return;
     }
     halt_reason_ = fmt::format("detector {} at step {}: {}", a.kind, a.step, a.message);
+    if (rewind) plan_rewind(a);
     if (writer_) writer_->request_halt(run_.id, halt_reason_);
+}
+
+// rewind_skip: the steps whose batches are skipped (the alert's and the
+// skip_steps - 1 before it), their batches as the source recorded them, and
+// the newest step a restart may start from. Stored as a "rewind" event
+// before the halt request, so whoever answers the halt finds the plan.
+void RunSession::plan_rewind(const telemetry::Alert& a) {
+    nlohmann::json steps = nlohmann::json::array(), batches = nlohmann::json::array(), ids = nlohmann::json::array();
+    for (int64_t s = std::max<int64_t>(0, a.step - rewind_config_.skip_steps + 1); s <= a.step; s++) steps.push_back(s);
+    std::set<long> indices;
+    std::set<std::string> id_set;
+    for (const telemetry::BatchRecord& b : recent_batches_) {
+        if (b.step > a.step || b.step <= a.step - rewind_config_.skip_steps) continue;
+        nlohmann::json data = nlohmann::json::parse(b.data, nullptr, false);
+        if (!data.is_object()) continue;
+        if (data.contains("sequences"))
+            for (const auto& seq : data["sequences"])
+                if (seq.is_array() && seq.size() > 3 && seq[3].is_number_integer()) indices.insert(seq[3].get<long>());
+        if (data.contains("ids"))
+            for (const auto& id : data["ids"])
+                if (id.is_string()) id_set.insert(id.get<std::string>());
+    }
+    for (long i : indices) batches.push_back(i);
+    for (const std::string& id : id_set) ids.push_back(id);
+    rewind_plan_ = {{"alert_step", a.step},
+                    {"kind", a.kind},
+                    {"restart_at_or_before", std::max<int64_t>(0, a.step - rewind_config_.min_steps_back)},
+                    {"skip_steps", steps},
+                    {"skip_batches", batches},
+                    {"skip_batch_ids", ids},
+                    {"max_rewinds", rewind_config_.max_rewinds}};
+    store_event({"rewind", a.step, now_seconds(), rewind_plan_.dump()});
 }
 
 // The flight recorder's steps go to the store (those its sampling left out),
 // and the alert's data says which steps they are.
 void RunSession::attach_window(telemetry::Alert& a) {
+    nlohmann::json moved = moved_first(recorder_, a.step, [&](const std::string& key) {
+        auto it = labels_.find(key);
+        return it == labels_.end() ? nullptr : it->second;
+    });
     std::optional<FlightRecorder::Window> w = recorder_.take_window();
     if (!w) return;
     if (writer_ && !w->unstored.empty()) writer_->vectors(run_.id, std::move(w->unstored));
     nlohmann::json data = nlohmann::json::parse(a.data, nullptr, false);
     if (!data.is_object()) data = nlohmann::json::object();
     data["flight_recorder"] = {{"first_step", w->first_step}, {"last_step", w->last_step}};
+    if (!moved.is_null()) data["attribution"]["moved_first"] = moved;
     a.data = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-void RunSession::raise(telemetry::Alert alert, detectors::Policy policy, const std::string& reason) {
+void RunSession::batch(telemetry::BatchRecord batch, std::vector<telemetry::DocumentRecord> documents) {
+    if (batch.wall_time == 0.0) batch.wall_time = now_seconds();
+    recent_batches_.push_back(batch);
+    while (recent_batches_.size() > 64) recent_batches_.pop_front();
+    if (writer_) writer_->batch(run_.id, std::move(batch), std::move(documents));
+}
+
+telemetry::Alert RunSession::raise(telemetry::Alert alert, detectors::Policy policy, const std::string& reason) {
     Fired f{std::move(alert), policy};
     route(f, reason);
+    return f.alert;
 }
 
 std::optional<std::string> RunSession::poll_halt_request() {

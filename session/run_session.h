@@ -33,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include <functional>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -113,8 +114,16 @@ class RunSession {
     void rank_values(int64_t step, const std::string& key, const std::vector<double>& per_rank);
     // An alert raised outside the detectors (a halt asked for from the page):
     // routed like the detectors' alerts; a halting one halts with `reason`
-    // and files no request (it answers one).
-    void raise(telemetry::Alert alert, detectors::Policy policy, const std::string& reason);
+    // and files no request (it answers one). Returns the alert as routed
+    // (its data with the window and attribution added).
+    telemetry::Alert raise(telemetry::Alert alert, detectors::Policy policy, const std::string& reason);
+
+    // Called with every alert before it is routed, to add what the source
+    // alone knows to its data (the trainer: the batch's sequences and
+    // documents, docs/provenance.md). The session adds "moved_first" itself.
+    void set_annotator(std::function<void(telemetry::Alert&)> annotate) { annotate_ = std::move(annotate); }
+    // A step's batch provenance, stored (and an external trainer's batch ids).
+    void batch(telemetry::BatchRecord batch, std::vector<telemetry::DocumentRecord> documents = {});
 
     // Who asked (from the page or the API) for this run to halt since the
     // last call; the request is then marked handled. nullopt while halting.
@@ -123,6 +132,11 @@ class RunSession {
     // The first halt-policy alert as a sentence ("detector grad_spike at step
     // 40: ..."); "" while none.
     const std::string& halt_reason() const { return halt_reason_; }
+    // When the halt is rewind_skip's: the plan the "rewind" event stored
+    // (docs/provenance.md): {"alert_step", "kind", "restart_at_or_before",
+    // "skip_steps", "skip_batches" (the embedded trainer's stream indices),
+    // "skip_batch_ids" (an external trainer's ids)}; null otherwise.
+    const nlohmann::json& rewind_plan() const { return rewind_plan_; }
     // Records that the run halts now (its "halt" event; the end status follows in finish).
     void halt(int64_t step, const std::string& reason);
 
@@ -150,9 +164,11 @@ class RunSession {
     void rename_aliases(std::vector<telemetry::MetricPoint>& points);
     std::vector<Fired> detect(std::vector<detectors::StepView> steps);
     void route(Fired& fired, const std::string& halt_reason = "");
+    void plan_rewind(const telemetry::Alert& a);
     void note_keys(const std::vector<telemetry::MetricPoint>& points);
     void resolve_labels(std::vector<telemetry::VectorPoint>& vectors);
-    // Stores the flight recorder's window with an alert and names it in its data.
+    // Stores the flight recorder's window with an alert and names it in its
+    // data, with the tensor that moved first (data.attribution.moved_first).
     void attach_window(telemetry::Alert& a);
     void store_event(telemetry::Event e);
     static std::string raised_key(const telemetry::Alert& a);
@@ -188,6 +204,10 @@ class RunSession {
     int64_t detected_below_ = -1;
     std::string unwatched_notice_;
     double last_heartbeat_ = 0.0;
+    std::function<void(telemetry::Alert&)> annotate_;
+    detectors::RewindConfig rewind_config_;
+    nlohmann::json rewind_plan_;
+    std::deque<telemetry::BatchRecord> recent_batches_;  // what rewind_skip skips
 };
 
 // The run's detector settings: its config's "detectors" section, or the

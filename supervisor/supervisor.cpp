@@ -2,6 +2,7 @@
 
 #include "telemetry/reader.h"
 #include "telemetry/writer.h"
+#include "trainer/checkpoint/checkpoint.h"
 #include "trainer/config/config.h"
 #include "trainer/run/run_recorder.h"
 #include "trainer/run/train.h"
@@ -21,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
+#include <set>
 #include <thread>
 
 namespace hlat {
@@ -150,12 +152,18 @@ class Supervisor {
             argv.push_back(hlat_);
             argv.push_back("train");
             argv.insert(argv.end(), o_.train_args.begin(), o_.train_args.end());
-            if (attempt > 0 && !has_resume) argv.push_back("--resume");
+            if (attempt > 0 && !has_resume && rewind_args_.empty()) argv.push_back("--resume");
+            argv.insert(argv.end(), rewind_args_.begin(), rewind_args_.end());
             if (o_.preflight && !preflight_passes(attempt)) return kPreflightFailed;
             const double launched = now();
             pid_t pid = launch(argv, attempt);
             spdlog::info("supervisor: launch {} (pid {}): {}", attempt + 1, pid, fmt::join(argv, " "));
             JobEnd end = wait_for(pid, launched);
+            rewind_args_.clear();
+            if (!end.hung && !end.forwarded && exit_code(end) == kExitRewind) {
+                if (std::optional<int> code = plan_rewind()) return *code;
+                continue;  // no backoff: nothing is broken, the data was
+            }
             if (std::optional<int> code = final_code(end, launched)) return *code;
             restarts_++;
             double wait = std::min(o_.backoff_max_seconds, o_.backoff_seconds * std::pow(2.0, restarts_ - 1));
@@ -168,6 +176,7 @@ class Supervisor {
 
   private:
     static constexpr int kPreflightFailed = 3;
+    static constexpr int64_t kRepeatSteps = 10;  // a rewind this close after an earlier one's step is a repeat
 
     // `hlat preflight` on the job's ranks, stored beside the run; the model
     // checksummed is the job's own (its --config).
@@ -185,6 +194,51 @@ class Supervisor {
         if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
         spdlog::error("supervisor: the pre-flight failed ({}); the job is not launched", describe_status(status));
         return false;
+    }
+
+    // rewind_skip stopped the job: the next launch resumes from the newest
+    // good checkpoint at or before the plan's step and skips every batch any
+    // rewind of the run listed. Returns an exit code when it cannot rewind.
+    std::optional<int> plan_rewind() {
+        auto run = watch_.run();
+        nlohmann::json plan;
+        std::set<long> skip;
+        std::vector<int64_t> alert_steps;
+        for (const telemetry::Event& e : run ? watch_.events(*run) : std::vector<telemetry::Event>{}) {
+            if (e.kind != "rewind") continue;
+            plan = nlohmann::json::parse(e.detail, nullptr, false);
+            if (!plan.is_object() || !plan.contains("skip_batches")) continue;
+            const int64_t step = plan.value("alert_step", (int64_t)-1);
+            // A spike again within a few steps of one already skipped: the bad
+            // data runs on (one long document over several batches), so each
+            // repeat skips twice as far past the alert's batches, as PaLM
+            // skipped hundreds of batches around a spike.
+            const long repeats = std::count_if(alert_steps.begin(), alert_steps.end(),
+                                               [&](int64_t s) { return step >= s && step <= s + kRepeatSteps; });
+            alert_steps.push_back(step);
+            long last = -1;
+            for (const auto& b : plan["skip_batches"]) skip.insert(b.get<long>()), last = std::max(last, b.get<long>());
+            const long per_step = std::max<long>(1, plan["skip_batches"].size() / std::max<size_t>(1, plan.value("skip_steps", nlohmann::json::array()).size()));
+            const long extra = per_step * ((1L << std::min<long>(repeats, 6)) - 1);
+            for (long b = last + 1; last >= 0 && b <= last + extra; b++) skip.insert(b);
+        }
+        if (!plan.is_object()) {
+            spdlog::error("supervisor: the job stopped for rewind_skip but the store has no rewind plan: not restarting");
+            return kExitHalted;
+        }
+        if (++rewinds_ > plan.value("max_rewinds", 5)) {
+            spdlog::error("supervisor: {} rewinds done, the limit (detectors.rewind.max_rewinds): halting", rewinds_ - 1);
+            return kExitHalted;
+        }
+        const int at_most = plan.value("restart_at_or_before", 0);
+        std::vector<std::string> skipped;
+        std::optional<std::string> dir = latest_good_checkpoint(config_.run.out_dir, &skipped, at_most);
+        rewind_args_ = {"--resume-from", dir ? *dir : "scratch", "--skip-batches", fmt::format("{}", fmt::join(skip, ","))};
+        spdlog::warn("supervisor: rewind {} after {} at step {}: restarting from {} (at most step {}), skipping "
+                     "batches {}",
+                     rewinds_, plan.value("kind", "an alert"), plan.value("alert_step", -1),
+                     dir ? *dir : "the start", at_most, fmt::join(skip, ","));
+        return std::nullopt;
     }
 
     // Waits for the job to end: passes a stop signal on, kills a job that hangs.
@@ -219,7 +273,7 @@ class Supervisor {
     std::optional<int> final_code(const JobEnd& end, double launched) {
         int code = exit_code(end);
         if (!end.hung && code == 0) {
-            spdlog::info("supervisor: the job finished after {} restart(s)", restarts_);
+            spdlog::info("supervisor: the job finished after {} restart(s) and {} rewind(s)", restarts_, rewinds_);
             return 0;
         }
         if (!end.hung && code == kExitHalted) {
@@ -298,7 +352,8 @@ class Supervisor {
     std::string hlat_;
     TrainConfig config_;
     RunWatch watch_;
-    int restarts_ = 0;
+    int restarts_ = 0, rewinds_ = 0;
+    std::vector<std::string> rewind_args_;  // for the next launch, after a rewind_skip halt
     double crash_time_ = -1.0;  // of the crash a relaunch is recovering from
 };
 

@@ -5,6 +5,9 @@
 // What it watches: the job's exit status, and its heartbeats in the store (the
 // newest step row or event of the run). A job silent for longer than the hang
 // timeout is killed, process group and all, and treated as a crash.
+// What it restarts differently: a job a rewind_skip alert stopped (exit 4)
+// resumes from the newest checkpoint at or before the step the store's
+// "rewind" event names, skipping the batches every rewind listed.
 // What it never restarts: a job a detector halted (exit 3), a job stopped by a
 // signal the supervisor itself forwarded (Ctrl-C), a job that finished, and a
 // job that failed before it registered its run in the store (bad input:

@@ -176,12 +176,17 @@ KeyMap parse_key_map(const std::string& text) {
     return out;
 }
 
+BatchRecord batch_record(const BatchIds& batch) {
+    return {batch.step, nlohmann::json{{"ids", batch.ids}}.dump(), batch.wall_time};
+}
+
 struct LineParser::Record {
-    bool has_step = false, has_time = false, matched = true;
+    bool has_step = false, has_time = false, matched = true, has_batch = false;
     double step = 0.0, time = 0.0;
     std::vector<std::pair<std::string, double>> fields;
     std::vector<VectorPoint> vectors;  // step and time set when the record is taken
     std::string event, detail;
+    std::vector<std::string> batch;  // the step's batch ids, checked in parse_record
     void take(const std::string& name, double v) {
         if (name == "step") has_step = true, step = v;
         else if (name == "time") has_time = true, time = v;
@@ -212,11 +217,13 @@ ParsedBatch LineParser::parse(std::string_view text, double default_time) {
     const int64_t last = last_step_;
     const long next = next_line_;
     const std::set<std::string> keys = keys_at_last_step_;
+    const bool batch = batch_at_last_step_;
     const double origin = time_origin_;
     std::optional<BadLine> bad;
     ParsedBatch out = parse_until_bad(text, default_time, &bad);
     if (bad) {
         csv_header_ = header, last_step_ = last, next_line_ = next, keys_at_last_step_ = keys, time_origin_ = origin;
+        batch_at_last_step_ = batch;
         throw IngestError(bad->message);
     }
     return out;
@@ -305,17 +312,23 @@ void LineParser::parse_record(std::string_view line, long number, double default
             throw bad(e.what());
         }
     }
+    if (r.has_batch) check_batch_ids(r.batch, bad);
     const int64_t step = (int64_t)r.step;
-    if (step > last_step_) keys_at_last_step_.clear();
-    // A key the last step already had is a repeat too: its first value stays.
+    if (step > last_step_) keys_at_last_step_.clear(), batch_at_last_step_ = false;
+    // A key the last step already had is a repeat too: its first value stays (its batch ids too).
     std::erase_if(r.fields, [&](const auto& f) { return step == last_step_ && keys_at_last_step_.count(f.first); });
-    if (step < last_step_ || (r.fields.empty() && r.event.empty() && step == last_step_)) {
+    const bool new_batch = r.has_batch && !(step == last_step_ && batch_at_last_step_);
+    if (step < last_step_ || (r.fields.empty() && r.event.empty() && !new_batch && step == last_step_)) {
         out.stale++;
         return;
     }
     last_step_ = step;
     for (const auto& f : r.fields) keys_at_last_step_.insert(f.first);
     out.records++;
+    if (new_batch) {
+        batch_at_last_step_ = true;
+        out.batches.push_back({step, std::move(r.batch), r.time});
+    }
     if (!r.event.empty()) out.events.push_back({r.event, step, r.time, r.detail});
     for (auto& [name, v] : r.fields) out.points.push_back({name, step, v, r.time});
     for (VectorPoint& v : r.vectors) {
@@ -444,13 +457,57 @@ void LineParser::check_names(const std::string& key, const std::vector<std::stri
     }
 }
 
+namespace {
+
+// Whether a JSON value named batch holds batch ids (a string, or a list with
+// a string in it) rather than a metric (a number, a list of numbers).
+bool holds_batch_ids(const nlohmann::json& j) {
+    if (j.is_string()) return true;
+    return j.is_array() && std::any_of(j.begin(), j.end(), [](const nlohmann::json& x) { return x.is_string(); });
+}
+
+template <typename Bad>
+std::vector<std::string> batch_ids_of(const nlohmann::json& j, const Bad& bad) {
+    if (j.is_string()) return {j.get<std::string>()};
+    std::vector<std::string> ids;
+    for (size_t i = 0; i < j.size(); i++) {
+        if (!j[i].is_string())
+            throw bad(fmt::format("field \"batch\": batch id {} is {}, not a string (batch ids are strings: a hash of "
+                                  "the batch's token ids, \"shard3:offset12345\")",
+                                  i, excerpt(safe_dump(j[i]), 64, false)));
+        ids.push_back(j[i].get<std::string>());
+    }
+    return ids;
+}
+
+}  // namespace
+
+template <typename Bad>
+void LineParser::check_batch_ids(const std::vector<std::string>& ids, const Bad& bad) {
+    if (ids.size() > kMaxBatchIds)
+        throw bad(fmt::format("field \"batch\" holds {} batch ids; a step takes at most {}", ids.size(), kMaxBatchIds));
+    for (size_t i = 0; i < ids.size(); i++) {
+        const std::string& id = ids[i];
+        const std::string which = ids.size() == 1 ? "the batch id" : fmt::format("batch id {}", i);
+        if (id.empty()) throw bad(fmt::format("field \"batch\": {} is empty", which));
+        if (id.size() > kMaxBatchIdBytes)
+            throw bad(fmt::format("field \"batch\": {} is {} bytes, the most is {}: {}", which, id.size(),
+                                  kMaxBatchIdBytes, excerpt(id, 64)));
+        if (!valid_utf8(id) || has_control(id, false))
+            throw bad(fmt::format("field \"batch\": {} holds a control character or bytes that are not UTF-8: {}",
+                                  which, excerpt(id, 64)));
+    }
+}
+
 void LineParser::parse_jsonl(std::string_view line, long number, Record& r) {
-    if (fast_.read(line, fast_line_)) {  // the common shape, no DOM (jsonl_fast.h)
+    // The common shape, no DOM (jsonl_fast.h); batch ids under another name (--map) go the full way.
+    if (fast_.read(line, fast_line_) && (!fast_line_.has_batch || rename("batch") == "batch")) {
         for (const auto& [key, value] : fast_line_.scalars) r.take(rename(key), value);
         for (VectorPoint& v : fast_line_.vectors) {
             v.key = rename(v.key);
             r.vectors.push_back(std::move(v));
         }
+        if (fast_line_.has_batch) r.has_batch = true, r.batch = std::move(fast_line_.batch);
         return;
     }
     auto bad = [&](const std::string& why) { return IngestError(fmt::format("{}:{}: {}", file_, number, why)); };
@@ -468,6 +525,10 @@ void LineParser::parse_jsonl(std::string_view line, long number, Record& r) {
             continue;
         if ((it.key() == "event" || it.key() == "detail") && it->is_string()) {
             (it.key() == "event" ? r.event : r.detail) = it->get<std::string>();
+            continue;
+        }
+        if (holds_batch_ids(*it) && rename(it.key()) == "batch") {
+            r.has_batch = true, r.batch = batch_ids_of(*it, bad);
             continue;
         }
         if (it->is_object() || it->is_array()) {

@@ -9,6 +9,11 @@
 //            Python's bare NaN / Infinity / -Infinity, or the strings "nan",
 //            "inf", "-inf"; null is a missing value (the field is skipped). A
 //            line {"step": N, "event": KIND, "detail": TEXT} is an event.
+//            "batch": "ID" or ["ID", ...] (strings) names what the step
+//            trained on (an external trainer's batch ids: a hash of the
+//            token ids, "shard3:offset12345", one per rank or micro-batch):
+//            no metric, it becomes the step's batch record (BatchIds). A
+//            number or a list of numbers named batch is a metric, as before.
 //   csv      a header row with a "step" column, then one row per record; an
 //            empty cell is a missing value.
 //   llmc     llm.c's main.log: "s:N trl:2.31 lr:0.0006 norm:1.2" (train
@@ -83,10 +88,25 @@ LogFormat detect_format(const std::string& path, std::string_view head);
 // "a=b,c=d" -> {a: b, c: d}; throws IngestError on a malformed pair.
 KeyMap parse_key_map(const std::string& text);
 
+// A step's batch ids ("batch" in its record; docs/external-trainers.md):
+// 1 to kMaxBatchIds strings of 1 to kMaxBatchIdBytes bytes, no control
+// character. The first record of a step that has them gives them, as a
+// step's first value of a key is kept.
+struct BatchIds {
+    int64_t step = 0;
+    std::vector<std::string> ids;
+    double wall_time = 0.0;
+};
+constexpr size_t kMaxBatchIdBytes = 256;
+constexpr size_t kMaxBatchIds = 1024;
+// The step's batch record as the store keeps it: data {"ids": [...]}.
+BatchRecord batch_record(const BatchIds& batch);
+
 struct ParsedBatch {
     std::vector<MetricPoint> points;
     std::vector<VectorPoint> vectors;  // JSONL values that are objects or lists (docs/internals.md)
     std::vector<Event> events;
+    std::vector<BatchIds> batches;  // in step order, a step once
     long records = 0;  // lines that gave a record
     long skipped = 0;  // console lines the pattern did not match
     long stale = 0;    // records at a step below the last one, skipped (see above)
@@ -153,6 +173,8 @@ class LineParser {
     template <typename Bad>
     VectorPoint take_vector(const std::string& key, const nlohmann::json& j, const Bad& bad);
     template <typename Bad>
+    static void check_batch_ids(const std::vector<std::string>& ids, const Bad& bad);
+    template <typename Bad>
     static void check_names(const std::string& key, const std::vector<std::string>& labels, const Bad& bad);
     double wall_time_of(double time, double default_time);
 
@@ -169,6 +191,7 @@ class LineParser {
     double time_origin_ = NAN;
     bool relative_time_ = false;
     std::set<std::string> keys_at_last_step_;  // what a record at last_step_ may no longer set
+    bool batch_at_last_step_ = false;           // and whether it had its batch ids
     std::map<std::string, std::shared_ptr<const std::vector<std::string>>> vector_labels_;  // last names per key
     FastJsonlReader fast_;  // tried first on every JSON line
     FastLine fast_line_;    // its output, reused line to line

@@ -92,6 +92,25 @@ bool read_vector(const std::string& key, simdjson::dom::object elements, FastJso
     return true;
 }
 
+// "batch": a string or a non-empty list of strings (a step's batch ids).
+// False for anything else: the full way says what is wrong with it, or reads
+// a number named batch as a metric.
+bool read_batch(simdjson::dom::element value, FastLine& out) {
+    std::string_view id;
+    if (!value.get_string().get(id)) {
+        out.batch.emplace_back(id);
+    } else {
+        simdjson::dom::array ids;
+        if (value.get_array().get(ids) || ids.size() == 0) return false;
+        for (simdjson::dom::element element : ids) {
+            if (element.get_string().get(id)) return false;
+            out.batch.emplace_back(id);
+        }
+    }
+    out.has_batch = true;
+    return true;
+}
+
 }  // namespace
 
 FastJsonlReader::FastJsonlReader() = default;
@@ -108,6 +127,8 @@ bool FastJsonlReader::read(std::string_view line, FastLine& out) {
     out.scalars.clear();
     out.vectors.clear();
     out.keys.clear();
+    out.has_batch = false;
+    out.batch.clear();
     // simdjson checks the whole line (UTF-8, escapes, control characters,
     // trailing content) before any of it is read.
     if (!parser_) parser_ = std::make_unique<simdjson::dom::parser>();  // made at the first line a reader reads
@@ -122,7 +143,10 @@ bool FastJsonlReader::read(std::string_view line, FastLine& out) {
             continue;
         }
         double x;
-        if (value.get_double().get(x)) return false;  // a string, a boolean, a list
+        if (value.get_double().get(x)) {  // a string, a boolean, a list: batch ids, or the full way
+            if (key != "batch" || !read_batch(value, out)) return false;
+            continue;
+        }
         out.scalars.emplace_back(std::move(key), x);
     }
     std::sort(out.keys.begin(), out.keys.end());

@@ -8,7 +8,8 @@
 // SIMD (ingest into hlat serve went from 1.0M to 2.1M values/s, Zen 3;
 // docs/internals.md). FastJsonlReader takes exactly that shape and declines everything
 // else (strings, booleans, lists, deeper nesting, a repeated name, an empty
-// object as a value, invalid JSON), which LineParser then reads the full way,
+// object as a value, invalid JSON) but a "batch" of strings (a step's batch
+// ids, telemetry/ingest.h), which LineParser then reads the full way,
 // with its own error messages: the two agree on every line this one accepts
 // (tested line by line), values handed over in the DOM's order.
 #pragma once
@@ -35,6 +36,8 @@ struct FastLine {
     std::vector<std::pair<std::string, double>> scalars;  // nulls (missing values) left out
     std::vector<VectorPoint> vectors;                     // elements in natural order of their names
     std::vector<std::string> keys;                        // every name of the line's object, nulls' too
+    bool has_batch = false;                               // "batch": a string or a list of strings
+    std::vector<std::string> batch;                       // its ids, unchecked (LineParser checks them)
 };
 
 class FastJsonlReader {

@@ -289,6 +289,24 @@ std::vector<CheckpointRecord> Reader::checkpoints(int64_t run) {
     return out;
 }
 
+std::optional<BatchRecord> Reader::batch(int64_t run, int64_t step) {
+    Statement s = db_.prepare("SELECT step, data, wall_time FROM batches WHERE run_id = ?1 AND step = ?2");
+    s.bind(1, run).bind(2, step);
+    if (!s.step()) return std::nullopt;
+    return BatchRecord{s.column_int(0), s.column_text(1), s.column_double(2)};
+}
+
+std::vector<DocumentRecord> Reader::documents(int64_t run, const std::vector<int64_t>& refs) {
+    std::vector<DocumentRecord> out;
+    Statement s = db_.prepare("SELECT ref, doc_id, source, byte_offset FROM documents WHERE run_id = ?1 AND ref = ?2");
+    for (int64_t ref : refs) {
+        s.bind(1, run).bind(2, ref);
+        if (s.step()) out.push_back({s.column_int(0), s.column_text(1), s.column_text(2), s.column_int(3)});
+        s.reset();
+    }
+    return out;
+}
+
 std::vector<EvalRecord> Reader::evals(int64_t run) {
     std::vector<EvalRecord> out;
     Statement s = db_.prepare("SELECT step, task, metric, value, wall_time, tokens FROM evals WHERE run_id = ?1 "

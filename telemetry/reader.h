@@ -110,6 +110,10 @@ class Reader {
     // The newest step of a series, if it has any.
     std::optional<int64_t> last_step(int64_t run, const std::string& key);
     std::vector<CheckpointRecord> checkpoints(int64_t run);
+    // What step `step` trained on (docs/provenance.md), if the run recorded it.
+    std::optional<BatchRecord> batch(int64_t run, int64_t step);
+    // The documents of `refs` the run recorded (others are left out).
+    std::vector<DocumentRecord> documents(int64_t run, const std::vector<int64_t>& refs);
     std::vector<EvalRecord> evals(int64_t run);
     Uptime uptime(int64_t run);
     // When the run last showed life (its newest loss row or event) and the

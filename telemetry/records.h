@@ -32,6 +32,24 @@ struct VectorPoint {
     std::shared_ptr<const std::vector<std::string>> labels;
 };
 
+// What one step trained on (issue 36): `data` is JSON, as docs/provenance.md
+// says (the sequences of every rank and micro-batch with their documents by
+// number and their losses; or the batch ids an external trainer sent).
+struct BatchRecord {
+    int64_t step;
+    std::string data;
+    double wall_time;
+};
+
+// A document that batches name by number: its id, the file it came from and
+// the byte offset of its record there (a JSONL line's first byte).
+struct DocumentRecord {
+    int64_t ref;
+    std::string doc_id;
+    std::string source;
+    int64_t offset;
+};
+
 struct RankMetricPoint {
     std::string key;
     int64_t step;

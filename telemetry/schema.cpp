@@ -155,6 +155,25 @@ const std::vector<const char*> kMigrations = {
         PRIMARY KEY (run_id, key_id)
     ) WITHOUT ROWID;
     )sql",
+    // 6 -> 7: batch provenance (issue 36): what each step trained on, as JSON
+    // (docs/provenance.md), and the documents its sequences name by number.
+    R"sql(
+    CREATE TABLE batches (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        step INTEGER NOT NULL,
+        wall_time REAL NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (run_id, step)
+    ) WITHOUT ROWID;
+    CREATE TABLE documents (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        ref INTEGER NOT NULL,
+        doc_id TEXT NOT NULL,
+        source TEXT NOT NULL,
+        byte_offset INTEGER NOT NULL,
+        PRIMARY KEY (run_id, ref)
+    ) WITHOUT ROWID;
+    )sql",
 };
 
 }  // namespace

@@ -89,6 +89,9 @@ class Writer::Connection {
           insert_vector(db.prepare("INSERT OR REPLACE INTO vectors(run_id, key_id, step, wall_time, data) "
                                    "VALUES (?1, ?2, ?3, ?4, ?5)")),
           insert_labels(db.prepare("INSERT OR REPLACE INTO vector_labels(run_id, key_id, labels) VALUES (?1, ?2, ?3)")),
+          insert_batch(db.prepare("INSERT OR REPLACE INTO batches(run_id, step, wall_time, data) VALUES (?1, ?2, ?3, ?4)")),
+          insert_document(db.prepare("INSERT OR REPLACE INTO documents(run_id, ref, doc_id, source, byte_offset) "
+                                     "VALUES (?1, ?2, ?3, ?4, ?5)")),
           find_key(db.prepare("SELECT id FROM metric_keys WHERE name = ?1")),
           insert_key(db.prepare("INSERT INTO metric_keys(name) VALUES (?1)")) {}
 
@@ -152,6 +155,11 @@ class Writer::Connection {
         insert_eval.bind(1, run).bind(2, e.step).bind(3, e.task).bind(4, e.metric).bind(5, e.value)
             .bind(6, e.wall_time).bind(7, e.tokens).run();
     }
+    void write(int64_t run, const Provenance& p) {
+        for (const DocumentRecord& d : p.documents)
+            insert_document.bind(1, run).bind(2, d.ref).bind(3, d.doc_id).bind(4, d.source).bind(5, d.offset).run();
+        insert_batch.bind(1, run).bind(2, p.batch.step).bind(3, p.batch.wall_time).bind(4, p.batch.data).run();
+    }
     void write(int64_t run, const Status& s) { update_status.bind(1, run).bind(2, s.status).bind(3, s.ended_at).run(); }
     void write(int64_t run, const HaltRequest& h) {
         if (h.handled)
@@ -210,7 +218,7 @@ class Writer::Connection {
     // Every row of the run, in every table, then the run itself.
     void delete_run(int64_t id) {
         for (const char* table : {"metrics", "rank_metrics", "metric_blocks", "vectors", "vector_labels", "events",
-                                  "alerts", "checkpoints", "evals", "halt_requests"})
+                                  "alerts", "checkpoints", "evals", "halt_requests", "batches", "documents"})
             db.prepare(fmt::format("DELETE FROM {} WHERE run_id = ?1", table)).bind(1, id).run();
         db.prepare("DELETE FROM runs WHERE id = ?1").bind(1, id).run();
         std::erase_if(labels_written, [&](const auto& entry) { return entry.first.first == id; });
@@ -227,7 +235,7 @@ class Writer::Connection {
     Database db;
     bool ready;
     Statement insert_metric, insert_rank, refresh_block, insert_event, insert_alert, insert_checkpoint, insert_eval,
-        update_status, insert_vector, insert_labels, find_key, insert_key;
+        update_status, insert_vector, insert_labels, insert_batch, insert_document, find_key, insert_key;
     std::map<std::string, int64_t> keys;
     std::map<std::pair<int64_t, int64_t>, std::shared_ptr<const std::vector<std::string>>> labels_written;
     std::set<std::tuple<int64_t, int64_t, int64_t>> touched;
@@ -495,6 +503,11 @@ void Writer::metric(int64_t run, const std::string& key, int64_t step, double va
 void Writer::metrics(int64_t run, std::vector<MetricPoint> points) {
     size_t n = points.size();
     push({run, std::move(points), n});
+}
+
+void Writer::batch(int64_t run, BatchRecord batch, std::vector<DocumentRecord> documents) {
+    const size_t rows = 1 + documents.size();
+    push({run, Provenance{std::move(batch), std::move(documents)}, rows});
 }
 
 void Writer::vectors(int64_t run, std::vector<VectorPoint> points) {

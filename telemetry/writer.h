@@ -82,6 +82,9 @@ class Writer {
     // become the key's labels for the run; a step written again replaces the row.
     void vectors(int64_t run, std::vector<VectorPoint> points);
     void rank_metric(int64_t run, RankMetricPoint point);
+    // A step's batch provenance, and the documents it names for the first
+    // time (a document written again replaces its row; so does a step).
+    void batch(int64_t run, BatchRecord batch, std::vector<DocumentRecord> documents = {});
     void event(int64_t run, Event event);
     void alert(int64_t run, Alert alert);
     void checkpoint(int64_t run, CheckpointRecord checkpoint);
@@ -126,11 +129,15 @@ class Writer {
         std::shared_ptr<std::promise<void>> done;
     };
     struct DeleteRun {};
+    struct Provenance {
+        BatchRecord batch;
+        std::vector<DocumentRecord> documents;
+    };
     struct Annotation {
         std::string tags_json, note;
     };
     using Payload = std::variant<std::vector<MetricPoint>, std::vector<VectorPoint>, RankMetricPoint, Event, Alert, CheckpointRecord,
-                                 EvalRecord, Status, HaltRequest, OpenRun, Flush, DeleteRun, Annotation>;
+                                 EvalRecord, Status, HaltRequest, OpenRun, Flush, DeleteRun, Annotation, Provenance>;
     struct Item {
         int64_t run;
         Payload payload;

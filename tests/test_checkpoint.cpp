@@ -42,7 +42,7 @@ struct Fixture {
         s.step = step;
         s.tokens_seen = step * 8L;
         s.config = config_to_json(config);
-        s.loader = LoaderState{2, 5, {7, 8, 9}};
+        s.loader = LoaderState{2, 5, {7, 8, 9}, {{4, 0, 3}}};
         s.corpus_fingerprint = "corpus";
         s.tokenizer_fingerprint = "tok";
         return save_checkpoint(dir.path().string(), *model, *optimizer, s, "", 3);
@@ -58,7 +58,7 @@ TEST(Checkpoint, RoundTripsModelOptimizerAndState) {
     EXPECT_EQ(st.step, 17);
     EXPECT_EQ(st.tokens_seen, 136);
     ASSERT_TRUE(st.loader.has_value());
-    EXPECT_EQ(*st.loader, (LoaderState{2, 5, {7, 8, 9}}));
+    EXPECT_EQ(*st.loader, (LoaderState{2, 5, {7, 8, 9}, {{4, 0, 3}}}));
     EXPECT_EQ(st.corpus_fingerprint, "corpus");
 
     Model m2(f.config.model, 1, 8, false);

@@ -291,7 +291,7 @@ TEST(DetectorConfig, BadSettingsAreNamed) {
               std::string::npos);
     EXPECT_NE(config_error({{"grad_spike", {{"threshold", -0.1}}}}).find("detectors.grad_spike.threshold"),
               std::string::npos);
-    EXPECT_NE(config_error({{"loss_jump", {{"policy", "panic"}}}}).find("\"off\", \"warn\" or \"halt\""),
+    EXPECT_NE(config_error({{"loss_jump", {{"policy", "panic"}}}}).find("\"off\", \"warn\", \"halt\" or \"rewind_skip\""),
               std::string::npos);
     EXPECT_NE(config_error({{"grad_spike", {{"rule", "vibes"}}}}).find("detectors.grad_spike.rule"), std::string::npos);
     EXPECT_NE(config_error({{"divergence", {{"windows", 3}}}}).find("unknown config field \"detectors.divergence.windows\""),
@@ -407,10 +407,13 @@ TEST_F(FaultRun, OnlineAndOfflineAlertsAgree) {
         EXPECT_EQ(offline[i].alert.kind, online[i].kind);
         EXPECT_EQ(offline[i].alert.step, online[i].step);
         EXPECT_EQ(offline[i].alert.message, online[i].message);
-        // Routing adds where the flight recorder's window was stored; the detectors' numbers are the same.
+        // Routing adds where the flight recorder's window was stored and the
+        // attribution (the tensor that moved first, the batch's sequences);
+        // the detectors' numbers are the same.
         nlohmann::json routed = nlohmann::json::parse(online[i].data);
         EXPECT_TRUE(routed.contains("flight_recorder")) << online[i].data;
         routed.erase("flight_recorder");
+        routed.erase("attribution");
         EXPECT_EQ(nlohmann::json::parse(offline[i].alert.data), routed);
     }
     auto detect = test::run_command(fmt::format("{} detect --store {} --run faulty", HLAT_BINARY, dir.file("s.db")));

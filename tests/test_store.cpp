@@ -117,9 +117,11 @@ TEST(Store, DownsamplingKeepsEverySpike) {
     EXPECT_EQ(b[5].last, raw.back().value);
 }
 
-// What version 6 added (statistics over layers, heads and tensors), then
-// what version 5 added (bucket means and times, run tags and notes).
+// What version 7 added (batch provenance), what version 6 added (statistics
+// over layers, heads and tensors), then what version 5 added (bucket means
+// and times, run tags and notes).
 const std::string kDropVersion5 =
+    "DROP TABLE batches; DROP TABLE documents; "
     "DROP TABLE vectors; DROP TABLE vector_labels; "
     "ALTER TABLE metric_blocks DROP COLUMN sum_value; ALTER TABLE metric_blocks DROP COLUMN n_values; "
     "ALTER TABLE metric_blocks DROP COLUMN first_time; ALTER TABLE metric_blocks DROP COLUMN last_time; "

@@ -119,7 +119,7 @@ inline std::vector<Document> synthetic_documents(int n, unsigned seed) {
             }
             text += " doc" + std::to_string(d) + "p" + std::to_string(p) + ".";
         }
-        docs.push_back({"doc-" + std::to_string(d), text});
+        docs.push_back({"doc-" + std::to_string(d), text, "", 0});
     }
     return docs;
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "telemetry/records.h"
+#include "trainer/data/loader.h"
 #include "trainer/parallel/replica_check.h"
 
 #include <cmath>
@@ -53,6 +54,11 @@ struct StepStats {
     // When asked for: the reduced gradients compared across data-parallel
     // replicas, before clipping (complete on world rank 0).
     std::optional<ReplicaReport> grad_replicas;
+    // What this rank trained on (docs/provenance.md): per micro-batch the
+    // loader's provenance (empty for a token file), and per sequence (micro
+    // major) its loss and its logits' gradient norm.
+    std::vector<BatchProvenance> provenance;
+    std::vector<float> sequence_losses, sequence_grad_norms;
 };
 
 // One per-step metric: its key in the store and the JSONL, and its value.

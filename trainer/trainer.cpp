@@ -153,23 +153,34 @@ void Trainer::accumulate(StepStats& s) {
     double loss_sum = 0.0, z_loss_sum = 0.0;
     // Every token of the step weighs the same: the loss is the mean over all
     // micro-batches, so each backward scales by 1 / (B * T * accum).
-    const float loss_scale = 1.0f / ((float)B * T * accum);
+    // Sequences left out (replay --without) leave the mean to the others.
+    long kept = (long)B * accum;
+    for (const std::vector<char>& rows : dropped_) kept -= std::count(rows.begin(), rows.end(), 1);
+    const float loss_scale = 1.0f / ((float)std::max(1L, kept) * T);
     for (int micro = 0; micro < accum; micro++) {
         auto t0 = Clock::now();
         data_.next_batch(inputs_.data(), targets_.data(), B, T);
+        if (const BatchProvenance* p = data_.last_provenance()) s.provenance.push_back(*p);
         s.data_seconds += seconds_since(t0);
         t0 = Clock::now();
         loss_sum += model_->forward(inputs_.data(), targets_.data());
+        const std::vector<float>& losses = model_->sequence_losses();
+        s.sequence_losses.insert(s.sequence_losses.end(), losses.begin(), losses.end());
         z_loss_sum += model_->z_loss_term();  // NaN when off
         s.forward_seconds += seconds_since(t0);
         t0 = Clock::now();
         // The last micro-batch's backward starts the data-parallel reduction.
         if (reducer_ && micro == accum - 1) reducer_->arm(step_);
+        model_->drop_sequences(micro < (int)dropped_.size() ? dropped_[micro] : std::vector<char>{});
         model_->backward(loss_scale);
+        const std::vector<float>& grads = model_->sequence_grad_norms();
+        s.sequence_grad_norms.insert(s.sequence_grad_norms.end(), grads.begin(), grads.end());
         // A bf16 accumulation buffer rounds after every micro-batch's sum.
         if (config_.precision.grad_accum_bf16) bf16_round_inplace(model_->grads(), n_params);
         s.backward_seconds += seconds_since(t0);
     }
+    model_->drop_sequences({});
+    dropped_.clear();
     s.loss = loss_sum / accum;
     s.z_loss = z_loss_sum / accum;
 }

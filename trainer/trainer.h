@@ -49,6 +49,9 @@ class Trainer {
     // Steps between measurements of the model's internals (run.internals_every;
     // 0: never), for a bench that compares a step with and without them.
     void set_internals_every(int every) { config_.run.internals_every = every; }
+    // The next step leaves these sequences out (per micro-batch, a flag per
+    // row): `hlat replay --without` asks whether they alone made a spike.
+    void drop_sequences_next_step(std::vector<std::vector<char>> by_micro) { dropped_ = std::move(by_micro); }
 
   private:
     // The stages of step(), in order.
@@ -79,6 +82,7 @@ class Trainer {
     double clip_factor_ = 1.0;
     InternalsLabels internals_labels_;
     long tokens_seen_ = 0;
+    std::vector<std::vector<char>> dropped_;  // for the next step only
     bool weights_rounded_ = false;
     double last_compute_seconds_ = 0.0;  // of the previous step: what slow_rank stretches
 };

@@ -1,5 +1,6 @@
 #include "web/ingest_api.h"
 
+#include "session/ingest_parsed.h"
 #include "session/run_session.h"
 #include "telemetry/ingest.h"
 #include "telemetry/log_text.h"
@@ -54,6 +55,22 @@ double time_of(const json& j) {
     return v;
 }
 
+// The plan of a rewind_skip halt, as the halt reply gives it: from the run's
+// newest "rewind" event since its latest start or restart (an older one was
+// answered by that restart); null when there is none.
+json rewind_plan(Reader& reader, int64_t run) {
+    json plan;
+    for (const Event& e : reader.events(run)) {
+        if (e.kind == "start" || e.kind == "restart") plan = nullptr;
+        else if (e.kind == "rewind") plan = json::parse(e.detail, nullptr, false);
+    }
+    if (!plan.is_object()) return nullptr;
+    json out = json::object();
+    for (const char* key : {"restart_at_or_before", "skip_batch_ids", "skip_steps", "alert_step", "max_rewinds"})
+        if (plan.contains(key)) out[key] = plan[key];
+    return out;
+}
+
 }  // namespace
 
 std::optional<std::string> halt_route(const RunRecord& run) {
@@ -104,7 +121,10 @@ void IngestEndpoints::end_run(const RunRecord& run, const std::string& status, i
 json IngestEndpoints::run_state(Reader& reader, const RunRecord& run) {
     if (auto who = reader.pending_halt(run.id)) {
         bool detector = who->rfind("detector", 0) == 0;
-        return {{"state", "halt"}, {"halt", {{"by", detector ? "detector" : "person"}, {"reason", *who}}}};
+        json halt = {{"by", detector ? "detector" : "person"}, {"reason", *who}};
+        if (detector)
+            if (json plan = rewind_plan(reader, run.id); !plan.is_null()) halt["rewind"] = std::move(plan);
+        return {{"state", "halt"}, {"halt", std::move(halt)}};
     }
     return {{"state", run.status}};
 }
@@ -179,8 +199,7 @@ Response IngestEndpoints::ingest(const std::string& name, const std::string& bod
     }
     size_t values = batch.points.size();
     for (const VectorPoint& v : batch.vectors) values += v.values.size();
-    std::vector<detectors::Fired> fired =
-        s->ingest(std::move(batch.points), std::move(batch.events), std::move(batch.vectors));
+    std::vector<detectors::Fired> fired = session::ingest_parsed(*s, std::move(batch));
     writer_->flush();
     json alerts = json::array();
     for (const detectors::Fired& f : fired)

@@ -4,7 +4,9 @@
 //   POST /api/v1/runs/{run}/ingest  JSON lines as `hlat ingest` reads them; the reply carries the run's state
 //   POST /api/v1/runs/{run}/finish  {"status": "finished|halted|crashed|stopped", "step": N, "detail": "...",
 //                                    "time": UNIX_S (optional)}
-//   GET  /api/v1/runs/{run}/state   {"state": "running|halt|<status>", "halt": {"by", "reason"}}
+//   GET  /api/v1/runs/{run}/state   {"state": "running|halt|<status>", "halt": {"by", "reason"}}; a
+//                                    rewind_skip halt adds "rewind": {"restart_at_or_before", "skip_batch_ids",
+//                                    "skip_steps", "alert_step", "max_rewinds"}
 // Every batch goes through the run's session (session/run_session.h): stored,
 // detected, its alerts routed; a reply names the alerts and the run's state,
 // and says when none of the run's keys feeds a detector ("unwatched"). A run fed from outside that sends nothing for stale_after

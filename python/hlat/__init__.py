@@ -14,6 +14,12 @@ state, or keeps them in a spool file while it does not answer
 detector with the halt policy, or a person on the page) raises HaltRequested
 at the next `log` in a single process; a job of several ranks checks
 `run.should_stop(step)` on every rank instead.
+`run.log(values, step=step, batch=ids)` also names what the step trained on (a
+string or a list of strings: a hash of the token ids, "shard3:offset12345");
+a detector whose policy is rewind_skip then halts with a plan,
+`HaltRequested.rewind` (and `run.rewind_plan()`): reload the newest checkpoint
+at or before `restart_at_or_before`, skip the batches `skip_batch_ids`, go on
+(docs/external-trainers.md, "Batch ids and rewind-and-skip").
 A run the script does not finish() is ended for it: "crashed" by an uncaught
 exception or SIGTERM, "stopped" by Ctrl-C, "finished" at a normal exit
 (docs/external-trainers.md, "How a run ends").

@@ -3,15 +3,22 @@
 A record is (step, values) as log(), event() or alert() queued it. What hlat
 cannot store is left out with its reason, never sent: one bad value must not
 make the server refuse a batch and hold back every later step.
+
+A step's batch ids (log(..., batch=)) go in its record as "batch": "ID" or ["ID", ...], which
+the server keeps as the step's batch record (not a metric) and a rewind_skip halt lists; they
+are checked here as the server checks them.
 """
 import json
 import math
+import numbers
 
 MAX_KEY_BYTES = 200      # what hlat takes as a key: 1 to 200 bytes of UTF-8, no control character
 MAX_STEP = 9 * 10**15    # steps hlat keeps: integers from 0 to 9e15
 MAX_DETAIL = 10_000      # characters of an event's detail or an alert's text (the server takes lines of 1 MB)
 MAX_TITLE = 200          # characters of an alert's title
 MAX_BATCH_STEPS = 4096   # steps in one POST: a backlog after an outage goes out in pieces
+MAX_BATCH_ID_BYTES = 256  # a batch id: 1 to 256 bytes of UTF-8, no control character (as the server takes it)
+MAX_BATCH_IDS = 1024      # batch ids in one step
 _SPECIAL = ("event", "alert")  # records that are not merged with the values of their step
 
 
@@ -127,6 +134,73 @@ def _list_vector(key, x):
     return out, None
 
 
+class BatchIds:
+    """log()'s batch= as queued, checked on the sender thread. `shadowed`: the values had a
+    "batch" of their own, which these ids replace."""
+
+    __slots__ = ("given", "shadowed")
+
+    def __init__(self, given, shadowed=False):
+        self.given, self.shadowed = given, shadowed
+
+    def plus(self, other):
+        """Two log() calls of one step: both their ids."""
+        mine = list(self.given) if isinstance(self.given, (list, tuple)) else [self.given]
+        theirs = list(other.given) if isinstance(other.given, (list, tuple)) else [other.given]
+        return BatchIds(mine + theirs, self.shadowed or other.shadowed)
+
+
+def with_batch(values, batch):
+    """A copy of log()'s values with its batch ids."""
+    out = dict(values)
+    out["batch"] = BatchIds(batch, "batch" in out)
+    return out
+
+
+def holds_batch_ids(x):
+    """Whether a value named batch is batch ids (a string, or a list with a string in it), as the
+    server tells them from a metric named batch (a number, a list of numbers)."""
+    return isinstance(x, str) or (isinstance(x, (list, tuple)) and any(isinstance(e, str) for e in x))
+
+
+def _batch_id(x, which):
+    """One id as the string sent, or (None, why)."""
+    if isinstance(x, numbers.Integral) and not isinstance(x, bool):
+        x = str(int(x))  # a dataset index: sent as its digits
+    if not isinstance(x, str):
+        return None, (f"{which} is {type(x).__name__} {short(x)}, not a string (batch ids are strings: a hash of "
+                      "the batch's token ids, \"shard3:offset12345\"; or integers)")
+    try:
+        size = len(x.encode("utf-8"))
+    except UnicodeEncodeError:
+        return None, f"{which} is not valid UTF-8 (a lone surrogate)"
+    if size == 0:
+        return None, f"{which} is empty"
+    if size > MAX_BATCH_ID_BYTES:
+        return None, f"{which} is {size} bytes, the most is {MAX_BATCH_ID_BYTES}: {short(x)}"
+    if any(ord(c) < 32 or ord(c) == 127 for c in x):
+        return None, f"{which} holds a control character: {short(x)}"
+    return x, None
+
+
+def batch_ids(given):
+    """(what is sent as "batch", None) or (None, why not): a string, or a list of strings (or
+    integers, sent as strings) of 1 to MAX_BATCH_IDS ids."""
+    if isinstance(given, (list, tuple)):
+        if not given:
+            return None, "an empty list of batch ids"
+        if len(given) > MAX_BATCH_IDS:
+            return None, f"{len(given)} batch ids; a step takes at most {MAX_BATCH_IDS}"
+        out = []
+        for i, x in enumerate(given):
+            one, why = _batch_id(x, f"batch id {i}")
+            if why:
+                return None, why
+            out.append(one)
+        return out, None
+    return _batch_id(given, "the batch id")
+
+
 def short(x):
     text = repr(x)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -202,6 +276,9 @@ def _merge(items, dropped):
             continue
         special = any(k in values for k in _SPECIAL)
         if merged and merged[-1][0] == step and not special and not merged[-1][2]:
+            before, now = merged[-1][1].get("batch"), values.get("batch")
+            if isinstance(before, BatchIds) and isinstance(now, BatchIds):
+                values = dict(values, batch=before.plus(now))
             merged[-1][1].update(values)
         else:
             merged.append((step, dict(values), special))
@@ -231,6 +308,16 @@ def to_lines(items, stamp=None):
         for k, x in v.items():
             if x is None:
                 continue  # a missing value, as in hlat's JSONL
+            if k == "batch" and (isinstance(x, BatchIds) or holds_batch_ids(x)):
+                if isinstance(x, BatchIds) and x.shadowed:
+                    dropped.append(("batch", step, "a value named batch beside log()'s batch= ids, which take "
+                                                   "the name: log it under another"))
+                ids, why = batch_ids(x.given if isinstance(x, BatchIds) else x)
+                if why is None:
+                    record["batch"] = ids
+                else:
+                    dropped.append(("batch", step, why))
+                continue
             why = key_problem(k)
             if why is None:
                 kept, why = value(k, x)

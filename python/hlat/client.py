@@ -7,6 +7,12 @@ Each reply carries the run's state; a halt sets a flag that log() reads (single 
 should_stop() agrees on across ranks (torch.distributed). Without a server, store= writes a
 local store through `hlat ingest --follow`.
 
+A step may name what it trained on, log(values, step, batch=ID or [ID, ...]) (a hash of the
+token ids, "shard3:offset12345"): the server keeps it as the step's batch record. When a
+detector's policy is rewind_skip, its halt carries a plan, HaltRequested.rewind and
+run.rewind_plan(): restart from the newest checkpoint at or before "restart_at_or_before" and
+skip the batches "skip_batch_ids" (docs/external-trainers.md, "Batch ids and rewind-and-skip").
+
 A run not finished by the program is ended for it (_ends.py): "crashed" by an uncaught
 exception or SIGTERM, "stopped" by Ctrl-C, "halted" by an uncaught HaltRequested, "finished" at
 a normal interpreter exit; each first sends (or spools) what is queued.
@@ -20,7 +26,7 @@ import time
 from . import _ends, _meta, _spool, _system
 from ._http import HttpTransport
 from ._local import HALT_EXIT_CODE, LocalStore  # noqa: F401  (HALT_EXIT_CODE: the documented name)
-from ._records import MAX_STEP, short
+from ._records import MAX_STEP, short, with_batch
 from ._sender import Sender
 
 _log = logging.getLogger("hlat")
@@ -39,11 +45,17 @@ class HaltRequested(Exception):
 
     `reason` says who and why, e.g. "detector grad_spike at step 31: ...".
     Checkpoint, then call run.finish() (it records the run as halted).
+    `rewind` is None, or, when the detector's policy is rewind_skip, its plan: a dict with
+    "restart_at_or_before" (reload the newest checkpoint at or before this step),
+    "skip_batch_ids" (the batch ids logged with log(..., batch=) for the skipped steps: never
+    train on them again), "skip_steps", "alert_step" and "max_rewinds" (after that many rewinds,
+    stop for good; the loop counts them).
     """
 
-    def __init__(self, reason):
+    def __init__(self, reason, rewind=None):
         super().__init__(reason)
         self.reason = reason
+        self.rewind = rewind
 
 
 def _dist():
@@ -90,6 +102,7 @@ class Run:
         self._raise_in_log = self.world_size == 1
         self._halt_reason = None   # set by the sender thread on rank 0
         self._halted = None        # the reason every rank agreed on
+        self._rewind = None        # a rewind_skip halt's plan (the server's reply; every rank's after should_stop)
         self._last_step = 0
         self._queue = None  # rank 0: the sender's queue
         self._after = None  # what log() does after queueing: max_lag_steps's wait, or a halt's check
@@ -152,25 +165,30 @@ class Run:
 
     # -- the training thread ------------------------------------------------
 
-    def log(self, values, step):
+    def log(self, values, step, batch=None):
         """Queues values (numbers or 0-d tensors, NaN and inf kept) for `step`.
 
+        batch: what the step trained on, a string or a list of strings (one per rank or
+        micro-batch; integers are sent as strings), e.g. a hash of the token ids or
+        "shard3:offset12345": kept by the server as the step's batch record, and listed in a
+        rewind_skip halt's plan (HaltRequested.rewind) when the step is skipped. At most 1024
+        ids of 1 to 256 bytes.
         Never waits on the network and never does a collective (with max_lag_steps it may
         wait, at most 1 s, while the server is answering but behind). In a single process it
         raises HaltRequested once a halt is known; in a job of several ranks it does not (see
-        should_stop). The step and the values are checked on the sender thread: what hlat
-        cannot store is left out there, with a warning.
+        should_stop). The step, the values and the batch ids are checked on the sender thread:
+        what hlat cannot store is left out there, with a warning.
         """
         # The training thread's few microseconds. After a step the caches are cold and every
         # bytecode costs (a call that does nothing takes ~2 us there), so this is all there is:
         # other ranks, max_lag_steps and a halt come in through self.log and self._after.
         # The dict is copied: the caller may reuse or change it after log() returns.
         self._last_step = step
-        self._queue.append((step, dict(values)))
+        self._queue.append((step, dict(values) if batch is None else with_batch(values, batch)))
         if self._after is not None:
             self._after(step)
 
-    def _log_elsewhere(self, values, step):
+    def _log_elsewhere(self, values, step, batch=None):
         """log() on a rank that does not send (only rank 0 does): the step, for should_stop()."""
         self._last_step = step
 
@@ -227,6 +245,13 @@ class Run:
 
     def halt_reason(self):
         return self._halted
+
+    def rewind_plan(self):
+        """The plan of a rewind_skip halt once it is known (the dict HaltRequested.rewind holds:
+        "restart_at_or_before", "skip_batch_ids", "skip_steps", "alert_step", "max_rewinds"), else
+        None. On every rank once should_stop() has agreed on the halt. Over HTTP only: a store=
+        run's halt has no plan (hlat ingest --follow logs it)."""
+        return self._rewind
 
     def flush(self, timeout=30.0):
         """Waits until everything queued so far is with the server, or in the spool (rank 0)."""
@@ -306,7 +331,7 @@ class Run:
     def _halt_in_log(self, step=None):
         if self._raise_in_log:
             self._halted = self._halt_reason
-            raise HaltRequested(self._halted)
+            raise HaltRequested(self._halted, self._rewind)
         if not self._stop_checked and not self._halt_unheard_said:
             self._halt_unheard_said = True
             _log.warning("hlat: halt requested (%s), but this job has %d ranks and run.should_stop(step) was never "
@@ -315,16 +340,18 @@ class Run:
                          self._halt_reason, self.world_size)
 
     def _agree(self, dist, reason):
-        """Rank 0 knows; every rank learns at the same step (one small broadcast)."""
+        """Rank 0 knows; every rank learns at the same step (one small broadcast), and with the
+        reason a rewind_skip halt's plan."""
         import torch
         device = "cuda" if dist.get_backend() == "nccl" else "cpu"
         flag = torch.tensor([1 if reason else 0], dtype=torch.int32, device=device)
         dist.broadcast(flag, src=0)
         if not int(flag.item()):
             return None
-        box = [reason]
+        box = [(reason, self._rewind)]
         dist.broadcast_object_list(box, src=0)
-        return box[0]
+        reason, self._rewind = box[0]
+        return reason
 
     # -- called by the sender thread ---------------------------------------
 
@@ -357,11 +384,13 @@ class Run:
             self._unwatched_said = True
             _log.warning("hlat: %s", unwatched)
         if reply.get("state") == "halt" and self._halt_reason is None:
-            self._halted_by(reply.get("halt", {}).get("reason", "halt requested"))
+            halt = reply.get("halt") or {}
+            self._halted_by(halt.get("reason", "halt requested"), halt.get("rewind"))
 
-    def _halted_by(self, reason):
+    def _halted_by(self, reason, rewind=None):
         """A halt from the server (or store='s follower): log() checks from now on."""
         if self._halt_reason is None:
+            self._rewind = rewind if isinstance(rewind, dict) else None  # set before the reason log() reads
             self._halt_reason = reason
             if self._after is None:
                 self._after = self._halt_in_log
@@ -379,7 +408,7 @@ class DisabledRun:
         self.name, self.rank, self.world_size = name, rank, world_size
         self.stats = {}
 
-    def log(self, values, step):
+    def log(self, values, step, batch=None):
         pass
 
     def record(self, values, step):
@@ -395,6 +424,9 @@ class DisabledRun:
         return False
 
     def halt_reason(self):
+        return None
+
+    def rewind_plan(self):
         return None
 
     def flush(self, timeout=30.0):

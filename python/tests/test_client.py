@@ -1,6 +1,7 @@
 """The Python client against a real `hlat serve`: a PyTorch LM trained through it with an
 injected lr spike is halted by the detector within 2 steps; a halt pressed through the API
 stops a clean loop the same way; the causality probe flags a leaking mask before step 1.
+Batch ids logged with each step are kept, and a rewind_skip halt names the spike step's id.
 A client process that dies of an uncaught exception or SIGTERM leaves its run "crashed"
 within 5 s of its exit, with every step it logged; Ctrl-C leaves it "stopped", a normal exit
 without finish() "finished". A server reply's "unwatched" sentence is logged once."""
@@ -400,7 +401,7 @@ class HostileValues(ServerTestCase):
                           "nan", "-inf", "1e-3", True, float("inf"), float("nan"), 1e308, -0.0, 2**63,
                           torch.tensor(2.5), torch.ones(3), torch.tensor([]), torch.tensor(float("nan"))]
         hostile_keys = ["", "k" * 201, "bad\ud800", "tab\tkey", "nul\0", 7, ("t",), "é" * 100, "ok/key", "\u2603",
-                        "step", "time", "event", "detail"]
+                        "step", "time", "event", "detail", "batch"]
         for seed in range(3):
             rng = random.Random(seed)
             name = f"hostile-{seed}"
@@ -432,6 +433,109 @@ class HostileValues(ServerTestCase):
         finally:
             server.shutdown()
             server.server_close()
+
+
+class BatchIdsAndRewind(ServerTestCase):
+    """Batch ids sent with log(..., batch=) are kept as each step's batch record, and a
+    rewind_skip halt tells the loop which checkpoint to go back to and which ids to skip."""
+
+    DETECTORS = {"grad_spike": {"policy": "rewind_skip"}, "rewind": {"min_steps_back": 5, "skip_steps": 1}}
+
+    def init(self, name, **kw):
+        return hlat.init(name, url=self.server.url, token=TOKEN, max_lag_steps=1, **kw)
+
+    def batch_ids(self, run):
+        """step -> the ids the server keeps for it."""
+        db = sqlite3.connect(self.server.store)
+        try:
+            rows = db.execute("SELECT step, data FROM batches WHERE run_id = (SELECT id FROM runs WHERE name = ?)",
+                              (run,)).fetchall()
+        finally:
+            db.close()
+        return {step: json.loads(data)["ids"] for step, data in rows}
+
+    def test_a_spike_halts_with_a_plan_that_lists_its_batch_id(self):
+        run = self.init("rewind", detectors=self.DETECTORS)
+        halt = None
+        for step in range(60):  # a steady grad norm, then 50x at step 40
+            try:
+                run.log({"loss": 2.0, "grad_norm": 50.0 if step == 40 else 1.0}, step=step, batch=f"sha-{step}")
+            except hlat.HaltRequested as e:
+                halt, stopped = e, step
+                break
+        run.finish()
+        self.assertIsNotNone(halt, "the loop was not halted")
+        self.assertLessEqual(stopped - 40, 2)
+        self.assertIn("grad_spike at step 40", halt.reason)
+        self.assertEqual(halt.rewind["skip_batch_ids"], ["sha-40"])
+        self.assertEqual(halt.rewind["skip_steps"], [40])
+        self.assertEqual(halt.rewind["restart_at_or_before"], 35)
+        self.assertEqual(halt.rewind["alert_step"], 40)
+        self.assertEqual(run.rewind_plan(), halt.rewind)
+        self.assertTrue(run.should_stop())
+        self.assertEqual(self.server.runs()["rewind"]["status"], "halted")
+        ids = self.batch_ids("rewind")
+        self.assertEqual(ids[40], ["sha-40"])
+        self.assertEqual(sorted(ids), list(range(stopped + 1)), "every step's ids, and no metric named batch")
+        self.assertNotIn("batch", self.server.get("/api/v1/runs/rewind/keys")["keys"])
+
+        # The loop goes back to its checkpoint of step 35 and on, never training on sha-40 again:
+        # the run resumed, the plan gone, the later steps' ids kept.
+        again = self.init("rewind", detectors=self.DETECTORS, resume=True)
+        for step in range(36, 50):
+            again.log({"loss": 2.0, "grad_norm": 1.0}, step=step, batch=f"sha-{step + (step >= 40)}")
+        self.assertFalse(again.should_stop())
+        self.assertIsNone(again.rewind_plan())
+        again.finish()
+        self.assertEqual(self.server.runs()["rewind"]["status"], "finished")
+        self.assertEqual(self.batch_ids("rewind")[40], ["sha-41"])
+
+    def test_a_plain_halt_has_no_plan(self):
+        run = self.init("no-plan", detectors={"grad_spike": {"policy": "halt"}})
+        with self.assertRaises(hlat.HaltRequested) as caught:
+            for step in range(60):
+                run.log({"grad_norm": 50.0 if step == 40 else 1.0}, step=step, batch=[f"r0-{step}", f"r1-{step}"])
+        run.finish()
+        self.assertIsNone(caught.exception.rewind)
+        self.assertIsNone(run.rewind_plan())
+        self.assertEqual(self.batch_ids("no-plan")[40], ["r0-40", "r1-40"])
+
+    def test_every_rank_learns_the_plan_where_should_stop_agrees(self):
+        plan = {"restart_at_or_before": 35, "skip_batch_ids": ["sha-40"], "skip_steps": [40], "alert_step": 40,
+                "max_rewinds": 5}
+
+        class Rank0Knows:  # torch.distributed as rank 1 sees it while rank 0 holds a rewind_skip halt
+            def get_backend(self):
+                return "gloo"
+
+            def broadcast(self, tensor, src):
+                tensor.fill_(1)
+
+            def broadcast_object_list(self, box, src):
+                box[0] = ("detector grad_spike at step 40: ...", plan)
+
+        run = hlat.init("rank-1", url=self.server.url, token=TOKEN, rank=1, world_size=2)
+        self.assertIsNone(run.rewind_plan())
+        self.assertEqual(run._agree(Rank0Knows(), None), "detector grad_spike at step 40: ...")
+        self.assertEqual(run.rewind_plan(), plan)
+        run.finish()
+
+    def test_bad_batch_ids_are_left_out_with_one_warning_and_the_rest_of_the_step_is_kept(self):
+        run = hlat.init("bad-ids", url=self.server.url, token=TOKEN)
+        with self.assertLogs("hlat", logging.WARNING) as logs:
+            run.log({"loss": 2.0}, step=0, batch=["ok", True])
+            run.log({"loss": 2.0}, step=1, batch="x" * 257)
+            run.log({"loss": 2.0}, step=2, batch=1234)      # an index: sent as "1234"
+            run.log({"loss": 2.0}, step=3, batch="a")
+            run.log({"lr": 1e-3}, step=3, batch="b")         # two log() calls of one step: both ids
+            run.log({"loss": 2.0, "batch": 32}, step=4)      # a number named batch: a metric, as before
+            run.finish()
+        self.assertEqual(len(logs.output), 1, logs.output)
+        self.assertIn("'batch' at step 0 is not stored: batch id 1 is bool True, not a string", logs.output[0])
+        self.assertEqual(self.batch_ids("bad-ids"), {2: ["1234"], 3: ["a", "b"]})
+        self.assertEqual(self.server.steps("bad-ids"), [0, 1, 2, 3, 4], "the rest of each step is stored")
+        self.assertEqual(self.server.steps("bad-ids", "batch"), [4])
+        self.assertEqual(run.stats["dropped_values"], 2)
 
 
 if __name__ == "__main__":

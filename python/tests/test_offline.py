@@ -6,6 +6,7 @@ import glob
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -145,6 +146,25 @@ class Spooled(ServerTestCase):
         self.assertEqual(code, 0, said)
         self.assertEqual(self.server.steps("taken-2"), [0, 1, 2])
 
+    def test_batch_ids_stay_in_the_spool_and_sync_keeps_them(self):
+        run = hlat.init("offline-ids", mode="offline", dir=self.dir, url=self.server.url, token=TOKEN)
+        for step in range(5):
+            run.log({"loss": 2.0}, step=step, batch=f"shard0:offset{step * 100}")
+        run.finish()
+        [path] = self.spools()
+        with open(path) as f:
+            records = [json.loads(line) for line in f][1:-1]
+        self.assertEqual([r["batch"] for r in records], [f"shard0:offset{s * 100}" for s in range(5)])
+        code, said = self.sync(path)
+        self.assertEqual(code, 0, said)
+        db = sqlite3.connect(self.server.store)
+        try:
+            rows = db.execute("SELECT step, data FROM batches WHERE run_id = (SELECT id FROM runs WHERE name = ?) "
+                              "ORDER BY step", ("offline-ids",)).fetchall()
+        finally:
+            db.close()
+        self.assertEqual([(s, json.loads(d)["ids"]) for s, d in rows], [(s, [f"shard0:offset{s * 100}"]) for s in range(5)])
+
 
 class Modes(unittest.TestCase):
     def test_disabled_does_nothing_and_costs_next_to_nothing(self):
@@ -157,6 +177,8 @@ class Modes(unittest.TestCase):
         t0 = time.perf_counter()
         for step in range(10000):
             run.log({"loss": 1.0}, step=step)
+        run.log({"loss": 1.0}, step=0, batch="a")
+        self.assertIsNone(run.rewind_plan())
         per_call_us = (time.perf_counter() - t0) / 10000 * 1e6
         print(f"\n    disabled run.log: {per_call_us:.3f} us a call", file=sys.stderr)
         self.assertFalse(run.should_stop(3))

@@ -127,10 +127,12 @@ void verify_checkpoint(const std::string& dir) {
     }
 }
 
-std::optional<std::string> latest_good_checkpoint(const std::string& run_dir, std::vector<std::string>* skipped) {
+std::optional<std::string> latest_good_checkpoint(const std::string& run_dir, std::vector<std::string>* skipped,
+                                                  int at_most_step) {
     std::vector<fs::path> all = checkpoint_dirs(fs::path(run_dir) / "checkpoints");
     for (auto it = all.rbegin(); it != all.rend(); ++it) {
         try {
+            if (read_checkpoint_state(it->string()).step > at_most_step) continue;
             verify_checkpoint(it->string());
             return it->string();
         } catch (const std::exception& e) {

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,7 +54,9 @@ void verify_checkpoint(const std::string& dir);
 
 // The newest checkpoint of the run that verifies; every one skipped on the way
 // is described in *skipped. Empty when there is none.
-std::optional<std::string> latest_good_checkpoint(const std::string& run_dir, std::vector<std::string>* skipped);
+// With at_most_step, the newest whose step (steps done) is at most that: where rewind_skip restarts.
+std::optional<std::string> latest_good_checkpoint(const std::string& run_dir, std::vector<std::string>* skipped,
+                                                  int at_most_step = std::numeric_limits<int>::max());
 
 // Reads state.json of a verified checkpoint.
 CheckpointState read_checkpoint_state(const std::string& dir);

@@ -31,6 +31,21 @@ double number(const std::string& p) {
     }
 }
 
+// bad_batch@S[:KIND[:ROWS]]'s kind (a word) and rows (a number); the step is read with the others'.
+template <class Bad>
+BadBatch bad_batch_of(const std::vector<std::string>& parts, const Bad& bad) {
+    BadBatch b;
+    if (parts.size() >= 2) b.kind = parts[1];
+    if (b.kind != "repeat" && b.kind != "random") throw bad("the bad_batch kind is repeat or random");
+    if (parts.size() == 3) {
+        double rows = number(parts[2]);
+        if (!(rows >= 1) || rows != (int)rows) throw bad("the rows must be an integer >= 1");
+        b.rows = (int)rows;
+    }
+    if (parts.size() > 3) throw bad("bad_batch takes @STEP[:KIND[:ROWS]]");
+    return b;
+}
+
 }  // namespace
 
 Faults parse_faults(const std::vector<std::string>& specs) {
@@ -39,7 +54,7 @@ Faults parse_faults(const std::vector<std::string>& specs) {
         auto bad = [&](const std::string& why) {
             return ConfigError(fmt::format("fault \"{}\": {}; expected NAME@STEP[:ARGS] with NAME one of mask_leak, "
                                            "grad_spike, nan, lr_spike, allreduce_bug, crash, crash_random, hang, "
-                                           "slow_rank, sdc",
+                                           "slow_rank, sdc, bad_batch",
                                            given, why));
         };
         const std::string spec = with_step(given);
@@ -65,6 +80,10 @@ Faults parse_faults(const std::vector<std::string>& specs) {
             }
             parts.resize(1);
         }
+        if (name == "bad_batch") {
+            f.bad_batches.push_back(bad_batch_of(parts, bad));
+            parts.resize(1);
+        }
         std::vector<double> nums;
         for (const std::string& p : parts) {
             nums.push_back(number(p));
@@ -72,7 +91,9 @@ Faults parse_faults(const std::vector<std::string>& specs) {
         }
         if (nums.empty() || nums[0] < 0 || nums[0] != (int)nums[0]) throw bad("the step must be an integer >= 0");
         int step = (int)nums[0];
-        if (name == "mask_leak" && nums.size() == 1) {
+        if (name == "bad_batch") {
+            f.bad_batches.back().step = step;
+        } else if (name == "mask_leak" && nums.size() == 1) {
             f.mask_leak_from = step;
         } else if (name == "grad_spike" && nums.size() <= 2) {
             f.grad_spike_at = step;

@@ -3,6 +3,10 @@
 //   grad_spike@S[:F]       at step S the gradients are scaled by F (default 100) before clipping
 //   nan@S                  at step S one gradient value becomes NaN
 //   lr_spike@S[:F[:N]]     from step S, for N steps (default 5), the learning rate is multiplied by F (default 10)
+//   bad_batch@S[:KIND[:ROWS]]  bad data: the first micro-batch of step S on data-parallel rank 0 gets a planted
+//                          document in its first ROWS sequences (default half the batch, at least 1): KIND "random"
+//                          (random bytes, the default) or "repeat" (one phrase over and over). It lives in the data
+//                          stream (by batch index), so a replay meets it again and rewind_skip can skip it.
 // Distributed runs (the last data-parallel rank is the faulty one):
 //   allreduce_bug@S:sum              from step S it sums the gradients instead of averaging them
 //   allreduce_bug@S:skip[:TENSOR]    from step S one tensor (default layers.0.down_proj) is left out of
@@ -31,6 +35,12 @@ struct ParallelConfig;
 
 enum class AllreduceBug { None, Sum, Skip, Stale };
 
+struct BadBatch {
+    int step = -1;
+    std::string kind = "random";
+    int rows = 0;  // 0: half the batch (at least 1)
+};
+
 struct Faults {
     int mask_leak_from = -1;
     int grad_spike_at = -1;
@@ -48,6 +58,7 @@ struct Faults {
     int slow_from = -1, slow_rank = -1;
     double slow_factor = 1.0;
     int sdc_from = -1, sdc_rank = -1;
+    std::vector<BadBatch> bad_batches;
 
     // What the numeric faults do to step `step` (0-based), where the step
     // asks. The all-reduce bug is the gradient reducer's (grad_reducer.h);

@@ -21,25 +21,27 @@ bool ends_with(const std::string& s, const std::string& suffix) {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Calls on_line(line, line_number) for every line of a file, decompressing
+// Calls on_line(line, line_number, byte_offset) for every line of a file (the
+// offset of its first byte in the decompressed stream), decompressing
 // zstd on the fly when `zstd` is set. A zstd stream that ends mid-frame is an
 // error: a truncated download must not pass for a short corpus.
 void for_each_line(const std::string& path, bool zstd,
-                   const std::function<void(std::string_view, long)>& on_line) {
+                   const std::function<void(std::string_view, long, long)>& on_line) {
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
     if (!f) throw std::runtime_error(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
     std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(zstd ? ZSTD_createDCtx() : nullptr, ZSTD_freeDCtx);
     std::vector<char> in(1 << 17), out(1 << 17);
     std::string pending;
-    long line_number = 0;
+    long line_number = 0, pending_offset = 0;  // pending_offset: where `pending` starts in the file
     auto emit = [&](const char* data, size_t n) {
         pending.append(data, n);
         size_t start = 0, nl;
         while ((nl = pending.find('\n', start)) != std::string::npos) {
-            on_line(std::string_view(pending).substr(start, nl - start), ++line_number);
+            on_line(std::string_view(pending).substr(start, nl - start), ++line_number, pending_offset + (long)start);
             start = nl + 1;
         }
         pending.erase(0, start);
+        pending_offset += (long)start;
     };
     size_t last_ret = 0;
     size_t n;
@@ -60,7 +62,7 @@ void for_each_line(const std::string& path, bool zstd,
     if (std::ferror(f.get())) throw std::runtime_error(fmt::format("cannot read {}", path));
     if (zstd && last_ret != 0)
         throw std::runtime_error(fmt::format("{} is truncated: the zstd stream ends mid-frame", path));
-    if (!pending.empty()) on_line(pending, ++line_number);
+    if (!pending.empty()) on_line(pending, ++line_number, pending_offset);
 }
 
 bool is_blank(std::string_view s) {
@@ -108,7 +110,7 @@ std::vector<Document> read_corpus(const std::vector<std::string>& files, const s
     for (const std::string& path : files) {
         bool zst = ends_with(path, ".jsonl.zst");
         if (zst || ends_with(path, ".jsonl")) {
-            for_each_line(path, zst, [&](std::string_view line, long line_number) {
+            for_each_line(path, zst, [&](std::string_view line, long line_number, long offset) {
                 if (is_blank(line)) return;
                 if (!is_valid_utf8(line)) {  // JSON must be UTF-8; a bad line is skipped, not fatal
                     stats->skipped_invalid_utf8++;
@@ -133,11 +135,11 @@ std::vector<Document> read_corpus(const std::vector<std::string>& files, const s
                                      : id != j.end() && id->is_number()
                                          ? id->dump()
                                          : fmt::format("{}:{}", path, line_number);
-                add_document(docs, {id_str, text->get<std::string>()}, stats);
+                add_document(docs, {id_str, text->get<std::string>(), path, offset}, stats);
             });
         } else {
             std::vector<char> bytes = read_file(path);
-            add_document(docs, {path, std::string(bytes.begin(), bytes.end())}, stats);
+            add_document(docs, {path, std::string(bytes.begin(), bytes.end()), path, 0}, stats);
         }
     }
     stats->documents = (long)docs.size();
@@ -166,7 +168,7 @@ long dedup_paragraphs(std::vector<Document>& docs) {
             if (!out.empty()) out += "\n\n";
             out += para;
         }
-        if (!out.empty()) kept.push_back({std::move(d.id), std::move(out)});
+        if (!out.empty()) kept.push_back({std::move(d.id), std::move(out), std::move(d.source), d.offset});
     }
     docs = std::move(kept);
     return removed;

@@ -11,6 +11,8 @@ namespace hlat {
 struct Document {
     std::string id;
     std::string text;
+    std::string source = "";  // the file it was read from ("" for one made in memory)
+    long offset = 0;     // byte offset of its record in that file (decompressed): a JSONL line's first byte
 };
 
 struct CorpusStats {

@@ -106,7 +106,7 @@ std::vector<Document> info_to_documents(const std::string& info_text, size_t min
             stats->dropped_short++;
             continue;
         }
-        docs.push_back({name, text});
+        docs.push_back({name, text, "", 0});
     }
     return docs;
 }

@@ -381,12 +381,46 @@ float Model::loss(const int32_t* targets) {
     if (measure_internals_) add_logit_internals();
     if (precision_.softmax_bf16) bf16_round_inplace(logits, (long)N * V);
     double sum = 0.0, z_sum = 0.0;
+    sequence_losses_.assign(B_, 0.0f);
     for (int n = 0; n < N; n++) {
         sum += a_.losses[n];
         z_sum += (double)a_.logz[n] * a_.logz[n];
+        sequence_losses_[n / T_] += a_.losses[n] / T_;
     }
     z_loss_term_ = config_.z_loss > 0.0 ? config_.z_loss * z_sum / N : NAN;
     return (float)(sum / N);
+}
+
+// One pass over the logits' gradient, right after the cross-entropy wrote
+// it: each sequence's share of it (its norm, unscaled; over the vocabulary
+// shards under tensor parallelism), and the rows `hlat replay --without`
+// drops set to zero, so nothing of them reaches the weights.
+void Model::measure_and_drop_sequences(float* dlogits, bf16* d16, float loss_scale) {
+    const int B = B_, T = T_, V = shard_.vocab_size;
+    const long row = (long)T * V;
+    sequence_grad_norms_.assign(B, 0.0f);
+    for (int b = 0; b < B; b++) {
+        double squares = 0.0;
+        if (dlogits) {
+            const float* x = dlogits + b * row;
+#pragma omp parallel for simd reduction(+ : squares)
+            for (long i = 0; i < row; i++) squares += (double)x[i] * x[i];
+        } else {
+            const bf16* x = d16 + b * row;
+#pragma omp parallel for reduction(+ : squares)
+            for (long i = 0; i < row; i++) {
+                const float v = bf16_to_float(x[i]);
+                squares += (double)v * v;
+            }
+        }
+        sequence_grad_norms_[b] = (float)squares;
+        if (b < (int)dropped_.size() && dropped_[b]) {
+            if (dlogits) std::fill(dlogits + b * row, dlogits + (b + 1) * row, 0.0f);
+            else std::fill(d16 + b * row, d16 + (b + 1) * row, bf16{0});
+        }
+    }
+    if (tp_) tp_->allreduce_sum(sequence_grad_norms_.data(), B);
+    for (float& g : sequence_grad_norms_) g = std::sqrt(g) / loss_scale;
 }
 
 void Model::measure_internals(bool on) {
@@ -581,6 +615,7 @@ void Model::backward(float loss_scale) {
     } else {
         crossentropy_backward(a.logits, targets_.data(), a.logz, z_loss, loss_scale, N, V);
     }
+    measure_and_drop_sequences(dlogits, d16, loss_scale);
     linear_backward(d_norm, g.lm_head, dlogits, d16, a.final_norm, a16_.final_norm, p.lm_head, N, C, V);
     std::fill(d_residual_.begin(), d_residual_.end(), 0.0f);
     norm_backward(d_res, g.final_norm, d_norm, a.residual + (long)L * N * C, p.final_norm, a.final_rstd);

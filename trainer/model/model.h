@@ -145,6 +145,16 @@ class Model {
     // The mean over the last forward's tokens of the z-loss term,
     // model.z_loss * (log Z)^2; NaN when model.z_loss is 0 (off).
     double z_loss_term() const { return z_loss_term_; }
+    // Per sequence of the last forward with targets (B values): its mean
+    // token loss; and, after backward, the norm of its logits' gradient of
+    // the summed token losses (what that sequence pushes into the model: the
+    // largest for a sequence the model gets confidently wrong). Batch
+    // provenance and attribution read them (docs/provenance.md).
+    const std::vector<float>& sequence_losses() const { return sequence_losses_; }
+    const std::vector<float>& sequence_grad_norms() const { return sequence_grad_norms_; }
+    // Rows (sequences) whose loss the next backward leaves out, as if they
+    // were not in the batch (`hlat replay --without`); empty: none.
+    void drop_sequences(std::vector<char> dropped) { dropped_ = std::move(dropped); }
     // Adds d(loss_scale * sum of token losses)/d(params) to the gradients,
     // for the batch of the last forward with targets. A token's loss is its
     // cross-entropy plus, with model.z_loss, the z-loss term.
@@ -229,6 +239,7 @@ class Model {
     // The mean cross-entropy of the logits against targets, the probabilities
     // left in a_.logits for backward.
     float loss(const int32_t* targets);
+    void measure_and_drop_sequences(float* dlogits, bf16* d16, float loss_scale);
     // Pure bf16 modes keep activations in bf16: rounds x in place there.
     void round_if_bf16_state(float* x, long n);
     // The internals' parts, each from a buffer forward has just written: the
@@ -271,6 +282,8 @@ class Model {
     std::vector<float> att_scratch_;  // per OpenMP thread
     std::vector<float> qk_dweight_;   // (2 HD) under tensor parallelism: one layer's qk-norm gain gradients
     double z_loss_term_ = NAN;
+    std::vector<float> sequence_losses_, sequence_grad_norms_;  // (B)
+    std::vector<char> dropped_;                                 // (B) or empty
     std::vector<float> rope_cos_, rope_sin_;  // (T, HD/2)
     std::vector<int32_t> inputs_, targets_;
     bool measure_internals_ = false;

@@ -11,6 +11,7 @@
 #include "trainer/run/distributed_run.h"
 #include "trainer/run/eval_hook.h"
 #include "trainer/run/fault_hook.h"
+#include "trainer/run/provenance_hook.h"
 #include "trainer/run/session_hook.h"
 #include "trainer/run/telemetry_hook.h"
 
@@ -31,10 +32,16 @@ BuiltRun::BuiltRun(const TrainConfig& config, const TrainOptions& options)
         throw std::runtime_error("--init and --save take whole-model weights: not with --tp > 1 (checkpoints load at "
                                  "any layout)");
     set_thread_count(config.run.threads);
-    if (options.resume) resume_ = find_resume(config);
+    if (options.resume_from == "scratch")
+        spdlog::info("resuming from the start (no checkpoint early enough): the run's store record continues");
+    else if (!options.resume_from.empty())
+        resume_ = Resume{options.resume_from, read_checkpoint_state(options.resume_from)};
+    else if (options.resume)
+        resume_ = find_resume(config);
     build_trainer(config, options);
     const int first_step = trainer_->next_step();
-    recorder_ = std::make_unique<RunRecorder>(config, run_meta(), options.resume, first_step,
+    recorder_ = std::make_unique<RunRecorder>(config, run_meta(), options.resume || !options.resume_from.empty(),
+                                              first_step,
                                               options.metrics_jsonl, root);
     const int total_steps = options.steps > 0 ? options.steps : config.schedule.total_steps;
     context_.reset(new RunContext{config, options, parallel_, *data_, *trainer_, *recorder_, total_steps,
@@ -61,7 +68,16 @@ BuiltRun::~BuiltRun() = default;
 void BuiltRun::build_trainer(const TrainConfig& config, const TrainOptions& options) {
     std::optional<LoaderState> loader_state;
     if (resume_) loader_state = resume_loader_state(resume_->state, parallel_.dp_rank(), parallel_.dp_size());
-    data_ = std::make_unique<RunData>(open_data(config, loader_state, parallel_.dp_rank(), parallel_.dp_size()));
+    if (!options.skip_batches.empty()) {
+        // rewind_skip's relaunch: the batches to skip join the stream's own list.
+        if (!loader_state) loader_state = LoaderState{};
+        loader_state->skip.insert(loader_state->skip.end(), options.skip_batches.begin(), options.skip_batches.end());
+        std::sort(loader_state->skip.begin(), loader_state->skip.end());
+        loader_state->skip.erase(std::unique(loader_state->skip.begin(), loader_state->skip.end()),
+                                 loader_state->skip.end());
+    }
+    data_ = std::make_unique<RunData>(
+        open_data(config, loader_state, parallel_.dp_rank(), parallel_.dp_size(), options.faults.bad_batches));
     if (resume_) check_resumable(config, resume_->state, *data_, options.allow_data_change, resume_->dir);
     if (resume_ && data_->token_file) data_->token_file->seek(resume_->state.tokens_seen, config.run.seq_len);
 
@@ -104,10 +120,12 @@ void BuiltRun::add_hooks(const TrainOptions& options) {
     hooks_.add(std::make_unique<EvalHook>(run));
     hooks_.add(std::make_unique<ConsistencyHook>(run));
     hooks_.add(std::make_unique<FleetHook>(run));
+    hooks_.add(std::make_unique<ProvenanceHook>(run));  // before the session: an alert of the step names its batch
     hooks_.add(std::make_unique<SessionHook>(run));
     hooks_.add(std::make_unique<CheckpointHook>(run, hooks_));
     hooks_.add(std::make_unique<FaultHook>(options.faults, parallel_.world_rank(), FaultHook::attempt_from_env()));
     for (const std::shared_ptr<StepHook>& hook : options.extra_hooks) hooks_.add(hook);
+    for (const auto& make : options.run_hooks) hooks_.add(make(run));
 }
 
 }  // namespace hlat

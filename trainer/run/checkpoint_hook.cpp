@@ -8,13 +8,18 @@
 namespace hlat {
 
 void CheckpointHook::before_step(int step, StepRequest&) {
+    if (!run_.options.write_checkpoints) return;
     // `step` steps are done; none since the start is the checkpoint resumed from.
     if (every(run_.config.run.checkpoint_every, step) && step > run_.first_step) save();
 }
 
 void CheckpointHook::on_end(RunEnd how) {
+    if (!run_.options.write_checkpoints) return;
     if (how == RunEnd::Finished || how == RunEnd::Stopped) return save();
     if (how != RunEnd::Halted) return;  // after a crash the other ranks may be gone
+    // rewind_skip restarts from an earlier checkpoint: these weights have
+    // taken the bad batch, and a newer checkpoint could push a good one out.
+    if (run_.rewinding) return;
     // Keep the state if it is still finite (a skipped update leaves it so).
     const Model& model = run_.trainer.model();
     int nonfinite = std::isfinite(l2_norm(model.params(), model.num_parameters())) ? 0 : 1;

@@ -18,11 +18,12 @@ void init_shard_weights(Model& model, unsigned long long seed) {
     extract_shard(shard_segments(model.config(), model.shard()), whole.params(), model.params());
 }
 
-int agree_on_stop(Parallel& parallel, int signal, std::string& halt_reason) {
+int agree_on_stop(Parallel& parallel, int signal, std::string& halt_reason, bool& rewinding) {
     if (!parallel.distributed()) return signal;
-    int flags[2] = {signal, halt_reason.empty() ? 0 : 1};
+    int flags[2] = {signal, rewinding ? 2 : halt_reason.empty() ? 0 : 1};
     parallel.allreduce(flags, 2, MPI_INT, MPI_MAX, Group::World);
     if (flags[1] && halt_reason.empty()) halt_reason = "halted by rank 0's detectors";
+    rewinding = flags[1] == 2;
     return flags[0];
 }
 

@@ -18,8 +18,9 @@ void init_shard_weights(Model& model, unsigned long long seed);
 
 // Brings every rank's stop and halt decisions together after a step: a signal
 // may reach one rank only, and only rank 0 runs the detectors. Returns the
-// signal (0: none); sets halt_reason on every rank when rank 0 halts.
-int agree_on_stop(Parallel& parallel, int signal, std::string& halt_reason);
+// signal (0: none); sets halt_reason on every rank when rank 0 halts, and
+// `rewinding` when its halt is rewind_skip's.
+int agree_on_stop(Parallel& parallel, int signal, std::string& halt_reason, bool& rewinding);
 
 // Rank layout at the start of a distributed run: which host each rank is on
 // and which groups it belongs to (printed by rank 0).

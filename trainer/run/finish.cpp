@@ -14,7 +14,10 @@ int finish_run(RunContext& run, StepHooks& hooks, RunEnd how) {
     switch (how) {
         case RunEnd::Halted:
             run.recorder.finish("halted", last, run.halt_reason);
-            spdlog::error("halted after step {}: {}", next, run.halt_reason);
+            spdlog::error("halted after step {}: {}{}", next, run.halt_reason,
+                          run.rewinding ? " (rewind_skip: hlat run restarts from an earlier checkpoint and skips the "
+                                          "step's batches)"
+                                        : "");
             break;
         case RunEnd::Stopped:
             spdlog::warn("stopped by signal {} after step {}", run.stop_signal, next);
@@ -24,7 +27,7 @@ int finish_run(RunContext& run, StepHooks& hooks, RunEnd how) {
             run.recorder.finish("finished", last, "reached its steps");
     }
     spdlog::info("{}", run.recorder.summary());
-    if (how == RunEnd::Halted) return kExitHalted;
+    if (how == RunEnd::Halted) return run.rewinding ? kExitRewind : kExitHalted;
     if (!run.options.save_weights.empty() && run.parallel.is_root()) {
         save_weights(run.trainer.model(), run.options.save_weights);
         spdlog::info("saved weights to {}", run.options.save_weights);

@@ -24,6 +24,7 @@ struct RunContext {
     // The first halting alert (rank 0's session), "" while none; the stop
     // agreement sets it on the other ranks.
     std::string halt_reason;
+    bool rewinding = false;  // the halt is rewind_skip's: the supervisor restarts from an earlier checkpoint
     bool halting() const { return !halt_reason.empty(); }
 };
 

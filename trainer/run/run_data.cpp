@@ -22,9 +22,18 @@ static double unigram_entropy(const std::vector<int32_t>& tokens) {
     return h;
 }
 
-RunData open_data(const TrainConfig& config, const std::optional<LoaderState>& loader_state, int rank, int world) {
+PlantedBatch planted_batch(const TrainConfig& config, const BadBatch& bad) {
+    const int rows = bad.rows > 0 ? bad.rows : std::max(1, config.run.batch_size / 2);
+    return {(long)bad.step * config.run.grad_accum, 0, rows, bad.kind};
+}
+
+RunData open_data(const TrainConfig& config, const std::optional<LoaderState>& loader_state, int rank, int world,
+                  const std::vector<BadBatch>& bad_batches) {
     RunData d;
     const int B = config.run.batch_size, T = config.run.seq_len;
+    if (config.data.corpus.empty() && !bad_batches.empty())
+        throw std::runtime_error("the bad_batch fault plants documents in the online loader's stream: it needs "
+                                 "data.corpus, not a token file");
     if (config.data.corpus.empty()) {
         if (config.run.data.empty())
             throw std::runtime_error("no training data: set data.corpus (with data.tokenizer) or run.data, or pass --data");
@@ -44,8 +53,10 @@ RunData open_data(const TrainConfig& config, const std::optional<LoaderState>& l
     if (d.tokenizer->vocab_size() > config.model.vocab_size)
         throw std::runtime_error(fmt::format("tokenizer {} has {} pieces but model.vocab_size is {}",
                                              config.data.tokenizer, d.tokenizer->vocab_size(), config.model.vocab_size));
+    std::vector<PlantedBatch> planted;
+    for (const BadBatch& bad : bad_batches) planted.push_back(planted_batch(config, bad));
     d.loader = std::make_unique<Loader>(ds.train, *d.tokenizer, B, T, data_seed(config.run), rank, world,
-                                        config.data.prefetch_batches, loader_state.value_or(LoaderState{}));
+                                        config.data.prefetch_batches, loader_state.value_or(LoaderState{}), planted);
     d.source = d.loader.get();
 
     // The held-out set: its documents in corpus order, packed like training.

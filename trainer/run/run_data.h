@@ -4,6 +4,7 @@
 #pragma once
 
 #include "trainer/config/config.h"
+#include "trainer/config/faults.h"
 #include "trainer/data/batch_source.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/loader.h"
@@ -34,7 +35,12 @@ struct RunData {
 // Data-parallel rank `rank` of `world` reads its own stream (the loader splits
 // documents by rank; the token file hands out the rank's windows of each
 // global batch), from `loader_state` when resuming.
-RunData open_data(const TrainConfig& config, const std::optional<LoaderState>& loader_state, int rank, int world);
+// `bad_batches` (the bad_batch fault) plant documents in rank 0's stream.
+RunData open_data(const TrainConfig& config, const std::optional<LoaderState>& loader_state, int rank, int world,
+                  const std::vector<BadBatch>& bad_batches = {});
+// Where a bad_batch fault plants its document: the first micro-batch of its
+// step, in an unskipped stream.
+PlantedBatch planted_batch(const TrainConfig& config, const BadBatch& bad);
 
 // Mean loss over the held-out batches (every rank: a TP forward is collective).
 double heldout_loss(Model& model, const std::vector<std::vector<int32_t>>& batches, int B, int T);

@@ -36,6 +36,7 @@ void SessionHook::after_step(StepResult& result) {
                        detectors::Policy::Halt, fmt::format("halt_request at step {}: {}", step, message));
     }
     run_.halt_reason = session->halt_reason();
+    run_.rewinding = !session->rewind_plan().is_null();
 }
 
 std::optional<double> SessionHook::probe() {

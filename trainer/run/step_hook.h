@@ -32,6 +32,9 @@ const char* run_end_name(RunEnd end);  // "finished", "stopped", "halted", "cras
 struct StepRequest {
     bool tensor_norms = false;  // per-layer and per-kind norms
     bool hash_grads = false;    // the replica check of the reduced gradients
+    // Sequences the step leaves out, per micro-batch a flag per row of this
+    // rank's batch (`hlat replay --without`); empty: none.
+    std::vector<std::vector<char>> drop_sequences;
 };
 
 // What a step produced, handed along the after-step hooks.

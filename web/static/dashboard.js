@@ -5,8 +5,11 @@
 // zooms to them; grad-norm spike episodes are shaded from the full-resolution
 // data (server side). Statistics over layers, heads and tensors are heatmaps
 // below the charts (heatmaps.js); an alert with a flight-recorder window
-// zooms everything to it. Every key the run has can be drawn (the metric picker);
-// the URL holds the view, so a link restores it.
+// zooms everything to it. An alert the trainer could attribute says why under
+// it (attribution.js: the tensor that moved first, the batch's worst sequences
+// with their documents and text); a rewind_skip's rewind is drawn on the
+// charts and listed with its alert. Every key the run has can be drawn (the
+// metric picker); the URL holds the view, so a link restores it.
 import { COLORS, fetchJson, loadSeries, appendLive, envelopeParts, yTicks, rangeFrom } from "./series.js";
 import { chartSvg, downloadPng, downloadSvg } from "./chart_export.js";
 import { evalPanels, drawEvalPanel } from "./eval_panels.js";
@@ -15,6 +18,8 @@ import { showPreflight } from "./preflight.js";
 import { loadRankPanels, drawRankPanel } from "./rank_panels.js";
 import { showStoreHealth } from "./store_health.js";
 import { loadHeatmaps, drawHeatmaps } from "./heatmaps.js";
+import { rewindsOf } from "./attribution.js";
+import { showAlertList } from "./alert_list.js";
 
 const params = new URLSearchParams(location.search);
 const runName = params.get("run");
@@ -36,6 +41,9 @@ const state = (window.hlatDashboard = {
   shown: null,       // keys drawn (Set); null until the keys are known
   series: {},        // key -> loadSeries() result
   alerts: [],
+  alertsOmitted: 0,  // earlier alerts the server left out of its list
+  rewinds: [],       // rewind_skip's rewinds, from the events (attribution.js rewindsOf)
+  whyOpen: new Set(), // "kind@step" of the alerts whose "Why" is open (kept across redraws)
   episodes: [],      // [first, last, peak_step, peak] of grad-norm spikes
   xAxis: params.get("x") || "step",
   smoothing: params.has("smooth") ? Number(params.get("smooth")) : 0.6,
@@ -157,6 +165,54 @@ function alertMarkers(u) {
   ctx.restore();
 }
 
+// Each rewind: a dashed purple line at the step training restarted from and
+// an arrow back to it from the alert's step, under the alert's triangle: the
+// steps in between were trained again, without the skipped batches. By wall
+// time, where nothing goes back, the line only, at the rewind.
+const REWIND = "#8250df";
+function rewindXs(r) {
+  if (state.xAxis === "time") return [null, r.time];
+  const restart = r.restartedAt ?? r.atMost;
+  return [xOf(r.step, null), restart === undefined || restart === null ? null : xOf(restart, null)];
+}
+function rewindMarkers(u) {
+  const ctx = u.ctx, dpr = devicePixelRatio, { left, top, width, height } = u.bbox;
+  const clamp = (px) => Math.min(left + width, Math.max(left, px));
+  const y = top + 12 * dpr;
+  ctx.save();
+  ctx.strokeStyle = REWIND;
+  ctx.fillStyle = REWIND;
+  ctx.lineWidth = 1.5 * dpr;
+  for (const r of state.rewinds) {
+    const [xa, xr] = rewindXs(r);
+    if (xr === null) continue;
+    const pr = u.valToPos(xr, "x", true);
+    if (pr >= left && pr <= left + width) {
+      ctx.setLineDash([4 * dpr, 3 * dpr]);
+      ctx.beginPath();
+      ctx.moveTo(pr, top);
+      ctx.lineTo(pr, top + height);
+      ctx.stroke();
+      ctx.setLineDash([]);
+    }
+    if (xa === null) continue;
+    const a = clamp(u.valToPos(xa, "x", true)), b = clamp(pr);
+    if (a === b) continue;
+    ctx.beginPath();
+    ctx.moveTo(a, y);
+    ctx.lineTo(b, y);
+    ctx.stroke();
+    if (b !== pr) continue;
+    ctx.beginPath();
+    ctx.moveTo(pr, y);
+    ctx.lineTo(pr + 6 * dpr, y - 4 * dpr);
+    ctx.lineTo(pr + 6 * dpr, y + 4 * dpr);
+    ctx.closePath();
+    ctx.fill();
+  }
+  ctx.restore();
+}
+
 // Wall time of a step, from whichever loaded series has it (bucket ends included).
 function stepTime(step) {
   for (const s of Object.values(state.series)) {
@@ -172,6 +228,15 @@ function alertNear(u, left) {
     if (x !== null && Math.abs(u.valToPos(x, "x") - left) < 5) return a;
   }
   return null;
+}
+
+// What the cursor is on: an alert (and the rewind it caused), or a rewind's restart line.
+function markTip(u, left) {
+  const near = (x) => x !== null && x !== undefined && Math.abs(u.valToPos(x, "x") - left) < 5;
+  const a = alertNear(u, left);
+  const rewind = state.rewinds.find((r) => (a ? r.step === a.step : near(rewindXs(r)[1])));
+  if (a) return `step ${a.step}: ${a.kind} — ${a.message}${rewind ? ` · ${rewind.label}` : ""}`;
+  return rewind ? rewind.label : "";
 }
 
 function chartBox(panel) {
@@ -215,16 +280,16 @@ function drawPanel(container, panel, width) {
     axes: [{}, { size: 60, values: yTicks }],
     cursor: { drag: { x: true, y: false }, sync: { key: "hlat-run" } },
     hooks: {
-      draw: panel.episodes ? [shadeEpisodes, alertMarkers] : [alertMarkers],
+      draw: panel.episodes ? [shadeEpisodes, alertMarkers, rewindMarkers] : [alertMarkers, rewindMarkers],
       setSelect: [(u) => {
         if (u.select.width < 5) return;
         const i0 = u.posToIdx(u.select.left), i1 = u.posToIdx(u.select.left + u.select.width);
         zoomTo(steps[Math.max(0, i0)], steps[Math.min(steps.length - 1, i1)]);
       }],
       setCursor: [(u) => {
-        const a = u.cursor.left >= 0 ? alertNear(u, u.cursor.left) : null;
-        tip.textContent = a ? `step ${a.step}: ${a.kind} — ${a.message}` : "";
-        tip.style.display = a ? "block" : "none";
+        const text = u.cursor.left >= 0 ? markTip(u, u.cursor.left) : "";
+        tip.textContent = text;
+        tip.style.display = text ? "block" : "none";
       }],
     },
   }, data, box);
@@ -291,34 +356,30 @@ function internalsSoon() {
 async function loadAlerts() {
   const { alerts, omitted } = await fetchJson(api("/alerts"));
   state.alerts = alerts;
-  const earlier = omitted ? [Object.assign(document.createElement("li"), {
-    textContent: `${omitted} earlier alerts are not listed (the server lists the latest ${alerts.length})`,
-  })] : [];
-  $("#alerts").replaceChildren(...earlier, ...alerts.map((a) => {
-    const li = document.createElement("li");
-    li.className = a.severity;
-    const link = Object.assign(document.createElement("a"), { href: "#", textContent: `step ${a.step}` });
-    link.title = "zoom to this alert";
-    link.addEventListener("click", (e) => {
-      e.preventDefault();
+  state.alertsOmitted = omitted;
+  showAlerts();
+}
+
+// The rewinds come with the events (the uptime timeline's request).
+function showRewinds(events) {
+  state.rewinds = rewindsOf(events ?? []);
+  showAlerts();
+}
+
+function showAlerts() {
+  showAlertList($("#alerts"), {
+    alerts: state.alerts, omitted: state.alertsOmitted, rewinds: state.rewinds, whyOpen: state.whyOpen,
+    titleOf: (key) => (state.catalogue.vectors ?? []).find((v) => v.key === key)?.title ?? key,
+    onStep: (a) => {
       const half = Math.max(25, Math.round(0.01 * Math.max(state.lastStep, 1)));
       zoomTo(a.step - half, a.step + half);
-    });
-    li.append(link, ` · ${a.kind} · ${a.message}`);
-    const window_ = a.data?.flight_recorder;
-    if (window_) {
-      const button = Object.assign(document.createElement("button"), { type: "button", className: "flight-recorder",
-        textContent: `per-layer window, steps ${window_.first_step}–${window_.last_step}` });
-      button.title = "zoom the charts and heatmaps to the steps stored at full resolution around this alert";
-      button.addEventListener("click", () => {
-        state.marked = a;
-        zoomTo(window_.first_step, window_.last_step);
-        $("#internals").scrollIntoView({ block: "start" });
-      });
-      li.append(" ", button);
-    }
-    return li;
-  }));
+    },
+    onWindow: (a) => {
+      state.marked = a;
+      zoomTo(a.data.flight_recorder.first_step, a.data.flight_recorder.last_step);
+      $("#internals").scrollIntoView({ block: "start" });
+    },
+  });
 }
 
 async function loadEvals() {
@@ -454,7 +515,7 @@ async function load() {
     const episodes = shade ? (await fetchJson(api(`/episodes?key=${encodeURIComponent(shade)}${q}`))).episodes : [];
     if (overtaken()) return;
     state.episodes = episodes;
-    const [, , , heatmaps] = await Promise.all([loadAlerts(), loadUptime(api, run.status), loadEvals(), loadInternals(),
+    const [, , , heatmaps] = await Promise.all([loadAlerts(), loadUptime(api, run.status).then(showRewinds), loadEvals(), loadInternals(),
                        run.preflight ? null : loadRankPanels(api, state.catalogue.panels).then((p) => { state.rankPanels = p; })]);
     draw();
     if (!overtaken()) {
@@ -526,7 +587,7 @@ function listen() {
     const { status } = JSON.parse(e.data);
     showStatus(status);
     showHaltButton(status);
-    loadUptime(api, status);
+    loadUptime(api, status).then((events) => { showRewinds(events); scheduleDraw(); }).catch(() => {});
   });
 }
 

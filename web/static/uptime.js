@@ -1,17 +1,20 @@
 // The uptime timeline of a run's page.
 import { fetchJson } from "./series.js";
+import { rewindsOf } from "./attribution.js";
 
 const $ = (sel) => document.querySelector(sel);
 
 // The uptime timeline: wall time from the first start to the last event;
 // training segments green (each start or restart to the stop, crash or halt
-// that ends it, or to its last event), downtime red, events as ticks.
+// that ends it, or to its last event), downtime red, events as ticks (a
+// rewind's says what it skipped and where training restarted). Returns the
+// events.
 export async function loadUptime(api, status) {
   const { events, uptime } = await fetchJson(api("/events"));
   showUnwatched(events);
   const bar = $("#uptime");
   bar.replaceChildren();
-  if (!events.length) return;
+  if (!events.length) return events;
   // A run still going trains until now.
   const running = status === "running";
   const now = Date.now() / 1000;
@@ -32,18 +35,22 @@ export async function loadUptime(api, status) {
     seg.style.width = `${(100 * (end - events[i].time)) / (t1 - t0)}%`;
     bar.append(seg);
   }
+  const rewinds = new Map(rewindsOf(events).map((r) => [r.time, r]));
   for (const e of events) {
     if (e.kind === "heartbeat") continue;
     const mark = document.createElement("span");
     mark.className = `event ${e.kind}`;
     mark.style.left = pos(e.time);
-    mark.title = `${e.kind} at step ${e.step}${e.detail ? ": " + e.detail : ""}`;
+    const rewind = e.kind === "rewind" ? rewinds.get(e.time) : null;
+    mark.title = rewind ? `step ${e.step}: ${rewind.label}` : `${e.kind} at step ${e.step}${e.detail ? ": " + e.detail : ""}`;
     bar.append(mark);
   }
   const label = document.createElement("span");
   label.className = "uptime-label";
-  label.textContent = `uptime ${(100 * uptime.ratio).toFixed(1)}% · ${uptime.restarts} restarts`;
+  label.textContent = `uptime ${(100 * uptime.ratio).toFixed(1)}% · ${uptime.restarts} restarts` +
+                      (rewinds.size ? ` · ${rewinds.size} rewind${rewinds.size > 1 ? "s" : ""}` : "");
   bar.append(label);
+  return events;
 }
 
 
