@@ -176,7 +176,6 @@ class Supervisor {
 
   private:
     static constexpr int kPreflightFailed = 3;
-    static constexpr int64_t kRepeatSteps = 10;  // a rewind this close after an earlier one's step is a repeat
 
     // `hlat preflight` on the job's ranks, stored beside the run; the model
     // checksummed is the job's own (its --config).
@@ -203,24 +202,11 @@ class Supervisor {
         auto run = watch_.run();
         nlohmann::json plan;
         std::set<long> skip;
-        std::vector<int64_t> alert_steps;
         for (const telemetry::Event& e : run ? watch_.events(*run) : std::vector<telemetry::Event>{}) {
             if (e.kind != "rewind") continue;
             plan = nlohmann::json::parse(e.detail, nullptr, false);
-            if (!plan.is_object() || !plan.contains("skip_batches")) continue;
-            const int64_t step = plan.value("alert_step", (int64_t)-1);
-            // A spike again within a few steps of one already skipped: the bad
-            // data runs on (one long document over several batches), so each
-            // repeat skips twice as far past the alert's batches, as PaLM
-            // skipped hundreds of batches around a spike.
-            const long repeats = std::count_if(alert_steps.begin(), alert_steps.end(),
-                                               [&](int64_t s) { return step >= s && step <= s + kRepeatSteps; });
-            alert_steps.push_back(step);
-            long last = -1;
-            for (const auto& b : plan["skip_batches"]) skip.insert(b.get<long>()), last = std::max(last, b.get<long>());
-            const long per_step = std::max<long>(1, plan["skip_batches"].size() / std::max<size_t>(1, plan.value("skip_steps", nlohmann::json::array()).size()));
-            const long extra = per_step * ((1L << std::min<long>(repeats, 6)) - 1);
-            for (long b = last + 1; last >= 0 && b <= last + extra; b++) skip.insert(b);
+            if (plan.is_object() && plan.contains("skip_batches"))
+                for (const auto& b : plan["skip_batches"]) skip.insert(b.get<long>());
         }
         if (!plan.is_object()) {
             spdlog::error("supervisor: the job stopped for rewind_skip but the store has no rewind plan: not restarting");
