@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -63,16 +64,30 @@ web::Server& server() {
     return *instance;
 }
 
+// Hundreds of connections a second: each is closed with a reset (linger 0)
+// so none waits in TIME_WAIT, where tens of thousands of them would use up
+// the ephemeral ports and make a later connect fail (EADDRNOTAVAIL), which is
+// the machine's limit, not the server's; such a failure is retried a while.
 int connect_to(int port) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons((uint16_t)port);
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd, (sockaddr*)&addr, sizeof addr) != 0) std::abort();
-    int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    return fd;
+    for (int attempt = 0; attempt < 200; attempt++) {
+        int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        linger reset{1, 0};
+        ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+        if (::connect(fd, (sockaddr*)&addr, sizeof addr) == 0) {
+            int one = 1;
+            ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            return fd;
+        }
+        const int error = errno;
+        ::close(fd);
+        if (error != EADDRNOTAVAIL && error != EAGAIN) break;
+        ::usleep(50000);
+    }
+    std::abort();  // the server stopped listening
 }
 
 // What the server sends back: all of it, or the head of an event stream
