@@ -31,6 +31,23 @@ double number(const std::string& p) {
     }
 }
 
+// allreduce_bug@S:FLAVOUR[:TENSOR]'s flavour (sum, skip[:TENSOR] or stale).
+template <class Bad>
+void read_allreduce_bug(const std::vector<std::string>& parts, const Bad& bad, Faults& f) {
+    if (parts.size() < 2) throw bad("allreduce_bug needs a flavour: sum, skip or stale");
+    const std::string& flavour = parts[1];
+    if (flavour == "sum" && parts.size() == 2) {
+        f.allreduce_bug = AllreduceBug::Sum;
+    } else if (flavour == "skip" && parts.size() <= 3) {
+        f.allreduce_bug = AllreduceBug::Skip;
+        if (parts.size() == 3) f.allreduce_bug_tensor = parts[2];
+    } else if (flavour == "stale" && parts.size() == 2) {
+        f.allreduce_bug = AllreduceBug::Stale;
+    } else {
+        throw bad("the allreduce_bug flavour is sum, skip[:TENSOR] or stale");
+    }
+}
+
 // bad_batch@S[:KIND[:ROWS]]'s kind (a word) and rows (a number); the step is read with the others'.
 template <class Bad>
 BadBatch bad_batch_of(const std::vector<std::string>& parts, const Bad& bad) {
@@ -64,20 +81,9 @@ Faults parse_faults(const std::vector<std::string>& specs) {
         std::vector<std::string> parts;
         std::stringstream rest(spec.substr(at + 1));
         for (std::string p; std::getline(rest, p, ':');) parts.push_back(p);
+        // Words, not numbers, after the step: taken out before the numbers are read.
         if (name == "allreduce_bug") {
-            // Words, not numbers, after the step: take them out before the numbers are read.
-            if (parts.size() < 2) throw bad("allreduce_bug needs a flavour: sum, skip or stale");
-            std::string flavour = parts[1];
-            if (flavour == "sum" && parts.size() == 2) {
-                f.allreduce_bug = AllreduceBug::Sum;
-            } else if (flavour == "skip" && parts.size() <= 3) {
-                f.allreduce_bug = AllreduceBug::Skip;
-                if (parts.size() == 3) f.allreduce_bug_tensor = parts[2];
-            } else if (flavour == "stale" && parts.size() == 2) {
-                f.allreduce_bug = AllreduceBug::Stale;
-            } else {
-                throw bad("the allreduce_bug flavour is sum, skip[:TENSOR] or stale");
-            }
+            read_allreduce_bug(parts, bad, f);
             parts.resize(1);
         }
         if (name == "bad_batch") {

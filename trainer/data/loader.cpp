@@ -125,6 +125,17 @@ std::string planted_text(const std::string& kind, long batch, size_t min_bytes) 
     return text;
 }
 
+std::vector<int32_t> planted_tokens(const Tokenizer& tokenizer, const PlantedBatch& p, int B, int T) {
+    const long n = (long)std::min(p.rows, B) * (T + 1);
+    std::vector<int32_t> tokens;
+    for (size_t bytes = 4 * n; (long)tokens.size() < n; bytes *= 2) {  // text enough for n tokens
+        tokens.clear();
+        tokenizer.encode(planted_text(p.kind, p.batch, bytes), tokens);
+    }
+    tokens.resize(n);
+    return tokens;
+}
+
 Loader::Loader(std::shared_ptr<const std::vector<Document>> train_docs, const Tokenizer& tokenizer, int B, int T,
                uint64_t seed, int rank, int world, int prefetch, LoaderState state, std::vector<PlantedBatch> planted)
     : B_(B), T_(T), prefetch_(prefetch < 1 ? 1 : prefetch),
@@ -175,13 +186,8 @@ Loader::Batch Loader::pack(long index) {
 // move on to the rows after it, as if it had been read from the corpus.
 void Loader::plant(Batch& batch, const PlantedBatch& p) {
     const int rows = std::min(p.rows, B_);
-    const long n = (long)rows * (T_ + 1);
-    std::vector<int32_t> tokens;
-    for (size_t bytes = 4 * n; (long)tokens.size() < n; bytes *= 2) {
-        tokens.clear();
-        tokenizer_.encode(planted_text(p.kind, p.batch, bytes), tokens);
-    }
-    batch.tokens.insert(batch.tokens.begin(), tokens.begin(), tokens.begin() + n);
+    const std::vector<int32_t> tokens = planted_tokens(tokenizer_, p, B_, T_);
+    batch.tokens.insert(batch.tokens.begin(), tokens.begin(), tokens.end());
     for (int b = 0; b < rows; b++)
         batch.provenance.rows[b] = {{kPlantedDocument + p.batch, (long)b * (T_ + 1), T_ + 1}};
 }

@@ -98,6 +98,8 @@ struct PlantedBatch {
 };
 // The planted document's text: a pure function of the kind and the batch.
 std::string planted_text(const std::string& kind, long batch, size_t min_bytes);
+// Its tokens, as its min(rows, B) rows of T + 1 hold them (the loader's and the attribution's one source).
+std::vector<int32_t> planted_tokens(const Tokenizer& tokenizer, const PlantedBatch& p, int B, int T);
 
 // What one handed-out batch held: its index in the stream and each row's documents.
 struct BatchProvenance {

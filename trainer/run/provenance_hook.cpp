@@ -123,13 +123,8 @@ const std::vector<int32_t>& ProvenanceHook::document_tokens(long ref) {
     const Tokenizer& tokenizer = *run_.data.tokenizer;
     if (ref >= kPlantedDocument) {
         for (const PlantedBatch& p : planted_)
-            if (ref == kPlantedDocument + p.batch) {
-                const long n = (long)p.rows * (run_.config.run.seq_len + 1);
-                for (size_t bytes = 4 * n; (long)tokens.size() < n; bytes *= 2) {
-                    tokens.clear();
-                    tokenizer.encode(planted_text(p.kind, p.batch, bytes), tokens);
-                }
-            }
+            if (ref == kPlantedDocument + p.batch)
+                tokens = planted_tokens(tokenizer, p, run_.config.run.batch_size, run_.config.run.seq_len);
         return tokens;
     }
     tokenizer.encode((*run_.data.dataset->train)[ref].text, tokens);
