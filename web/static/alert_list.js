@@ -1,31 +1,39 @@
-// The run page's list of alerts: one line per alert (its step zooms to it),
-// its flight-recorder button, its "Why" (attribution.js, collapsed) and the
-// rewind it caused; a rewind whose alert is not listed gets a line of its own.
+// The run page's list of alerts: one line per alert episode
+// (alert_episodes.js), so a run with 600 NaN alerts is one line,
+// "nonfinite ×600, steps 900–1499, worst NaN at step 900", that opens to its
+// alerts. A single alert keeps its own line: its step zooms to it, its
+// flight-recorder button, its "Why" (attribution.js, collapsed) and the
+// rewind it caused; a rewind whose alert is not listed gets a line of its
+// own. Info alerts (one-step outliers, notes) are listed grey and counted.
 import { whySection } from "./attribution.js";
+import { alertsOf, episodeId, episodeTitle } from "./alert_episodes.js";
 
 const drawn = new WeakMap();  // list -> what it shows, so an unchanged list is left as it is
+const SHOWN_PER_EPISODE = 200;  // alerts listed when an episode is opened
 
-// Fills `list` (a <ul>) from
-//   alerts, omitted: the alerts API's reply; rewinds: attribution.js rewindsOf();
-//   whyOpen: a Set of "kind@step" whose "Why" is open, kept up to date here;
-//   titleOf(key): a statistic's title; onStep(alert), onWindow(alert): the
-//   step link and the flight-recorder button.
+// Fills `list` (a <ul>) and `summary` (a line above it) from
+//   episodes: alert_episodes.js episodesOf(); alerts, omitted: the alerts
+//   API's list (the latest alerts) and how many it left out;
+//   rewinds: attribution.js rewindsOf();
+//   whyOpen, episodesOpen: Sets of the "Why"s and episodes open, kept up to date here;
+//   titleOf(key): a statistic's title; onStep(alert), onRange(first, last),
+//   onWindow(alert): the step links and the flight-recorder button.
 // Drawn again only when something in it changed, so an open "Why" (and
 // where its text boxes are scrolled to) stays as it is on a live page.
-export function showAlertList(list, { alerts, omitted, rewinds, whyOpen, titleOf, onStep, onWindow }) {
+export function showAlertList(list, summary, opts) {
+  const { episodes, alerts, omitted, rewinds } = opts;
   const last = alerts.at(-1);
-  const shows = JSON.stringify([omitted, alerts.length, last?.kind, last?.step, last?.time, rewinds.map((r) => r.label)]);
+  const shows = JSON.stringify([omitted, alerts.length, last?.kind, last?.step, last?.time, rewinds.map((r) => r.label),
+                                episodes.length, episodes.at(-1)]);
   if (drawn.get(list) === shows) return;
   drawn.set(list, shows);
-  const earlier = omitted ? [Object.assign(document.createElement("li"), {
-    textContent: `${omitted} earlier alerts are not listed (the server lists the latest ${alerts.length})`,
-  })] : [];
+  summary.textContent = summaryText(episodes, alerts, omitted);
   const rewindLine = (r) => Object.assign(document.createElement("div"), { className: "rewind", textContent: `↶ ${r.label}` });
   const listed = new Set();
-  const items = alerts.map((a) => {
-    const li = alertItem(a, { whyOpen, titleOf, onStep, onWindow });
+  const items = episodes.map((e) => {
+    const li = e.count === 1 ? singleItem(e, opts) : episodeItem(e, opts);
     for (const r of rewinds) {
-      if (r.step !== a.step || r.kind !== a.kind) continue;
+      if (r.step < e.first_step || r.step > e.last_step || r.kind !== e.kind) continue;
       listed.add(r);
       li.append(rewindLine(r));
     }
@@ -36,7 +44,58 @@ export function showAlertList(list, { alerts, omitted, rewinds, whyOpen, titleOf
     li.append(rewindLine(r));
     return li;
   });
-  list.replaceChildren(...earlier, ...items, ...orphans);
+  list.replaceChildren(...items, ...orphans);
+}
+
+// "2 episodes from 601 alerts · 3 info notes (grey, drawn faintly) · 120 earlier alerts not listed".
+function summaryText(episodes, alerts, omitted) {
+  if (!episodes.length) return "none";
+  const total = episodes.reduce((n, e) => n + e.count, 0);
+  const info = episodes.filter((e) => e.severity === "info").reduce((n, e) => n + e.count, 0);
+  const parts = [`${episodes.length} episode${episodes.length > 1 ? "s" : ""} from ${total} alert${total > 1 ? "s" : ""}`];
+  if (info) parts.push(`${info} info note${info > 1 ? "s" : ""} (grey, drawn faintly)`);
+  if (omitted) parts.push(`the ${omitted} earliest alerts are counted but not listed one by one (the server lists the latest ${alerts.length})`);
+  return parts.join(" · ");
+}
+
+// An episode of one alert: the alert's own line when the server listed it.
+function singleItem(e, opts) {
+  const a = opts.alerts.find((x) => x.kind === e.kind && x.severity === e.severity && x.step === e.first_step);
+  return alertItem(a ?? { kind: e.kind, severity: e.severity, step: e.first_step, message: e.message }, opts);
+}
+
+// A stretch of alerts: one line that zooms to the stretch and opens to its alerts.
+function episodeItem(e, opts) {
+  const li = Object.assign(document.createElement("li"), { className: `${e.severity} episode` });
+  const link = Object.assign(document.createElement("a"), { href: "#", textContent: episodeTitle(e), title: "zoom to this episode" });
+  link.addEventListener("click", (ev) => {
+    ev.preventDefault();
+    opts.onRange(e.first_step, e.last_step);
+  });
+  li.append(link, ` · ${e.message}`);
+  const details = Object.assign(document.createElement("details"), { className: "episode-alerts" });
+  const id = episodeId(e);
+  details.open = opts.episodesOpen.has(id);
+  const members = alertsOf(e, opts.alerts);
+  const missing = e.count - members.length;
+  details.append(Object.assign(document.createElement("summary"), {
+    textContent: `its ${e.count} alerts${missing > 0 ? ` (${missing} not listed by the server)` : ""}` }));
+  const fill = () => {
+    if (details.querySelector("ul")) return;
+    const ul = document.createElement("ul");
+    ul.append(...members.slice(0, SHOWN_PER_EPISODE).map((a) => alertItem(a, opts)));
+    if (members.length > SHOWN_PER_EPISODE) {
+      ul.append(Object.assign(document.createElement("li"), { textContent: `and ${members.length - SHOWN_PER_EPISODE} more` }));
+    }
+    details.append(ul);
+  };
+  if (details.open) fill();
+  details.addEventListener("toggle", () => {
+    if (details.open) opts.episodesOpen.add(id), fill();
+    else opts.episodesOpen.delete(id);
+  });
+  li.append(details);
+  return li;
 }
 
 function alertItem(a, { whyOpen, titleOf, onStep, onWindow }) {

@@ -50,13 +50,13 @@ export function evalPanels(evals) {
   });
 }
 
-export function drawEvalPanel(container, width, { title, data, series, bands }, state) {
+export function drawEvalPanel(container, width, { title, data, series, bands }, state, height = 300) {
   const box = document.createElement("div");
   box.className = "chart eval";
   box.dataset.panel = title;
   container.append(box);
   state.charts[`eval:${title}`] = new uPlot({
-    title, width, height: 220, series, bands,
+    title, width, height, series, bands,
     axes: [{ values: (u, vals) => vals.map((v) => tick(v)) }, { size: 60, values: yTicks }],
   }, data, box);
 }

@@ -24,13 +24,13 @@ export async function loadRankPanels(api, panels) {
   }));
 }
 
-export function drawRankPanel(container, width, { key, title, data, series }, charts) {
+export function drawRankPanel(container, width, { key, title, data, series }, charts, height = 300) {
   const box = document.createElement("div");
   box.className = "chart ranks";
   box.dataset.panel = key;
   container.append(box);
   charts[`rank:${key}`] = new uPlot({
-    title, width, height: 220, series,
+    title, width, height, series,
     scales: { x: { time: false } },
     axes: [{}, { size: 60, values: yTicks }],
     cursor: { sync: { key: "hlat-run" } },
