@@ -255,9 +255,12 @@ struct FlightRecorderConfig {
 
 // Recovery by rewind_skip, as PaLM recovered from its loss spikes (it
 // restarted about 100 steps before a spike and skipped 200-500 batches): the
-// restart is from the newest checkpoint at least min_steps_back steps before
-// the alert's step, and the batches of the skip_steps steps up to and
-// including it are never trained on again.
+// batches of the skip_steps steps up to and including the alert's (from the
+// start of its episode, for a loss that jumped and stayed up) are never
+// trained on again, and the restart is from the newest checkpoint at least
+// min_steps_back steps before the first of them. Best on loss_jump, whose
+// one-step outliers are bad batches; on grad_spike it also rewinds on the
+// one-step gradient spikes real text has and skips good data.
 struct RewindConfig {
     int min_steps_back = 0;
     int skip_steps = 1;

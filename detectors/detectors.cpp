@@ -561,14 +561,22 @@ bool DetectorSuite::reads_event(const std::string& kind) const {
 
 DetectorSuite::~DetectorSuite() = default;
 
+// A note (severity info) halts nothing, with one exception: a one-step loss
+// outlier is the signature of a bad batch (the model is back to normal at the
+// next step), which is exactly what rewind_skip exists to skip.
+static Policy policy_for(const Alert& a, Policy configured) {
+    if (a.severity != "info" || configured == Policy::Warn) return configured;
+    if (configured == Policy::RewindSkip && a.kind == "loss_jump") return configured;
+    return Policy::Warn;
+}
+
 std::vector<Fired> DetectorSuite::observe(const StepView& s) {
     std::vector<Fired> out;
     for (Entry& e : detectors_) {
         std::vector<Alert> alerts;
         e.detector->observe(s, alerts);
         for (Alert& a : alerts) {
-            const bool halts = e.policy == Policy::Halt || e.policy == Policy::RewindSkip;
-            const Policy p = a.severity == "info" && halts ? Policy::Warn : e.policy;  // a note halts nothing
+            const Policy p = policy_for(a, e.policy);
             out.push_back({std::move(a), p});
         }
     }

@@ -154,16 +154,18 @@ TEST_F(ProvenanceTest, ReplayCallsSilentDataCorruptionNotReproducibleAndNamesThe
     EXPECT_EQ(r.exit_code, 0) << "the step before the corruption is reproducible\n" << r.output;
 }
 
-// rewind_skip under the supervisor: the run stops at the spike, restarts from
-// the checkpoint at step 100, skips the planted batch, and finishes; the skip
-// list is in the last checkpoint's loader state and the rewind is an event.
+// rewind_skip under the supervisor, on loss_jump (the recommended trigger):
+// the planted batch is a one-step loss outlier, judged at the next step; the
+// run stops there, restarts from the checkpoint at step 100, skips the planted
+// batch, and finishes; the skip list is in the last checkpoint's loader state
+// and the rewind is an event.
 TEST_F(ProvenanceTest, RewindSkipRestartsBeforeTheSpikeAndNeverTrainsOnThePlantedBatchAgain) {
     const std::string cfg = write_config(
-        "rewound", config("rewound", {{"grad_spike", {{"policy", "rewind_skip"}}}, {"rewind", {{"min_steps_back", 10}}}}));
+        "rewound", config("rewound", {{"loss_jump", {{"policy", "rewind_skip"}}}, {"rewind", {{"min_steps_back", 10}}}}));
     test::CommandResult r = test::run_command(fmt::format("{} run --backoff 0 -- --config {} --steps {} --inject bad_batch@{}",
                                                           HLAT_BINARY, cfg, kSpikeStep + 10, kSpikeStep));
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("rewind 1 after grad_spike at step 120"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("rewind 1 after loss_jump at step 120"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("checkpoints/step_00000100"), std::string::npos) << r.output;
     telemetry::Reader reader(store());
     const telemetry::RunRecord run = *reader.find_run("rewound");
