@@ -10,6 +10,7 @@ int corpus_command(int argc, char** argv);
 int tokenizer_command(int argc, char** argv);
 int export_command(int argc, char** argv);
 int runs_command(int argc, char** argv);
+int alerts_command(int argc, char** argv);
 int ingest_command(int argc, char** argv);
 int detect_command(int argc, char** argv);
 int spikes_command(int argc, char** argv);

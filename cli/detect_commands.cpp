@@ -183,6 +183,7 @@ nlohmann::json compare_json(const std::vector<report::RunPostmortem>& runs) {
                           {"value", number(points.back().value)}, {"stderr", number(points.back().stderr_)}};
         out[r.name] = {{"precision", r.precision},
                        {"status", r.status},
+                       {"diverged_at", r.diverged_at >= 0 ? nlohmann::json(r.diverged_at) : nlohmann::json(nullptr)},
                        {"steps", r.steps},
                        {"final_loss", number(r.final_loss)},
                        {"best_loss", number(r.best_loss)},
@@ -235,13 +236,18 @@ void print_comparison(const std::vector<report::RunPostmortem>& runs,
         for (auto& [k, n] : r.alerts) alerts += n;
         fmt::print("{:<{}}  {:>9}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>6}  {:>7}  {:>6}  {:>9}  {:>7}  {:>8}\n",
                    r.name, w, r.precision, r.steps,
-                   num(r.final_loss, "{:.4f}"), num(r.best_loss, "{:.4f}"), num(r.final_heldout, "{:.4f}"),
+                   r.diverged_at >= 0 ? "diverged" : num(r.final_loss, "{:.4f}"), num(r.best_loss, "{:.4f}"),
+                   num(r.final_heldout, "{:.4f}"),
                    num(r.loss_variance, "{:.5f}"), num(r.loss_gap, "{:+.4f}"), num(r.loss_gap_std, "{:.4f}"),
                    num(r.grad_trend, "{:.2f}x"), r.spike_episodes,
                    num(100 * r.one_step_spike_share, "{:.0f}%"), alerts, num(r.tokens_per_s, "{:.0f}"),
                    num(r.state_bytes_per_param, "{:.0f}") + "/" + num(r.format_bytes_per_param, "{:.0f}"),
                    num(r.cost_per_4m_tokens, "{:.4g}"));
     }
+    for (const auto& r : runs)
+        if (r.diverged_at >= 0)
+            fmt::print("{}: diverged at step {} (its loss non-finite from there to the end): no final loss, held-out "
+                       "loss or gap\n", r.name, r.diverged_at);
     fmt::print("(B/PARAM: bytes of weights, gradients and optimizer state per parameter, as allocated / as the "
                "precision's number formats need; CPT: cost per 4M tokens at the median throughput, every rank billed at "
                "its price per hour)\n");

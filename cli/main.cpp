@@ -25,6 +25,7 @@ const Command kCommands[] = {
     {"tokenizer", "train a SentencePiece tokenizer on a config's corpus", hlat::cli::tokenizer_command},
     {"export", "write a checkpoint as a Hugging Face LLaMA folder", hlat::cli::export_command},
     {"runs", "list the runs of a telemetry store", hlat::cli::runs_command},
+    {"alerts", "a run's alerts grouped into episodes (--all: each alert)", hlat::cli::alerts_command},
     {"ingest", "import another trainer's JSONL or CSV log into the store", hlat::cli::ingest_command},
     {"detect", "replay a stored run through the detectors", hlat::cli::detect_command},
     {"serve", "JSON API and page over a telemetry store", hlat::cli::serve_command},

@@ -1,8 +1,10 @@
 #include "report/postmortem.h"
 
 #include "detectors/detector.h"
+#include "report/palette.h"
 #include "report/report_chart.h"
 #include "report/setting_verdict.h"
+#include "telemetry/alert_episodes.h"
 #include "telemetry/log_text.h"
 
 #include <fmt/format.h>
@@ -105,6 +107,19 @@ void summarize_loss(const std::vector<double>& loss, int window, RunPostmortem& 
     p.loss_variance = var / w;
 }
 
+// "diverged at 900" in red for a run whose loss ended non-finite, else its status.
+std::string status_text(const RunPostmortem& r) {
+    if (r.diverged_at < 0) return html_escape(r.status);
+    return fmt::format(R"(<b style="color:#cf222e">diverged at {}</b>)", r.diverged_at);
+}
+
+// The first step of the non-finite stretch a series ends with, or -1.
+int64_t trailing_nonfinite_step(const std::vector<std::pair<double, double>>& points) {
+    int64_t since = -1;
+    for (auto it = points.rbegin(); it != points.rend() && !std::isfinite(it->second); ++it) since = (int64_t)it->first;
+    return since;
+}
+
 // The loss minus the reference run's at the same steps: its mean and standard
 // deviation over the last `window` common steps, and its curve.
 void gap_to_first(const std::vector<std::pair<double, double>>& loss_points, const std::map<int64_t, double>& first_loss,
@@ -137,7 +152,6 @@ double format_bytes_per_param(const std::string& precision) {
 
 std::string num(double v, const char* spec = "{:.4f}") { return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : "-"; }
 
-const char* kColors[] = {"#1f6feb", "#d4770c", "#2da44e", "#8250df", "#cf222e", "#57606a"};
 
 // Whose loss the gaps are against: the first run, or with several seeds the
 // first run named with each seed.
@@ -154,7 +168,7 @@ std::vector<const char*> run_colours(const std::vector<RunPostmortem>& runs) {
     const std::vector<size_t> of = setting_of_runs(runs);
     const bool grouped = std::set<size_t>(of.begin(), of.end()).size() < runs.size();
     std::vector<const char*> colours;
-    for (size_t i = 0; i < runs.size(); i++) colours.push_back(kColors[(grouped ? of[i] : i) % 6]);
+    for (size_t i = 0; i < runs.size(); i++) colours.push_back(kRunPalette[(grouped ? of[i] : i) % kRunPalette.size()]);
     return colours;
 }
 
@@ -281,6 +295,7 @@ std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vect
             loss.push_back(pt.value);
         }
         summarize_loss(loss, window, p);
+        p.diverged_at = trailing_nonfinite_step(loss_points);
         std::vector<double> grad = values(reader, run->id, "grad_norm");
         std::vector<double> heldout = values(reader, run->id, "heldout_loss"), tps = values(reader, run->id, "tokens_per_s");
         if (!heldout.empty()) {
@@ -294,7 +309,9 @@ std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vect
         p.spike_lengths = detectors::spike_episode_lengths(grad, 20, detectors::SpikeRule::Additive, 0.1);
         for (auto& [len, n] : p.spike_lengths) p.spike_episodes += n;
         if (p.spike_episodes) p.one_step_spike_share = (double)p.spike_lengths[1] / p.spike_episodes;
-        for (const auto& a : reader.alerts(run->id)) p.alerts[a.kind]++, p.alert_steps.push_back(a.step);
+        const std::vector<telemetry::Alert> alerts = reader.alerts(run->id);
+        for (const auto& a : alerts) p.alerts[a.kind]++;
+        for (const auto& e : telemetry::alert_episodes(alerts)) p.alert_steps.push_back(e.first_step);  // one mark each
         if (!tps.empty()) {
             std::nth_element(tps.begin(), tps.begin() + tps.size() / 2, tps.end());
             p.tokens_per_s = tps[tps.size() / 2];
@@ -316,6 +333,7 @@ std::vector<RunPostmortem> postmortem(telemetry::Reader& reader, const std::vect
         }
         p.grad_curve = envelopes(points(reader, run->id, "grad_norm"), kChartBuckets);
         collect_evals(reader.evals(run->id), p.evals);
+        if (p.diverged_at >= 0) p.final_loss = p.final_heldout = p.loss_gap = p.loss_gap_std = NAN;
         out.push_back(std::move(p));
     }
     return out;
@@ -403,7 +421,7 @@ code{font-size:12px}</style></head><body><h1>hlat post-mortem</h1>)";
                          R"(<td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td>)"
                          R"(<td class="n">{}</td><td class="n">{}</td>)"
                          R"(<td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td></tr>)",
-                         colours[i], html_escape(r.name), html_escape(r.precision), html_escape(r.status), r.steps, num(r.final_loss),
+                         colours[i], html_escape(r.name), html_escape(r.precision), status_text(r), r.steps, num(r.final_loss),
                          num(r.best_loss), num(r.final_heldout), num(r.best_heldout), num(r.loss_variance, "{:.5f}"),
                          num(r.loss_gap, "{:+.4f}"), num(r.loss_gap_std, "{:.4f}"),
                          num(r.grad_trend, "{:.2f}x"), r.spike_episodes, num(100 * r.one_step_spike_share, "{:.0f}%"), alerts,
@@ -420,7 +438,8 @@ code{font-size:12px}</style></head><body><h1>hlat post-mortem</h1>)";
     h += cost_html(runs, colours);
     h += "<p>Charts by step: each band spans the lowest to the highest value of a bucket of steps (at most "
          + std::to_string(kChartBuckets) + " buckets), the line is the bucket's mean, so a one-step spike shows "
-         "at any length; triangles mark the steps of alerts.</p>";
+         "at any length; triangles mark where alert episodes begin (alerts of one kind, each within 10 steps "
+         "of the one before).</p>";
     h += svg_chart("training loss", chart_lines(runs, [](const RunPostmortem& r) { return r.loss_curve; }, true), false);
     if (runs.size() > 1)
         h += svg_chart(fmt::format("loss minus {}'s at the same step", gap_reference(runs)),

@@ -28,6 +28,10 @@ struct RunPostmortem {
     // tells seeds of one setting apart (seed, name, out_dir, store).
     std::map<std::string, std::string> setting;
     int64_t steps = 0;
+    // The first step of the non-finite stretch its loss ended with, -1 when it
+    // ended finite. A diverged run has no final or held-out loss and no gap:
+    // the finite values before the NaN would rank it as if it had trained on.
+    int64_t diverged_at = -1;
     double final_loss = NAN;          // mean of the last `window` training losses
     double best_loss = NAN;           // lowest `window`-step mean
     double final_heldout = NAN, best_heldout = NAN;
@@ -52,7 +56,7 @@ struct RunPostmortem {
     // the setting itself did. NaN for the first run.
     double loss_gap = NAN;            // mean of (loss - first run's loss) over the last `window` common steps
     double loss_gap_std = NAN;        // standard deviation of that difference: the noise the setting adds
-    std::vector<int64_t> alert_steps;
+    std::vector<int64_t> alert_steps;  // the first step of each alert episode (telemetry/alert_episodes.h)
     // By step, at most 300 envelopes each (min, max and mean of a bucket of
     // steps): the training loss, the grad norm, the loss gap.
     Curve loss_curve, grad_curve, gap_curve;

@@ -125,7 +125,7 @@ std::string seeds_needed(double n) {
 // What the seeds say, first: "worse in 3 of 3 seeds" reads true even when
 // the interval is too wide to call the gap (3 seeds give t = 4.3), and then
 // the sentence says so and how many seeds would resolve it.
-std::string verdict(const SettingSummary& s, const std::string& baseline) {
+std::string gap_verdict(const SettingSummary& s, const std::string& baseline) {
     if (s.baseline) return "the baseline";
     if (!std::isfinite(s.gap)) return "no final held-out loss to judge by";
     if (!std::isfinite(s.margin))
@@ -143,6 +143,15 @@ std::string verdict(const SettingSummary& s, const std::string& baseline) {
                                     : fmt::format("95% interval ±{:.4f}", s.margin);
     if (one_side) return fmt::format("{} ({:+.4f}; {})", tally, s.gap, resolve);
     return fmt::format("indistinguishable from {} ({:+.4f}, {}; {})", baseline, s.gap, tally, resolve);
+}
+
+// Divergence first: the runs of a setting that survived are not its whole
+// story, and a diverged run has no held-out loss to be ranked by.
+std::string verdict(const SettingSummary& s, const std::string& baseline) {
+    const std::string judged = gap_verdict(s, baseline);
+    if (!s.diverged) return judged;
+    return fmt::format("diverged in {} of {} runs (first at step {}){}", s.diverged, s.runs.size(), s.first_divergence,
+                       s.heldout.empty() ? "" : "; the others: " + judged);
 }
 
 std::string cell(double v, const char* spec = "{:.4f}") {
@@ -178,6 +187,11 @@ std::vector<SettingSummary> summarize_settings(const std::vector<RunPostmortem>&
         s.runs.push_back(runs[i].name);
         s.seeds.push_back(runs[i].seed);
         if (std::isfinite(runs[i].final_heldout)) s.heldout.push_back(runs[i].final_heldout);
+        if (runs[i].diverged_at >= 0) {
+            s.diverged++;
+            if (s.first_divergence < 0 || runs[i].diverged_at < s.first_divergence)
+                s.first_divergence = runs[i].diverged_at;
+        }
     }
     size_t base = 0;
     while (base < out.size() && out[base].precision != "fp32") base++;

@@ -27,6 +27,8 @@ struct SettingSummary {
     double seeds_to_resolve = NAN; // seeds per setting at which a gap this size, with this spread, would clear its margin
     double lost_updates = NAN;     // mean over the runs of their final lost-update fraction
     bool baseline = false;
+    int diverged = 0;              // runs whose loss ended non-finite (judged worse than any that finished)
+    int64_t first_divergence = -1; // the earliest step one of them went non-finite at
     std::string verdict;           // in words: "worse in 3 of 3 seeds (+0.0113; ...: about 7 seeds would)", ...
 };
 

@@ -1,5 +1,7 @@
 #include "session/run_session.h"
 
+#include "session/divergence.h"
+
 #include "session/moved_first.h"
 
 #include "session/aliases.h"
@@ -236,8 +238,9 @@ void RunSession::route(Fired& f, const std::string& halt_reason) {
     const bool rewind = f.policy == detectors::Policy::RewindSkip && options_.halts;
     const bool halt = (f.policy == detectors::Policy::Halt || rewind) && options_.halts;
     const bool note = a.severity == "info";  // a one-step outlier, a trainer's info alert: stored and drawn, not pushed
-    spdlog::log(a.severity == "critical" ? spdlog::level::err : note ? spdlog::level::info : spdlog::level::warn,
-                "{} {} at step {}: {}{}", note ? "note" : "ALERT", a.kind, a.step, a.message, halt ? " -> halt" : "");
+    const bool quiet = note && !halt;         // a note that rewinds is said as loudly as an alert
+    spdlog::log(a.severity == "critical" ? spdlog::level::err : quiet ? spdlog::level::info : spdlog::level::warn,
+                "{} {} at step {}: {}{}", quiet ? "note" : "ALERT", a.kind, a.step, a.message, halt ? " -> halt" : "");
     if (writer_) writer_->alert(run_.id, a);
     if (webhook_ && !note) webhook_->post(a);
     if (options_.on_alert) options_.on_alert(a);
@@ -251,17 +254,30 @@ void RunSession::route(Fired& f, const std::string& halt_reason) {
     if (writer_) writer_->request_halt(run_.id, halt_reason_);
 }
 
-// rewind_skip: the steps whose batches are skipped (the alert's and the
-// skip_steps - 1 before it), their batches as the source recorded them, and
-// the newest step a restart may start from. Stored as a "rewind" event
-// before the halt request, so whoever answers the halt finds the plan.
+// The first step whose batch a rewind skips: skip_steps - 1 before the
+// alert's, or where its episode began if the alert says (a loss that jumped
+// and stayed up: loss_jump's since_step).
+static int64_t first_skipped_step(const telemetry::Alert& a, int skip_steps) {
+    int64_t first = a.step - skip_steps + 1;
+    nlohmann::json data = nlohmann::json::parse(a.data, nullptr, false);
+    if (data.is_object() && data.contains("since_step") && data["since_step"].is_number_integer())
+        first = std::min(first, data["since_step"].get<int64_t>());
+    return std::max<int64_t>(0, first);
+}
+
+// rewind_skip: the steps whose batches are skipped, their batches as the
+// source recorded them, and the newest step a restart may start from (at or
+// before the first skipped step: a batch trained before the checkpoint
+// cannot be untrained by skipping it). Stored as a "rewind" event before the
+// halt request, so whoever answers the halt finds the plan.
 void RunSession::plan_rewind(const telemetry::Alert& a) {
     nlohmann::json steps = nlohmann::json::array(), batches = nlohmann::json::array(), ids = nlohmann::json::array();
-    for (int64_t s = std::max<int64_t>(0, a.step - rewind_config_.skip_steps + 1); s <= a.step; s++) steps.push_back(s);
+    const int64_t first = first_skipped_step(a, rewind_config_.skip_steps);
+    for (int64_t s = first; s <= a.step; s++) steps.push_back(s);
     std::set<long> indices;
     std::set<std::string> id_set;
     for (const telemetry::BatchRecord& b : recent_batches_) {
-        if (b.step > a.step || b.step <= a.step - rewind_config_.skip_steps) continue;
+        if (b.step > a.step || b.step < first) continue;
         nlohmann::json data = nlohmann::json::parse(b.data, nullptr, false);
         if (!data.is_object()) continue;
         if (data.contains("sequences"))
@@ -275,7 +291,7 @@ void RunSession::plan_rewind(const telemetry::Alert& a) {
     for (const std::string& id : id_set) ids.push_back(id);
     rewind_plan_ = {{"alert_step", a.step},
                     {"kind", a.kind},
-                    {"restart_at_or_before", std::max<int64_t>(0, a.step - rewind_config_.min_steps_back)},
+                    {"restart_at_or_before", std::max<int64_t>(0, first - rewind_config_.min_steps_back)},
                     {"skip_steps", steps},
                     {"skip_batches", batches},
                     {"skip_batch_ids", ids},
@@ -367,8 +383,15 @@ void RunSession::finish(const std::string& status, int64_t step, const std::stri
     write_end(*writer_, run_.id, status, step, detail, wall_time);
 }
 
-void write_end(telemetry::Writer& writer, int64_t run, const std::string& status, int64_t step,
-               const std::string& detail, double wall_time) {
+// A run that ends with its loss or grad norm non-finite ends "diverged"
+// (session/divergence.h): judged from the store, so a session attached only
+// to end a run judges it as well as one that saw every step.
+void write_end(telemetry::Writer& writer, int64_t run, const std::string& reported, int64_t step,
+               const std::string& reported_detail, double wall_time) {
+    writer.flush();
+    std::string detail = reported_detail;
+    telemetry::Reader reader(writer.path());
+    const std::string status = ending_status(reader, run, reported, detail);
     writer.event(run, {end_event_kind(status), step, wall_time > 0 ? wall_time : now_seconds(), detail});
     writer.set_status(run, status, now_seconds());
     writer.mark_halt_handled(run);

@@ -40,12 +40,21 @@ Webhook::~Webhook() {
     thread_.join();
 }
 
+// One post per alert episode (telemetry/alert_episodes.h): a run that goes
+// NaN for 600 steps pages someone once. The post that opens an episode of a
+// kind says how the one before it of that kind ended.
 void Webhook::post(const telemetry::Alert& a) {
+    telemetry::AlertEpisode closed;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!episodes_.add(a, &closed)) return;
+    }
     nlohmann::json data = nlohmann::json::parse(a.data, nullptr, false);
     if (data.is_discarded()) data = nullptr;
     nlohmann::json body = {{"run", run_name_},      {"kind", a.kind},       {"severity", a.severity},
                            {"step", a.step},        {"message", a.message}, {"wall_time", a.wall_time},
                            {"data", data}};
+    if (closed.count > 1) body["previous_episode"] = telemetry::episode_json(closed);
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(body.dump());
     cv_.notify_all();

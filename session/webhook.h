@@ -4,6 +4,7 @@
 // halts a run still goes out.
 #pragma once
 
+#include "telemetry/alert_episodes.h"
 #include "telemetry/records.h"
 
 #include <condition_variable>
@@ -24,6 +25,7 @@ class Webhook {
   private:
     void run();
     std::string host_, path_, run_name_;
+    telemetry::EpisodeTracker episodes_;  // under mutex_
     int port_ = 80;
     mutable std::mutex mutex_;
     std::condition_variable cv_;

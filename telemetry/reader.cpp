@@ -155,6 +155,7 @@ struct BucketBuilder {
     bool empty = true;
     double sum = 0.0;
     int64_t n = 0;  // values in sum (NaN never is)
+    bool numbers = false;  // some value other than NaN came (an Inf is one: min == INFINITY is no sign of none)
 
     // A raw point, or a whole block: its step range, summary and wall times.
     void add(int64_t first_step, int64_t last_step, double min, double max, double last, bool has_nan,
@@ -164,7 +165,7 @@ struct BucketBuilder {
             b.first_time = first_time;
         }
         empty = false;
-        if (!std::isnan(min)) b.min = std::min(b.min, min);
+        if (!std::isnan(min)) b.min = std::min(b.min, min), numbers = true;
         if (!std::isnan(max)) b.max = std::max(b.max, max);
         b.has_nan = b.has_nan || has_nan;
         if (values > 0) sum += block_sum, n += values;
@@ -179,7 +180,7 @@ struct BucketBuilder {
         add(p.step, p.step, p.value, p.value, p.value, nan, nan ? 0.0 : p.value, nan ? 0 : 1, p.wall_time, p.wall_time);
     }
     Bucket finish() {
-        if (b.min == INFINITY) b.min = b.max = NAN;  // only NaN in the bucket
+        if (!numbers) b.min = b.max = NAN;  // only NaN in the bucket
         if (n > 0) b.mean = sum / (double)n;
         return b;
     }

@@ -10,6 +10,7 @@
 #include "telemetry/writer.h"
 #include "roads.h"
 #include "test_util.h"
+#include "webhook_listener.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "web/server.h"
 
@@ -157,6 +158,11 @@ TEST(Detectors, OneStepLossOutliersAreNotesAndAJumpWarns) {
     auto fired = replay(run, halting);
     ASSERT_EQ(fired.size(), 1u);
     EXPECT_EQ(fired[0].policy, Policy::Warn) << "a note halts nothing, whatever the detector's policy";
+    DetectorsConfig rewinding;
+    rewinding.loss_jump.policy = Policy::RewindSkip;
+    fired = replay(run, rewinding);
+    ASSERT_EQ(fired.size(), 1u);
+    EXPECT_EQ(fired[0].policy, Policy::RewindSkip) << "a one-step outlier is the bad batch rewind_skip skips";
 }
 
 TEST(Detectors, AStretchOfNonFiniteStepsIsOneAlert) {
@@ -532,44 +538,9 @@ TEST_F(FaultRun, BadInjectionOrDetectorConfigIsOneLine) {
     EXPECT_NE(r.output.find("detectors.grad_spike.window"), std::string::npos) << r.output;
 }
 
-// A webhook listener on 127.0.0.1 that keeps every body it is sent.
-struct Listener {
-    static int handle(mg_connection* conn, void* self) {
-        auto* l = static_cast<Listener*>(self);
-        std::string body;
-        char buf[4096];
-        int n;
-        while ((n = mg_read(conn, buf, sizeof buf)) > 0) body.append(buf, n);
-        {
-            std::lock_guard<std::mutex> lock(l->mutex);
-            l->bodies.push_back(body);
-        }
-        static const char reply[] = "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-        mg_write(conn, reply, sizeof reply - 1);
-        return 204;
-    }
-    Listener() {
-        mg_init_library(0);
-        for (int attempt = 0; attempt < 5 && !ctx; attempt++) {
-            port = web::free_loopback_port();
-            std::string ports = fmt::format("127.0.0.1:{}", port);
-            const char* options[] = {"listening_ports", ports.c_str(), "num_threads", "2", nullptr};
-            ctx = mg_start(nullptr, nullptr, options);
-        }
-        if (ctx) mg_set_request_handler(ctx, "/hook", &Listener::handle, this);
-        else port = 0;
-    }
-    ~Listener() {
-        if (ctx) mg_stop(ctx);
-    }
-    mg_context* ctx = nullptr;
-    int port = 0;
-    std::mutex mutex;
-    std::vector<std::string> bodies;
-};
 
 TEST_F(FaultRun, WebhookReceivesAlertsAsJson) {
-    Listener listener;
+    test::WebhookListener listener;
     ASSERT_GT(listener.port, 0);
     std::string url = fmt::format("http://127.0.0.1:{}/hook", listener.port);
     auto r = train(config({{"webhook", url}, {"grad_spike", {{"policy", "halt"}}}}), "hooked", "--inject grad_spike@40:300");

@@ -313,5 +313,35 @@ TEST_F(HostileIngest, TheStaleSweepDoesNotReadEveryRunEverySecond) {
     EXPECT_EQ(sweep.mark_stale(0.0), 2000) << "past the window, each is read and found stale";
 }
 
+// An import of last month's log by an `hlat ingest` that is alive: its
+// records are a month old, and it is not stale while it writes; once its
+// newest step stops moving for the window, it is.
+TEST_F(HostileIngest, AnImportOfAnOldLogIsNotStaleWhileItsImporterWrites) {
+    const double month_ago = now_seconds() - 30 * 86400.0;
+    int64_t id = 0;
+    {
+        Writer w(store());
+        RunRecord r;
+        r.name = "old-log";
+        r.source = "ingest";
+        r.host = host_name();
+        r.meta = fmt::format(R"({{"ingest_pid": {}}})", (int64_t)::getpid());  // this test is the live importer
+        id = w.open_run(r, false);
+        w.metric(id, "loss", 0, 2.0, month_ago);
+    }
+    web::IngestEndpoints sweep(store());
+    EXPECT_EQ(sweep.mark_stale(0.3), 0) << "a live importer's month-old records";
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    {
+        Writer w(store());
+        w.metric(id, "loss", 1, 1.9, month_ago + 1);
+    }
+    EXPECT_EQ(sweep.mark_stale(0.3), 0) << "its newest step moved since the last look";
+    EXPECT_EQ(status("old-log"), "running");
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    EXPECT_EQ(sweep.mark_stale(0.3), 1) << "no step for the window: stale, importer or not";
+    EXPECT_EQ(status("old-log"), "stale");
+}
+
 }  // namespace
 }  // namespace hlat

@@ -256,8 +256,8 @@ TEST_F(LogsCli, ABadFirstLineLeavesNoRun) {
     EXPECT_NE(r.output.find("--format"), std::string::npos) << "the whole message, past the NUL: " << r.output;
 }
 
-// A finished log that went NaN: its alerts are stored, and no halt is left
-// pending on a run nothing can stop.
+// A finished log that went NaN: its alerts are stored, it ends "diverged",
+// and no halt is left pending on a run nothing can stop.
 TEST_F(LogsCli, AOneShotImportRequestsNoHalt) {
     std::string text;
     for (int s = 0; s < 60; s++)
@@ -268,7 +268,7 @@ TEST_F(LogsCli, AOneShotImportRequestsNoHalt) {
     EXPECT_EQ(r.output.find("-> halt"), std::string::npos) << r.output;
     Reader reader(db);
     auto run = reader.find_run("nan");
-    EXPECT_EQ(run->status, "finished");
+    EXPECT_EQ(run->status, "diverged") << "its loss NaN from step 40 to the end";
     EXPECT_EQ(reader.alerts(run->id).size(), 1u) << "one alert for the stretch of 20 NaN steps";
     EXPECT_FALSE(reader.pending_halt(run->id).has_value()) << "no halt request on a finished run";
 }

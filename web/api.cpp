@@ -7,6 +7,7 @@
 #include "web/series_api.h"
 
 #include "report/postmortem.h"
+#include "telemetry/alert_episodes.h"
 #include "telemetry/ingest.h"
 #include "telemetry/reader.h"
 #include "telemetry/untrusted_text.h"
@@ -251,7 +252,9 @@ Response Api::handle_run(const Request& r, const std::string& name, const std::s
             out.push_back({{"kind", a.kind}, {"severity", a.severity}, {"step", a.step}, {"message", a.message},
                            {"data", parse_or_null(a.data)}, {"time", a.wall_time}});
         }
-        return reply(200, {{"alerts", out}, {"total", alerts.size()}, {"omitted", omitted}});
+        json episodes = json::array();
+        for (const AlertEpisode& e : alert_episodes(alerts)) episodes.push_back(episode_json(e));
+        return reply(200, {{"alerts", out}, {"total", alerts.size()}, {"omitted", omitted}, {"episodes", episodes}});
     }
     if (what == "events") {
         json out = json::array();

@@ -107,7 +107,7 @@ void StreamState::new_points(std::string& out) {
         if (points.size() > 5000) points.erase(points.begin(), points.end() - 5000);
         nlohmann::json rows = nlohmann::json::array();
         for (const auto& p : points)
-            rows.push_back({p.step, std::isnan(p.value) ? nlohmann::json(nullptr) : nlohmann::json(p.value), p.wall_time});
+            rows.push_back({p.step, json_number(p.value), p.wall_time});  // Inf as "inf", as the series reply has it
         last[k] = points.back().step;
         add_event(out, "points", {{"key", k}, {"points", rows}});
     }

@@ -243,37 +243,50 @@ Response IngestEndpoints::state(const std::string& name) {
 
 namespace {
 
-// An `hlat ingest` of this host that is no longer alive (killed with -9, say):
-// its run cannot be running, whatever the timeout.
-bool follower_gone(const RunRecord& run) {
+// The `hlat ingest` of this host feeding the run: alive, gone (killed with
+// -9, say: its run cannot be running, whatever the timeout), or unknown (not
+// fed by one, or from another host).
+enum class Follower { Unknown, Alive, Gone };
+
+Follower follower_of(const RunRecord& run) {
     json meta = json::parse(run.meta, nullptr, false);
-    if (meta.is_discarded() || !meta.contains("ingest_pid") || !meta["ingest_pid"].is_number_integer()) return false;
+    if (meta.is_discarded() || !meta.contains("ingest_pid") || !meta["ingest_pid"].is_number_integer())
+        return Follower::Unknown;
     const pid_t pid = (pid_t)meta["ingest_pid"].get<int64_t>();
-    return run.host == telemetry::host_name() && pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
+    if (run.host != telemetry::host_name() || pid <= 0) return Follower::Unknown;
+    if (::kill(pid, 0) == 0) return Follower::Alive;
+    return errno == ESRCH ? Follower::Gone : Follower::Unknown;
 }
 
 }  // namespace
 
 // A run last heard of at t cannot be stale before t + after: each run's store
 // is read once per that window (and when its follower is gone), so a sweep of
-// thousands of quiet running runs every second reads next to nothing.
+// thousands of quiet running runs every second reads next to nothing. A run
+// is heard when its records are recent, and also when its newest step moved
+// since the last read or a live `hlat ingest` of this host feeds it: an
+// import of last month's log writes records dated last month, and is alive.
 int IngestEndpoints::mark_stale(double after_seconds) {
     Reader reader(store_);
     int marked = 0;
     const double now = now_seconds();
-    std::map<int64_t, double> heard;  // rebuilt: runs that ended drop out
+    std::map<int64_t, Heard> heard;  // rebuilt: runs that ended drop out
     for (const RunRecord& run : reader.running_runs()) {
         if (run.source == "hlat") continue;
-        const bool gone = follower_gone(run);
+        const Follower follower = follower_of(run);
+        const bool gone = follower == Follower::Gone;
         auto known = last_heard_.find(run.id);
-        if (!gone && known != last_heard_.end() && now - known->second < after_seconds) {
+        if (!gone && known != last_heard_.end() && now - known->second.at < after_seconds) {
             heard.insert(*known);
             continue;
         }
         const Reader::Activity a = reader.last_activity(run.id);
         activity_reads_++;
-        if (now - a.wall_time < after_seconds && !gone) {
-            heard[run.id] = a.wall_time;
+        double at = a.wall_time;
+        const bool moved = known != last_heard_.end() && a.step != known->second.step;
+        if (moved || (known == last_heard_.end() && follower == Follower::Alive)) at = std::max(at, now);
+        if (now - at < after_seconds && !gone) {
+            heard[run.id] = {at, a.step};
             continue;
         }
         std::lock_guard<std::mutex> lock(mutex_);

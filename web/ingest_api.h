@@ -71,7 +71,11 @@ class IngestEndpoints {
     std::unique_ptr<telemetry::Writer> writer_;
     std::atomic<telemetry::Writer*> opened_{nullptr};  // writer_, once open
     std::map<int64_t, std::unique_ptr<session::RunSession>> sessions_;  // by run id
-    std::map<int64_t, double> last_heard_;  // run id -> its last activity the sweep read
+    struct Heard {
+        double at;     // when the run last showed life: its newest record, or when the sweep saw it move
+        int64_t step;  // its newest step then
+    };
+    std::map<int64_t, Heard> last_heard_;  // run id -> what the sweep last read of it
     int64_t activity_reads_ = 0;
 };
 

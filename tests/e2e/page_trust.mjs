@@ -226,6 +226,9 @@ async function divergedChecks() {
   check(row.startsWith("alert ×600, steps 900–1499"), `the episode's line (${row.split("\n")[0]})`);
   await page.screenshot({ path: path.join(work, "diverged.png"), fullPage: true });
   await page.locator("#alerts > li.episode details summary").first().click();
+  // The episode's alerts are filled in when it opens: wait for them rather than read at once.
+  await page.waitForFunction(() => document.querySelectorAll("#alerts > li.episode details li").length >= 200,
+                             null, { timeout: 10000 }).catch(() => {});
   const opened = await page.evaluate(() => [document.querySelectorAll("#alerts > li.episode details li").length,
                                             document.documentElement.scrollHeight]);
   check(opened[0] >= 200 && opened[1] < 2000, `which opens to its alerts, in a box of its own (${opened[0]} lines, page ${opened[1]} px)`);

@@ -1,0 +1,105 @@
+#include "telemetry/alert_episodes.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+namespace hlat::telemetry {
+
+namespace {
+
+// Worse: non-finite over finite, then the larger magnitude.
+bool worse(double a, double b) {
+    if (!std::isfinite(b)) return false;
+    if (!std::isfinite(a)) return true;
+    return std::fabs(a) > std::fabs(b);
+}
+
+AlertEpisode opened_by(const Alert& a) {
+    AlertEpisode e;
+    e.kind = a.kind, e.severity = a.severity;
+    e.first_step = e.last_step = e.worst_step = a.step;
+    e.count = 1;
+    e.message = a.message;
+    e.has_value = alert_value(a, e.worst_value);
+    if (!e.has_value) e.worst_value = NAN;
+    return e;
+}
+
+void extend(AlertEpisode& e, const Alert& a) {
+    e.last_step = std::max(e.last_step, a.step);
+    e.count++;
+    double v;
+    if (alert_value(a, v) && (!e.has_value || worse(v, e.worst_value))) {
+        e.worst_value = v, e.worst_step = a.step, e.message = a.message, e.has_value = true;
+    }
+}
+
+bool continues(const AlertEpisode& e, const Alert& a) {
+    return e.kind == a.kind && e.severity == a.severity && a.step >= e.first_step &&
+           a.step <= e.last_step + kEpisodeGap;
+}
+
+}  // namespace
+
+bool alert_value(const Alert& a, double& value) {
+    nlohmann::json data = nlohmann::json::parse(a.data, nullptr, false);
+    if (!data.is_object()) return false;
+    for (const char* key : {"ratio", "loss", "norm", "value", "drift", "grad_norm"}) {
+        auto it = data.find(key);
+        if (it == data.end()) continue;
+        if (it->is_number()) value = it->get<double>();
+        else if (it->is_null()) value = NAN;
+        else if (*it == "inf") value = INFINITY;
+        else if (*it == "-inf") value = -INFINITY;
+        else continue;
+        return true;
+    }
+    return false;
+}
+
+std::vector<AlertEpisode> alert_episodes(std::vector<Alert> alerts) {
+    std::stable_sort(alerts.begin(), alerts.end(), [](const Alert& a, const Alert& b) { return a.step < b.step; });
+    std::vector<AlertEpisode> out;
+    std::map<std::pair<std::string, std::string>, size_t> newest;  // kind, severity -> its newest episode
+    for (const Alert& a : alerts) {
+        auto it = newest.find({a.kind, a.severity});
+        if (it != newest.end() && continues(out[it->second], a)) {
+            extend(out[it->second], a);
+            continue;
+        }
+        newest[{a.kind, a.severity}] = out.size();
+        out.push_back(opened_by(a));
+    }
+    return out;
+}
+
+nlohmann::json episode_json(const AlertEpisode& e) {
+    nlohmann::json worst = nullptr;
+    if (e.has_value) {
+        if (std::isnan(e.worst_value)) worst = "nan";
+        else if (std::isinf(e.worst_value)) worst = e.worst_value > 0 ? "inf" : "-inf";
+        else worst = e.worst_value;
+    }
+    return {{"kind", e.kind}, {"severity", e.severity}, {"first_step", e.first_step}, {"last_step", e.last_step},
+            {"count", e.count}, {"worst_step", e.worst_step}, {"worst_value", worst}, {"message", e.message}};
+}
+
+bool EpisodeTracker::add(const Alert& a, AlertEpisode* closed) {
+    for (AlertEpisode& e : open_) {
+        if (e.kind != a.kind || e.severity != a.severity) continue;
+        if (continues(e, a)) {
+            extend(e, a);
+            return false;
+        }
+        if (closed) *closed = e;
+        e = opened_by(a);
+        return true;
+    }
+    open_.push_back(opened_by(a));
+    return true;
+}
+
+}  // namespace hlat::telemetry
