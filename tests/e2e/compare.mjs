@@ -207,10 +207,18 @@ async function diverged(page) {
   await page.goto(url);
   const cellOf = page.locator(`#runs tbody tr[data-run="${NAN_RUN}"] td.status`);
   await cellOf.waitFor({ timeout: 10000 });
-  const [text, colour] = await cellOf.evaluate((td) => [td.textContent, getComputedStyle(td).color]);
+  const [text, colour, ground] = await cellOf.evaluate((td) => [td.textContent, getComputedStyle(td).color,
+                                                               getComputedStyle(td).backgroundColor]);
   const finished = await page.locator('#runs tbody tr[data-run="cmp-00"] td.status').evaluate((td) => [td.textContent, getComputedStyle(td).color]);
   check(text === "diverged" && colour === "rgb(179, 38, 30)" && finished[0] === "finished" && finished[1] !== colour,
         `a run whose loss ended NaN is "diverged", in red, unlike "finished" (${text} ${colour}; ${finished})`);
+  // Red text on no background: the run page's red header badge must not reach the list (red on red).
+  check(ground === "rgba(0, 0, 0, 0)", `on the list's own background, readable (${ground})`);
+  await page.goto(compareUrl);
+  await grid(page);
+  const legend = await page.locator(`#legend li:has(button[data-run="${NAN_RUN}"]) .status`).evaluate((s) =>
+    [s.textContent, getComputedStyle(s).color, getComputedStyle(s).backgroundColor]);
+  check(legend.join() === "diverged,rgb(179, 38, 30),rgba(0, 0, 0, 0)", `and in compare's legend (${legend.join("; ")})`);
 }
 
 try {

@@ -5,10 +5,10 @@
 // full zoom-out and its value at full resolution; a noisy healthy start is
 // not shaded; log y has fine ticks; the x axis says when it falls back; a
 // run whose loss went NaN at step 900 and stayed so is "diverged at step
-// 900" with its 600 alerts as one episode; a live run's page, with the
-// server killed, says "disconnected — last heard ..." with Halt off, and
-// comes back with the server; a refused halt's message stays beside the
-// button until dismissed. Saves screenshots in WORK_DIR.
+// 900" (not at an earlier Inf it came back from) with its 600 alerts as one
+// episode; a live run's page, with the server killed, says "disconnected —
+// last heard ..." with Halt off, and comes back with the server; a refused
+// halt's message stays beside the button until dismissed. Saves screenshots in WORK_DIR.
 // usage: node page_trust.mjs HLAT_BINARY WORK_DIR
 import { spawn, spawnSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
@@ -46,12 +46,13 @@ for (let s = 0; s < 20000; s++) {
 ingest("trust", trust);
 
 // The NaN run: loss and grad norm NaN from step 900 to its end (1,499), the
-// trainer alerting at every NaN step; times in 2030 (a clock that is wrong).
+// trainer alerting at every NaN step; an Inf grad norm at step 300 that it
+// came back from (not where it diverged); times in 2030 (a clock that is wrong).
 const nanRun = [];
 for (let s = 0; s < 1500; s++) {
   const bad = s >= 900;
   nanRun.push({ step: s, time: 1.9e9 + 0.5 * s, loss: bad ? "NaN" : 3 + Math.exp(-s / 300) + 0.01 * rand(),
-                grad_norm: bad ? "NaN" : 1 + 0.05 * rand() });
+                grad_norm: bad ? "NaN" : s === 300 ? "Infinity" : 1 + 0.05 * rand() });
   if (bad) nanRun.push({ step: s, alert: "nan", text: "loss is NaN", level: "critical" });
 }
 ingest("nan-run", nanRun);
@@ -210,7 +211,8 @@ async function divergedChecks() {
   await page.waitForFunction(() => window.hlatDashboard.alertEpisodes.length > 0, null, { timeout: 10000 });
   const status = await page.locator("#run-status").innerText();
   const cls = await page.locator("#run-status").getAttribute("class");
-  check(status === "diverged at step 900" && cls.includes("diverged"), `the NaN run is shown diverged (${status}; ${cls})`);
+  check(status === "diverged at step 900" && cls.includes("diverged"),
+        `the NaN run is shown diverged where its NaN stretch began, not at the Inf at 300 (${status}; ${cls})`);
   const seen = await page.evaluate(() => ({
     alerts: window.hlatDashboard.alerts.length,
     episodes: window.hlatDashboard.alertEpisodes.map((e) => `${e.kind}x${e.count}@${e.first_step}-${e.last_step}`),

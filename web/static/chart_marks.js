@@ -86,8 +86,8 @@ export function nonFiniteMarks(u, bad, view) {
     ctx.fillStyle = NONFINITE;
     ctx.font = `${11 * dpr}px sans-serif`;
     // A bucket says where its first NaN or infinity is only to its steps.
-    const label = first.first === first.step ? `not finite from step ${first.first}`
-      : `not finite from steps ${first.first}–${first.step}`;
+    const [f, l] = [first.first, first.step].map((v) => v.toLocaleString("en-US"));
+    const label = f === l ? `not finite from step ${f}` : `not finite from a step in ${f}–${l}`;
     const w = ctx.measureText(label).width;
     ctx.fillText(label, Math.min(a + 4 * dpr, left + width - w - 2 * dpr), top + 24 * dpr);
   }
@@ -111,6 +111,11 @@ export function nonFiniteMarks(u, bad, view) {
     ctx.closePath();
     ctx.fill();
     if (stretch || px - lastLabel < 40 * dpr) continue;
+    // A light halo: the label sits where a line near the plot's floor runs.
+    ctx.strokeStyle = "rgba(255, 255, 255, 0.9)";
+    ctx.lineWidth = 3 * dpr;
+    ctx.lineJoin = "round";
+    ctx.strokeText(b.what, px + 5 * dpr, bottom - 10 * dpr);
     ctx.fillText(b.what, px + 5 * dpr, bottom - 10 * dpr);
     lastLabel = px;
   }

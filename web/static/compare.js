@@ -25,7 +25,7 @@ const HEIGHT = 300;
 
 // Exposed for the end-to-end test and the console.
 const state = (window.hlatCompare = {
-  runs: [],      // { name, index (palette slot), shown, status, config, episodes, nonFiniteFrom, perStep }
+  runs: [],      // { name, index (palette slot), shown, status, config, episodes, nonFiniteFrom ([first, last] steps), perStep }
   keys: [],      // the metrics drawn, in the order picked
   key: null,     // the first of them (a link or test that names one metric)
   charts: {},    // metric -> uPlot
@@ -100,8 +100,9 @@ async function draw() {
   const noTokens = state.runs.filter((r) => !r.perStep).map((r) => r.name);
   $("#align-note").textContent = align === "tokens" && noTokens.length ? `x is the step for ${noTokens.join(", ")} (no token count)` : "";
   for (const r of state.runs) {
-    const firsts = state.keys.flatMap((k, i) => perKey[i][state.runs.indexOf(r)]?.nonFinite.map((nf) => nf.first) ?? []);
-    r.nonFiniteFrom = firsts.length ? Math.min(...firsts) : null;
+    // The earliest non-finite element over the charts: [first, last] steps (equal when exact, a bucket's else).
+    const firsts = state.keys.flatMap((k, i) => perKey[i][state.runs.indexOf(r)]?.nonFinite.map((nf) => [nf.first, nf.last]) ?? []);
+    r.nonFiniteFrom = firsts.length ? firsts.reduce((a, b) => (b[0] < a[0] || (b[0] === a[0] && b[1] < a[1]) ? b : a)) : null;
   }
   buildCharts(width);
   legend();

@@ -164,7 +164,16 @@ function showReadout(u) {
     rows.push({ r, v: line ?? max, text: `${fmt(line ?? max)}${range}` });
   }
   rows.sort((a, b) => b.v - a.v);
-  const near = u.hlat.marks.filter((m) => Math.abs(m.x - u.cursor.left - u.bbox.left / devicePixelRatio) <= 4);
+  // Marks within 4 px; a run's non-finite glyphs there (one per pixel column,
+  // so several in a NaN stretch) are one line with all their steps.
+  const near = [];
+  for (const m of u.hlat.marks.filter((k) => Math.abs(k.x - u.cursor.left - u.bbox.left / devicePixelRatio) <= 4)) {
+    const same = m.what !== "episode" && near.find((k) => k.run === m.run && k.what === m.what);
+    if (same) Object.assign(same, { first: Math.min(same.first, m.first), step: Math.max(same.step, m.step) });
+    else near.push(m.what === "episode" ? m : { ...m });
+  }
+  const steps = (a, b) => (a === b ? `at step ${a.toLocaleString("en-US")}`
+                                   : `in steps ${a.toLocaleString("en-US")}–${b.toLocaleString("en-US")}`);
   const line = (color, text, className = "") => {
     const div = Object.assign(document.createElement("div"), { className });
     const sw = Object.assign(document.createElement("span"), { className: "swatch" });
@@ -178,7 +187,7 @@ function showReadout(u) {
     ...near.map((m) => line(m.color, m.what === "episode"
       ? `⚠ ${m.run}: ${m.episode.kind} (${m.episode.severity}) steps ${m.episode.first_step}–${m.episode.last_step}, ` +
         `${m.episode.count} alert${m.episode.count === 1 ? "" : "s"}${m.episode.message ? `: ${m.episode.message}` : ""}`
-      : `${m.run}: ${SPELLED[m.what]} at step ${m.first === m.step ? m.step : `${m.first}–${m.step}`}`, "mark")));
+      : `${m.run}: ${SPELLED[m.what]} ${steps(m.first, m.step)}`, "mark")));
   tip.classList.toggle("left", u.cursor.left > u.bbox.width / devicePixelRatio / 2);
   tip.hidden = false;
 }

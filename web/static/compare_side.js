@@ -16,7 +16,7 @@ export function swatch(index) {
   return s;
 }
 
-// runs: [{ name, index, shown, status, episodes, nonFiniteFrom }];
+// runs: [{ name, index, shown, status, episodes, nonFiniteFrom: [first, last] steps or null }];
 // onToggle(run, show) shows or hides one; onAll(show) every run.
 export function showLegend(list, runs, { onToggle, onAll }) {
   const items = runs.map((r) => {
@@ -29,8 +29,12 @@ export function showLegend(list, runs, { onToggle, onAll }) {
     if (r.episodes.length)
       facts.push(el("span", { className: "episodes", textContent: `${r.episodes.length} alert episode${r.episodes.length === 1 ? "" : "s"}`,
                               title: r.episodes.slice(0, 20).map((e) => `${e.kind} ${e.severity} ${e.first_step}–${e.last_step}`).join("\n") }));
-    if (r.nonFiniteFrom !== null && r.nonFiniteFrom !== undefined)
-      facts.push(el("span", { className: "nonfinite", textContent: `non-finite from step ${r.nonFiniteFrom}` }));
+    // Where it first was not finite, not "from": a one-step Inf the run came back from is not a stretch.
+    if (r.nonFiniteFrom) {
+      const [first, last] = r.nonFiniteFrom.map((v) => v.toLocaleString("en-US"));
+      facts.push(el("span", { className: "nonfinite", textContent: first === last ? `first non-finite at step ${first}`
+                                                                                  : `first non-finite in steps ${first}–${last}` }));
+    }
     const link = el("a", { href: `/static/run.html?run=${encodeURIComponent(r.name)}`, textContent: "↗", title: `open ${r.name}` });
     return el("li", { className: r.shown ? "" : "off" }, button, " ", link, el("div", { className: "facts" }, ...facts));
   });
@@ -86,7 +90,9 @@ export function showConfigDiff(table, note, runs) {
     });
     for (const [v, who] of byValue)
       rows.push(el("tr", {}, el("td", { className: "value", textContent: v }),
-                   el("td", { className: "who" }, ...who.flatMap((r) => [swatch(r.index), `${r.name} `]))));
+                   // Each run's swatch and name kept together: a line break between them would pair the
+                   // swatch with the run before it.
+                   el("td", { className: "who" }, ...who.map((r) => el("span", { className: "who-run" }, swatch(r.index), r.name)))));
   }
   table.tBodies[0].replaceChildren(...rows);
 }

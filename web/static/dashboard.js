@@ -80,7 +80,7 @@ const state = (window.hlatDashboard = {
   tokensPerStep: null,
   lastStep: -1,
   status: null,
-  divergedAt: null,  // [first, last] steps where loss or grad norm first was not finite (run_header.js divergedAt)
+  divergedAt: null,  // [first, last] steps where loss or grad norm went non-finite for good (run_header.js divergedAt)
   evals: [],
   rankPanels: [],    // per-rank series of a distributed run (rank_panels.js)
   haltRoute: null,   // what a halt does for this run ("" when nothing here can stop it)
@@ -416,7 +416,7 @@ function showHeader(run) {
 // The status (with where the run diverged) and the Halt button, from what
 // the page knows now (run_header.js).
 function refreshHeader() {
-  if (state.status === "diverged") state.divergedAt = divergedAt(state.series, state.alertEpisodes, state.divergedAt);
+  if (state.status === "diverged") state.divergedAt = divergedAt(state.series, state.alertEpisodes, state.divergedAt, state.lastStep);
   renderStatus(state, conn);
   renderHalt(state, conn);
 }

@@ -37,6 +37,7 @@ function keyLine(key, s, js) {
     if (hi !== null) max = max === null ? hi : Math.max(max, hi);
     if (lo !== null) min = min === null ? lo : Math.min(min, lo);
   }
+  if (max === null && min === null && bad) return `${key}: ${bad} only, no finite value here`;  // not "max NaN · min NaN"
   return `${key}: max ${show(max)} · min ${show(min)} · last ${num(s.last[j])}${note}`;
 }
 

@@ -4,23 +4,30 @@
 // server does not answer (never a green "running" from a dead stream), and a
 // Halt button that is off, with the reason in its title, whenever a halt
 // could not reach the run.
-import { nonFiniteOf } from "./series.js";
+import { nonFiniteAt } from "./series.js";
 
 const $ = (sel) => document.querySelector(sel);
+const stepText = (step) => step.toLocaleString("en-US");
 
-// Where the run's loss or gradient norm first was not finite, as far as the
-// page knows: [first, last] steps (first === last when exact), from the
-// nonfinite detector's episodes (exact) or else the loaded series (a
-// downsampled bucket says only which steps); null when neither shows one.
-// `earlier`: what an earlier call found (a zoomed load sees less).
-export function divergedAt(series, episodes, earlier = null) {
+// Where the run's loss or gradient norm went non-finite for good, as far as
+// the page knows: the start of the stretch that lasts to its last step (an
+// Inf the run came back from, thousands of steps earlier, is not where it
+// diverged; the report's trailing_nonfinite_step says the same). [first, last]
+// steps (first === last when exact), from the nonfinite detector's latest
+// episode (exact) or else the loaded series (a downsampled bucket says only
+// which steps); null when neither shows one. `earlier`: what an earlier call
+// found (a zoomed load sees less); `lastStep`: the run's last step, which a
+// load must reach to show the stretch that lasts to it.
+export function divergedAt(series, episodes, earlier = null, lastStep = -1) {
   const exact = episodes.filter((e) => e.kind === "nonfinite").map((e) => e.first_step);
-  if (exact.length) return [Math.min(...exact), Math.min(...exact)];
+  if (exact.length) return [Math.max(...exact), Math.max(...exact)];
   let found = earlier;
   for (const key of ["loss", "grad_norm"]) {
-    const bad = series[key] ? nonFiniteOf(series[key]) : [];
-    if (!bad.length) continue;
-    const at = [bad[0].first, bad[0].step];
+    const s = series[key], n = s?.steps.length ?? 0;
+    if (!n || s.steps[n - 1] < lastStep || !nonFiniteAt(s, n - 1)) continue;
+    let j = n - 1;
+    while (j > 0 && nonFiniteAt(s, j - 1)) j--;
+    const at = [s.first[j], s.steps[j]];
     // Earlier than what was found, or inside it (a zoomed load is more exact).
     if (!found || at[0] < found[0] || (at[0] >= found[0] && at[1] <= found[1])) found = at;
   }
@@ -41,7 +48,7 @@ export function showStatus(state, conn) {
   const status = state.status ?? "";
   const [first, last] = state.divergedAt ?? [];
   el.textContent = status !== "diverged" || first === undefined ? status
-    : first === last ? `diverged at step ${first}` : `diverged in steps ${first}–${last}`;
+    : first === last ? `diverged at step ${stepText(first)}` : `diverged in steps ${stepText(first)}–${stepText(last)}`;
   el.className = `status ${status}`;
   el.title = status === "diverged" ? "its loss or gradient norm went non-finite and stayed so to its last step" : "";
   // Live only while the stream is open and the run is running.
