@@ -44,6 +44,7 @@ bench: data
 	bench/spike_recovery
 	bench/client_overhead
 	bench/fuzz
+	node bench/run_page_draw.mjs build/cli/hlat
 
 clean:
 	rm -rf $(BUILD)

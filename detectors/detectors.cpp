@@ -164,7 +164,7 @@ class NonFinite : public Detector {
                                                                  : "the trainer reported a non-finite value";
         auto shown = [](double x) { return std::isfinite(x) ? json(x) : json(fmt::format("{}", x)); };
         out.push_back(make_alert("nonfinite", "critical", s.step,
-                                 fmt::format("{} not finite (loss {}, grad norm {}); {}", what, loss, grad_norm,
+                                 fmt::format("{} not finite (loss {:.4g}, grad norm {:.4g}); {}", what, loss, grad_norm,
                                              consequence),
                                  {{"loss", shown(loss)}, {"grad_norm", shown(grad_norm)}}));
     }

@@ -118,6 +118,7 @@ std::vector<Fired> RunSession::ingest(std::vector<telemetry::MetricPoint> points
     rename_aliases(points);
     note_keys(points);
     resolve_labels(vectors);
+    note_times(points, events);
     std::vector<Fired> fired = detect(steps_from(points, events, suite_, vectors));
     const int64_t step = points.empty() ? last_step_ : points.back().step;
     if (writer_ && !points.empty()) writer_->metrics(run_.id, std::move(points));
@@ -127,7 +128,33 @@ std::vector<Fired> RunSession::ingest(std::vector<telemetry::MetricPoint> points
     if (options_.heartbeat_seconds > 0 && now_seconds() - last_heartbeat_ >= options_.heartbeat_seconds)
         store_event({"heartbeat", step, now_seconds(), ""});
     for (Fired& f : fired) route(f);
+    source_times_.clear();  // an alert raised later, outside a batch, is dated when it is raised
     return fired;
+}
+
+// The source's own clock for this batch's steps: an alert is dated by the
+// time of the step it is about, so a log imported a month later has its
+// alerts a month back, with its steps (not at the import's time).
+void RunSession::note_times(const std::vector<telemetry::MetricPoint>& points,
+                            const std::vector<telemetry::Event>& events) {
+    source_times_.clear();
+    auto note = [&](int64_t step, double t) {
+        if (!(t > 0)) return;
+        double& at = source_times_[step];
+        at = std::max(at, t);
+    };
+    for (const telemetry::MetricPoint& p : points) note(p.step, p.wall_time);
+    for (const telemetry::Event& e : events)  // a trainer's alert line often has no time of its own: its step's
+        if (!source_times_.count(e.step)) note(e.step, e.wall_time);
+}
+
+double RunSession::source_time(int64_t step) const {
+    if (source_times_.empty()) return now_seconds();
+    auto it = source_times_.find(step);
+    if (it != source_times_.end()) return it->second;
+    double latest = 0.0;
+    for (const auto& [s, t] : source_times_) latest = std::max(latest, t);
+    return latest;  // an alert about an earlier step (judged at this one): the batch's clock
 }
 
 std::vector<Fired> RunSession::step(int64_t step, const StepPoints& s) {
@@ -232,7 +259,7 @@ std::vector<Fired> RunSession::detect(std::vector<detectors::StepView> steps) {
 // unless it answers one (`halt_reason` given).
 void RunSession::route(Fired& f, const std::string& halt_reason) {
     telemetry::Alert& a = f.alert;
-    a.wall_time = now_seconds();
+    a.wall_time = source_time(a.step);
     attach_window(a);
     if (annotate_) annotate_(a);
     const bool rewind = f.policy == detectors::Policy::RewindSkip && options_.halts;

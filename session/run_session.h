@@ -163,6 +163,8 @@ class RunSession {
     void catch_up(telemetry::Reader& reader);
     void rename_aliases(std::vector<telemetry::MetricPoint>& points);
     std::vector<Fired> detect(std::vector<detectors::StepView> steps);
+    void note_times(const std::vector<telemetry::MetricPoint>& points, const std::vector<telemetry::Event>& events);
+    double source_time(int64_t step) const;
     void route(Fired& fired, const std::string& halt_reason = "");
     void plan_rewind(const telemetry::Alert& a);
     void note_keys(const std::vector<telemetry::MetricPoint>& points);
@@ -197,6 +199,7 @@ class RunSession {
     bool watched_ = false;
     std::set<std::string> seen_keys_;  // for the unwatched notice, bounded
     std::set<std::string> aliases_used_;
+    std::map<int64_t, double> source_times_;  // step -> its time by the source's clock, for the batch being ingested
     int64_t steps_seen_ = 0, last_step_ = -1;
     // Steps below this one have been through the detectors: sent again (a
     // client's batch re-sent after a timeout, a follower re-reading its log),

@@ -167,6 +167,23 @@ TEST_F(Divergence, HlatAlertsPrintsEpisodesAndHlatRunsTheDivergedStatus) {
 }
 
 
+// A trainer's alert line without a time, in a log whose lines have times:
+// it is dated by the log's clock (its step's time), not the import's, so the
+// uptime bar of an imported run ends where the run did.
+TEST_F(Divergence, AnAlertLineWithoutATimeKeepsTheLogsClock) {
+    std::string text;
+    for (int s = 0; s < 20; s++) text += fmt::format("{{\"step\": {}, \"loss\": 2.0, \"time\": {}}}\n", s, 1.7e9 + s);
+    text += "{\"step\": 19, \"alert\": \"nan\", \"text\": \"loss is NaN\", \"level\": \"critical\"}\n";
+    std::ofstream(dir.file("old.jsonl")) << text;
+    test::CommandResult r = test::run_command(fmt::format("{} ingest --store {} --run old {}", HLAT_BINARY, store(),
+                                                          dir.file("old.jsonl")));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    Reader reader(store());
+    const std::vector<Alert> alerts = reader.alerts(reader.find_run("old")->id);
+    ASSERT_EQ(alerts.size(), 1u) << r.output;
+    EXPECT_EQ(alerts[0].wall_time, 1.7e9 + 19);
+}
+
 TEST(WebhookEpisodes, AStretchOfAlertsPagesOnceAndTheNextEpisodeSaysHowItEnded) {
     test::WebhookListener hook;
     ASSERT_GT(hook.port, 0);
