@@ -1,6 +1,8 @@
 #include "cli/options.h"
 
 #include <iostream>
+#include <stdexcept>
+#include <string>
 
 namespace hlat::cli {
 
@@ -12,8 +14,15 @@ std::optional<po::variables_map> parse_options(int argc, char** argv, const po::
     po::command_line_parser parser(argc, argv);
     parser.options(opts);
     if (positional) parser.positional(*positional);
+    po::parsed_options parsed = parser.run();
+    // A word no option takes (a misspelt flag's value, a path without its
+    // --flag) would be dropped without a word: it is an error instead.
+    for (const po::option& o : parsed.options)
+        if (o.position_key >= 0 && o.string_key.empty())
+            throw std::runtime_error("unexpected argument \"" + (o.value.empty() ? std::string() : o.value[0]) +
+                                     "\": this command takes options only (--help lists them)");
     po::variables_map vm;
-    po::store(parser.run(), vm);
+    po::store(parsed, vm);
     if (vm.count("help")) {
         std::cout << usage << "\n\n" << opts << footer;
         return std::nullopt;

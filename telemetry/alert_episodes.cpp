@@ -52,6 +52,7 @@ bool alert_value(const Alert& a, double& value) {
         if (it == data.end()) continue;
         if (it->is_number()) value = it->get<double>();
         else if (it->is_null()) value = NAN;
+        else if (*it == "nan") value = NAN;  // how the nonfinite detector spells its evidence
         else if (*it == "inf") value = INFINITY;
         else if (*it == "-inf") value = -INFINITY;
         else continue;

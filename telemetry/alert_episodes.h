@@ -30,7 +30,7 @@ struct AlertEpisode {
 
 // The number an alert is judged by: the first of its data's ratio, loss,
 // norm, value, drift, grad_norm that is present (NaN and Inf included, as
-// JSON null or "inf"), or nothing.
+// JSON null, "nan" or "inf"), or nothing.
 bool alert_value(const Alert& a, double& value);
 
 // Episodes in order of their first step (alerts are taken in step order).

@@ -59,6 +59,9 @@ TEST(AlertEpisodes, AStretchOfOneKindIsOneEpisodeWithItsWorstValue) {
     EXPECT_EQ(e[2].severity, "info");
     EXPECT_EQ(e[3].first_step, 990);
     EXPECT_EQ(episode_json(alert_episodes({alert("straggler", 5)})[0])["worst_value"], nullptr) << "no value";
+    // The nonfinite detector spells its evidence as strings: a "nan" loss is the worst, not the finite grad norm.
+    e = alert_episodes({alert("nonfinite", 60, R"({"loss": "nan", "grad_norm": 1.0})")});
+    EXPECT_TRUE(std::isnan(e[0].worst_value));
 }
 
 // A chart marks a NaN or an Inf where the bucket says so: a bucket of one
