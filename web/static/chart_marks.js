@@ -77,12 +77,7 @@ export function nonFiniteMarks(u, bad, view) {
     ctx.fillRect(a, top, left + width - a, height);
     ctx.strokeStyle = NONFINITE;
     ctx.lineWidth = dpr;
-    ctx.setLineDash([3 * dpr, 3 * dpr]);
-    ctx.beginPath();
-    ctx.moveTo(a, top);
-    ctx.lineTo(a, top + height);
-    ctx.stroke();
-    ctx.setLineDash([]);
+    dashedVertical(ctx, a, top, height, [3 * dpr, 3 * dpr]);
     ctx.fillStyle = NONFINITE;
     ctx.font = `${11 * dpr}px sans-serif`;
     // A bucket says where its first NaN or infinity is only to its steps.
@@ -178,12 +173,7 @@ export function rewindMarks(u, view) {
     if (xr === null) continue;
     const pr = u.valToPos(xr, "x", true);
     if (pr >= left && pr <= left + width) {
-      ctx.setLineDash([4 * dpr, 3 * dpr]);
-      ctx.beginPath();
-      ctx.moveTo(pr, top);
-      ctx.lineTo(pr, top + height);
-      ctx.stroke();
-      ctx.setLineDash([]);
+      dashedVertical(ctx, pr, top, height, [4 * dpr, 3 * dpr]);
     }
     if (xa === null) continue;
     const a = clampX(u, u.valToPos(xa, "x", true)), b = clampX(u, pr);
@@ -221,4 +211,14 @@ export function markTip(u, left, view) {
     return `${where} — ${e.message}${rewind ? ` · ${rewind.label}` : ""}`;
   }
   return rewind ? rewind.label : "";
+}
+
+// A dashed vertical line across the plot at canvas x (the start of a non-finite band, a rewind).
+function dashedVertical(ctx, x, top, height, dash) {
+  ctx.setLineDash(dash);
+  ctx.beginPath();
+  ctx.moveTo(x, top);
+  ctx.lineTo(x, top + height);
+  ctx.stroke();
+  ctx.setLineDash([]);
 }
