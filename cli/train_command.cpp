@@ -42,6 +42,7 @@ static TrainConfig effective_config(const po::variables_map& vm) {
     if (vm["dp"].as<int>() > 0) config.parallel.dp = vm["dp"].as<int>();
     if (vm["tp"].as<int>() > 0) config.parallel.tp = vm["tp"].as<int>();
     if (vm.count("zero1")) config.parallel.zero1 = true;
+    if (vm.count("sp")) config.parallel.sp = true;
     if (vm.count("price")) config.run.price_per_rank_hour = vm["price"].as<double>();
     validate_config(config);
     return config;
@@ -101,6 +102,7 @@ int train_command(int argc, char** argv) {
         ("tp", po::value<int>()->default_value(0), "tensor-parallel ranks per replica; overrides parallel.tp")
         ("price", po::value<double>(), "price of one rank for an hour, for the run's cost per 4M tokens (run.price_per_rank_hour)")
         ("zero1", "shard the optimizer state across the data-parallel replicas (parallel.zero1)")
+        ("sp", "sequence parallelism beside --tp: the norms and residual adds split across its ranks (parallel.sp)")
         ("print-config", "print the effective config as JSON and exit");
     auto parsed = parse_options(argc, argv, opts, "usage: hlat train [options]",
                                 "\nconfig fields and defaults:\n" + config_to_json(TrainConfig{}).dump(2) + "\n");

@@ -372,12 +372,14 @@ class TpDrift : public Detector {
             alerted_ = true;
             std::string why = above ? fmt::format("above the threshold {:.3g}", c_.threshold)
                                     : fmt::format("growing at each of the last {} checks", c_.growth_checks);
+            // Where: the trainer's note of the most drifted tensor and rank, when it sent one.
+            const std::string where = s.detail("tp_drift");
             out.push_back(make_alert(
                 "tp_drift", "warning", s.step,
-                fmt::format("replicated norm weights drifted apart across tensor-parallel ranks: max |w - w_tp0| = "
+                fmt::format("replicated weights drifted apart across tensor-parallel ranks{}: max |w - w_ref| = "
                             "{:.3g}, {} (stochastic rounding keyed by rank? re-sync with parallel.resync_every)",
-                            drift, why),
-                {{"tp_drift", drift}, {"threshold", c_.threshold}, {"growing_checks", growing_}}));
+                            where.empty() ? "" : ", most in " + where, drift, why),
+                {{"tp_drift", drift}, {"threshold", c_.threshold}, {"growing_checks", growing_}, {"where", where}}));
         }
         if (!above && !steady_growth) alerted_ = false;
     }
@@ -533,7 +535,7 @@ DetectorSuite::DetectorSuite(const DetectorsConfig& c) {
     add("loss_floor", {"loss", "heldout_loss"}, {}, std::make_unique<LossFloor>(c.loss_floor), c.loss_floor.policy);
     add("loss_jump", {"loss"}, {}, std::make_unique<LossJump>(c.loss_jump), c.loss_jump.policy);
     add("divergence", {"loss", "grad_norm"}, {}, std::make_unique<Divergence>(c.divergence), c.divergence.policy);
-    add("tp_drift", {"tp_drift"}, {}, std::make_unique<TpDrift>(c.tp_drift), c.tp_drift.policy);
+    add("tp_drift", {"tp_drift"}, {"tp_drift"}, std::make_unique<TpDrift>(c.tp_drift), c.tp_drift.policy);
     add("replica_mismatch", {"replica_mismatch"}, {"replica_mismatch"}, std::make_unique<ReplicaMismatch>(),
         c.replica_mismatch.policy);
     add("straggler", {"straggler_ratio", "straggler_rank", "straggler_compute_s"}, {},

@@ -60,9 +60,12 @@ std::vector<MetricEntry> run_rows() {
         // Distributed runs only. Checks come every parallel.check_every steps.
         run_metric("comm_s", "DP gradient all-reduce", "s", "distributed", "comm", on),
         run_metric("comm_exposed_s", "DP gradient all-reduce, exposed", "s", "distributed", "comm", on),
-        run_metric("tp_comm_s", "TP all-reduces", "s", "distributed", "comm", on),
-        // Tensor-parallel runs: how far the replicated (norm) weights drifted from TP rank 0's.
-        run_metric("tp_drift", "TP drift: max |w − w(tp rank 0)|", "", "distributed", "tp_drift", on),
+        run_metric("tp_comm_s", "TP collectives", "s", "distributed", "comm", on),
+        run_metric("tp_comm_busbw_gbs", "TP collectives: achieved bus bandwidth", "GB/s", "distributed", "tp_busbw",
+                   off),
+        // Tensor-parallel runs: how far the replicated weights (norms; kv heads shared by a kv group) drifted
+        // from their group leader's (TP rank 0 for the norms).
+        run_metric("tp_drift", "TP drift: max |w − w(group leader)|", "", "distributed", "tp_drift", on),
         run_metric("tp_drift_rel", "TP drift, relative", "", "distributed", "tp_drift", on),
         run_metric("tp_drift/<tensor>", "TP drift: <tensor>", "", "distributed", "tp_drift/tensor", off),
         // Data-parallel runs: the replica hash checks (an all-reduce bug shows here first).
@@ -195,8 +198,9 @@ const std::vector<Panel>& catalogue_panels() {
         {"lost_updates", "bf16 lost updates: share of weights whose non-zero update rounded away", ""},
         {"logz", "output logits: log Z (mean, max over the step's tokens)", ""},
         {"lost_updates/kind", "bf16 lost updates by tensor kind", ""},
-        {"comm", "communication (s): DP gradients (total, exposed), TP all-reduces", ""},
-        {"tp_drift", "TP drift of replicated norm weights: max |w − w(tp rank 0)|", ""},
+        {"comm", "communication (s): DP gradients (total, exposed), TP collectives", ""},
+        {"tp_busbw", "TP collectives: achieved bus bandwidth (GB/s)", ""},
+        {"tp_drift", "TP drift of replicated weights: max |w − w(group leader)|", ""},
         {"tp_drift/tensor", "TP drift by replicated tensor", ""},
         {"replicas", "replica consistency: DP ranks whose hash differs (0 = all agree)", ""},
         {"grad_norm/kind", "grad norm by tensor kind (all layers)", ""},

@@ -128,7 +128,9 @@ TEST_F(Catalogue, EveryKeyOfARunIsOnAChartPerRankKeysIncluded) {
 }
 
 // The page's default view of a run trained by hlat, as its hard-coded list
-// drew it before the catalogue: the same charts, titles and keys, in order.
+// drew it before the catalogue: the same charts and keys, in order, titled as
+// since (the TP titles name collectives and group leaders since sequence
+// parallelism and shared kv heads).
 TEST(CatalogueLayout, TheDefaultViewIsThePagesOldLayout) {
     const std::vector<std::pair<std::string, std::vector<std::string>>> old_panels = {
         {"loss", {"loss", "heldout_loss"}},
@@ -141,8 +143,8 @@ TEST(CatalogueLayout, TheDefaultViewIsThePagesOldLayout) {
         {"system: process CPU % (100 = one core), GPU utilisation %", {"cpu_pct", "gpu_util_pct"}},
         {"system: resident memory, GPU memory (MB)", {"rss_mb", "gpu_mem_mb"}},
         {"bf16 lost updates: share of weights whose non-zero update rounded away", {"lost_updates"}},
-        {"communication (s): DP gradients (total, exposed), TP all-reduces", {"comm_s", "comm_exposed_s", "tp_comm_s"}},
-        {"TP drift of replicated norm weights: max |w − w(tp rank 0)|", {"tp_drift", "tp_drift_rel"}},
+        {"communication (s): DP gradients (total, exposed), TP collectives", {"comm_s", "comm_exposed_s", "tp_comm_s"}},
+        {"TP drift of replicated weights: max |w − w(group leader)|", {"tp_drift", "tp_drift_rel"}},
         {"replica consistency: DP ranks whose hash differs (0 = all agree)",
          {"replica_mismatch", "replica_grad_mismatch"}},
     };

@@ -99,5 +99,25 @@ TEST(Config, CrossFieldConstraints) {
     EXPECT_NE(error_of({{"schedule", {{"min_lr", 1.0}}}}).find("schedule.min_lr"), std::string::npos);
 }
 
+// Tensor parallelism takes fewer kv heads than ranks when each kv head goes to
+// a whole number of ranks; sequence parallelism needs a group to split over
+// and token rows that divide among its ranks.
+TEST(Config, TensorAndSequenceParallelLayouts) {
+    const json gqa = {{"n_heads", 8}, {"n_kv_heads", 2}};
+    EXPECT_EQ(config_from_json({{"model", gqa}, {"parallel", {{"tp", 4}}}}).parallel.tp, 4);
+    std::string e = error_of({{"model", {{"dim", 384}, {"n_heads", 12}, {"n_kv_heads", 4}}}, {"parallel", {{"tp", 6}}}});
+    EXPECT_NE(e.find("parallel.tp = 6 must divide model.n_kv_heads = 4 or be a multiple of it"), std::string::npos)
+        << e;
+    EXPECT_TRUE(config_from_json({{"parallel", {{"tp", 2}, {"sp", true}}}}).parallel.sp);
+    e = error_of({{"parallel", {{"sp", true}}}});
+    EXPECT_NE(e.find("parallel.sp splits the stream across the tensor-parallel ranks: it needs parallel.tp >= 2"),
+              std::string::npos)
+        << e;
+    e = error_of({{"model", gqa}, {"run", {{"batch_size", 1}, {"seq_len", 6}}}, {"parallel", {{"tp", 4}, {"sp", true}}}});
+    EXPECT_NE(e.find("parallel.sp needs run.batch_size x run.seq_len (1 x 6) divisible by parallel.tp = 4"),
+              std::string::npos)
+        << e;
+}
+
 }  // namespace
 }  // namespace hlat

@@ -62,6 +62,7 @@ TEST(PreflightJudgment, BusBandwidthFollowsNcclTests) {
     EXPECT_DOUBLE_EQ(bus_bandwidth("all_reduce", 10.0, 4), 15.0);
     EXPECT_DOUBLE_EQ(bus_bandwidth("all_gather", 10.0, 4), 7.5);
     EXPECT_DOUBLE_EQ(bus_bandwidth("all_reduce", 10.0, 2), 10.0);
+    EXPECT_DOUBLE_EQ(bus_bandwidth("reduce_scatter", 10.0, 4), 7.5);
 }
 
 class PreflightCommand : public ::testing::Test {
@@ -87,7 +88,9 @@ TEST_F(PreflightCommand, PassesOnAHealthyMachineAndStoresItsRun) {
     auto r = preflight("healthy", kSharedMachineFractions);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("pre-flight passed"), std::string::npos) << r.output;
-    EXPECT_NE(r.output.find("all_reduce"), std::string::npos) << "the collectives table";
+    // Every collective the trainer calls, sequence parallelism's pair too.
+    for (const char* op : {"all_reduce", "all_gather", "reduce_scatter"})
+        EXPECT_NE(r.output.find(op), std::string::npos) << "the collectives table: " << op;
     telemetry::Reader reader(store);
     auto run = reader.find_run("healthy");
     ASSERT_TRUE(run.has_value());

@@ -24,6 +24,8 @@ std::vector<StepMetric> step_metrics(const StepStats& s) {
         {"comm_s", s.comm_seconds, K::Real, W::NonZero},  // distributed runs
         {"comm_exposed_s", s.comm_exposed_seconds, K::Real, W::NonZero},
         {"tp_comm_s", s.tp_comm_seconds, K::Real, W::NonZero},
+        {"tp_comm_busbw_gbs", s.tp_comm_seconds > 0 ? s.tp_comm_bus_bytes / s.tp_comm_seconds / 1e9 : 0.0, K::Real,
+         W::NonZero},
         {"compute_s", s.compute_seconds},
         {"data_wait_share", s.step_seconds > 0 ? s.data_seconds / s.step_seconds : 0.0},  // of the step spent waiting for data
         {"lost_updates", s.lost_updates, K::Real, W::Measured},  // bf16 modes

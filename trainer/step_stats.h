@@ -33,7 +33,8 @@ struct StepStats {
     bool update_skipped;    // the loss or gradient was not finite: the weights were left as they were
     double comm_seconds;    // data-parallel gradient reduction (and ZeRO-1 parameter gather)
     double comm_exposed_seconds;  // of which the step waited for; the rest overlapped backward
-    double tp_comm_seconds;       // tensor-parallel all-reduces inside forward and backward
+    double tp_comm_seconds;       // tensor-parallel collectives inside forward and backward
+    double tp_comm_bus_bytes;     // and their bus bytes (Parallel::take_tensor_comm_bus_bytes)
     double compute_seconds;       // forward, backward and optimizer less the time in communication
     // bf16 modes: the share of weights whose non-zero update left the stored
     // value unchanged (lost in rounding), overall and per tensor kind

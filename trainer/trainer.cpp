@@ -33,7 +33,8 @@ Trainer::Trainer(const TrainConfig& config, BatchSource& data, double peak_gflop
       parallel_(parallel && parallel->distributed() ? parallel : nullptr),
       faults_(faults) {
     model_ = std::make_unique<Model>(config.model, config.run.batch_size, config.run.seq_len,
-                                     config.run.activation_checkpointing, config.precision, parallel_);
+                                     config.run.activation_checkpointing, config.precision, parallel_,
+                                     config.parallel.sp);
     long begin = 0, end = -1;
     int rank = 0;
     if (parallel_) {
@@ -54,47 +55,56 @@ Trainer::Trainer(const TrainConfig& config, BatchSource& data, double peak_gflop
 Trainer::~Trainer() = default;
 
 // A replicated tensor (the norm weights) is the same on every TP rank: in a
-// sum over the group only TP rank 0's copy counts.
+// per-kind count over the group only TP rank 0's copy counts. (Shared kv
+// rows, a part of qkv_proj, are counted by each rank of their kv group here:
+// the lost-update share of qkv_proj weighs them that many times.)
 static bool counts_on_this_rank(const TensorKind& k, const Parallel* parallel) {
     return !k.replicated || !parallel || parallel->tp_rank() == 0;
 }
 
+// Sum of squares of buffer[lo, hi) where tensor k's floats count on this
+// rank in a sum over the tensor-parallel group (counted_ranges: replicated
+// tensors and shared kv rows once).
+static double counted_squares(const float* buffer, const TensorKind& k, const ShardShape& shard, long lo, long hi) {
+    double squares = 0.0;
+    for (auto [a, b] : counted_ranges(k, shard)) {
+        const long from = std::max(lo, a), to = std::min(hi, b);
+        if (from >= to) continue;
+        const double n = l2_norm(buffer + from, to - from);
+        squares += n * n;
+    }
+    return squares;
+}
+
 // Sum of squares of buffer[begin, end) as the whole job sees it: each shard's
-// part summed over the tensor-parallel group, replicated tensors counted once
-// (from TP rank 0), and with ZeRO-1 each replica's range summed over the
-// data-parallel group.
+// part summed over the tensor-parallel group, replicated floats counted once,
+// and with ZeRO-1 each replica's range summed over the data-parallel group.
 static double job_sum_squares(Parallel& parallel, const Model& model, const float* buffer, long begin, long end,
                               bool over_data) {
     double local = 0.0;
-    for (const TensorKind& k : model.tensor_kinds()) {
-        if (!counts_on_this_rank(k, &parallel)) continue;
-        long lo = std::max(begin, k.offset), hi = std::min(end, k.offset + k.numel());
-        if (lo < hi) {
-            double n = l2_norm(buffer + lo, hi - lo);
-            local += n * n;
-        }
-    }
+    for (const TensorKind& k : model.tensor_kinds()) local += counted_squares(buffer, k, model.shard(), begin, end);
     double sum = parallel.sum(local, Group::Tensor);
     return over_data ? parallel.sum(sum, Group::Data) : sum;
 }
 
 // Norms of every tensor kind (all layers) and every slice (per layer). In a
 // tensor-parallel job each shard's squares are summed over the group, the
-// replicated tensors' taken once.
+// replicated floats' taken once.
 static void append_tensor_norms(std::vector<std::pair<std::string, double>>& out, const Model& model,
                                 const float* base, const char* prefix, Parallel* parallel) {
     std::vector<std::string> names;
     std::vector<double> squares;
-    auto add = [&](std::string name, const TensorKind& k, const float* x, long n) {
-        double norm = l2_norm(x, n);
+    auto add = [&](std::string name, const TensorKind& k, long lo, long hi) {
         names.push_back(std::move(name));
-        squares.push_back(counts_on_this_rank(k, parallel) ? norm * norm : 0.0);
+        squares.push_back(counted_squares(base, k, model.shard(), lo, hi));
     };
     for (const TensorKind& k : model.tensor_kinds()) {
-        add(fmt::format("{}/kind/{}", prefix, k.name), k, base + k.offset, k.numel());
+        add(fmt::format("{}/kind/{}", prefix, k.name), k, k.offset, k.offset + k.numel());
         long slice = k.rows * k.cols;
-        for (int l = 0; l < k.layers; l++)
-            add(fmt::format("{}/layers.{}.{}", prefix, l, k.name), k, base + k.offset + l * slice, slice);
+        for (int l = 0; l < k.layers; l++) {
+            const long lo = k.offset + l * slice;
+            add(fmt::format("{}/layers.{}.{}", prefix, l, k.name), k, lo, lo + slice);
+        }
     }
     if (parallel) parallel->allreduce(squares.data(), (long)squares.size(), MPI_DOUBLE, MPI_SUM, Group::Tensor);
     for (size_t i = 0; i < names.size(); i++) out.push_back({names[i], std::sqrt(squares[i])});
@@ -292,7 +302,10 @@ void Trainer::collect_internals(StepStats& s) {
 
 // Every data-parallel replica trains on its own tokens; TP ranks share theirs.
 void Trainer::count_tokens(StepStats& s) {
-    if (parallel_) s.tp_comm_seconds = parallel_->take_tensor_comm_seconds();
+    if (parallel_) {
+        s.tp_comm_seconds = parallel_->take_tensor_comm_seconds();
+        s.tp_comm_bus_bytes = parallel_->take_tensor_comm_bus_bytes();
+    }
     const int replicas = parallel_ ? parallel_->dp_size() : 1, processes = parallel_ ? parallel_->world_size() : 1;
     const int T = config_.run.seq_len;
     long tokens = (long)config_.run.batch_size * T * config_.run.grad_accum * replicas;

@@ -276,6 +276,7 @@ template <class F, class C>
 void parallel_fields(F& f, C& c) {
     f.integer("dp", c.dp, 1, 4096);
     f.integer("tp", c.tp, 1, 64);
+    f.boolean("sp", c.sp);
     f.boolean("zero1", c.zero1);
     f.integer("check_every", c.check_every, 0, kMaxInt);
     f.boolean("hash_grads", c.hash_grads);
@@ -363,9 +364,18 @@ void validate_config(const TrainConfig& c) {
             throw ConfigError(fmt::format("parallel.tp = {} must divide {} = {}", par.tp, what, n));
     };
     divisible("model.n_heads", m.n_heads);
-    divisible("model.n_kv_heads", m.n_kv_heads);
+    // Fewer kv heads than ranks: each kv head is shared by tp / n_kv_heads ranks.
+    if (m.n_kv_heads % par.tp != 0 && par.tp % m.n_kv_heads != 0)
+        throw ConfigError(fmt::format("parallel.tp = {} must divide model.n_kv_heads = {} or be a multiple of it",
+                                      par.tp, m.n_kv_heads));
     divisible("model.hidden_dim", m.hidden_dim);
     divisible("model.vocab_size", m.vocab_size);
+    if (par.sp && par.tp < 2)
+        throw ConfigError("parallel.sp splits the stream across the tensor-parallel ranks: it needs parallel.tp >= 2");
+    if (par.sp && ((long)c.run.batch_size * c.run.seq_len) % par.tp != 0)
+        throw ConfigError(fmt::format("parallel.sp needs run.batch_size x run.seq_len ({} x {}) divisible by "
+                                      "parallel.tp = {}",
+                                      c.run.batch_size, c.run.seq_len, par.tp));
     if (par.hash_grads && par.zero1)
         throw ConfigError("parallel.hash_grads needs whole reduced gradients on every replica: not with zero1");
 }

@@ -58,6 +58,10 @@ struct RunConfig {
 struct ParallelConfig {
     int dp = 1;                 // data-parallel replicas
     int tp = 1;                 // tensor-parallel ranks per replica (Megatron layout)
+    // Sequence parallelism beside tensor parallelism (Korthikanti et al.
+    // 2022): the RMSNorms and residual adds split along the batch's token
+    // rows across the tp ranks instead of repeated on each.
+    bool sp = false;
     bool zero1 = false;         // shard the optimizer state across the dp replicas
     int check_every = 10;       // steps between replica hashes and TP drift measurements; 0: never
     bool hash_grads = false;    // hash the reduced gradients too (they must agree across replicas)

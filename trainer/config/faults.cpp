@@ -71,7 +71,7 @@ Faults parse_faults(const std::vector<std::string>& specs) {
         auto bad = [&](const std::string& why) {
             return ConfigError(fmt::format("fault \"{}\": {}; expected NAME@STEP[:ARGS] with NAME one of mask_leak, "
                                            "grad_spike, nan, lr_spike, allreduce_bug, crash, crash_random, hang, "
-                                           "slow_rank, sdc, bad_batch",
+                                           "slow_rank, sdc, bad_batch, replica_drift",
                                            given, why));
         };
         const std::string spec = with_step(given);
@@ -88,6 +88,11 @@ Faults parse_faults(const std::vector<std::string>& specs) {
         }
         if (name == "bad_batch") {
             f.bad_batches.push_back(bad_batch_of(parts, bad));
+            parts.resize(1);
+        }
+        if (name == "replica_drift") {
+            if (parts.size() > 2) throw bad("replica_drift takes @STEP[:TENSOR]");
+            if (parts.size() == 2) f.replica_drift_tensor = parts[1];
             parts.resize(1);
         }
         std::vector<double> nums;
@@ -107,6 +112,8 @@ Faults parse_faults(const std::vector<std::string>& specs) {
             if (!(f.grad_spike_factor > 0)) throw bad("the factor must be > 0");
         } else if (name == "nan" && nums.size() == 1) {
             f.nan_at = step;
+        } else if (name == "replica_drift") {
+            f.replica_drift_at = step;
         } else if (name == "allreduce_bug") {
             f.allreduce_bug_from = step;
         } else if ((name == "crash" || name == "hang") && nums.size() <= 2) {
@@ -149,6 +156,8 @@ void Faults::corrupt_gradients(int step, float* g, long n) const {
 void check_faults_fit(const Faults& faults, const ParallelConfig& par) {
     if (faults.allreduce_bug != AllreduceBug::None && (par.dp < 2 || par.zero1))
         throw ConfigError("the allreduce_bug fault needs plain data parallelism: parallel.dp >= 2 without zero1");
+    if (faults.replica_drift_at >= 0 && par.tp < 2)
+        throw ConfigError("the replica_drift fault needs tensor parallelism: parallel.tp >= 2");
 }
 
 }  // namespace hlat

@@ -20,6 +20,9 @@
 //                                    from step S the rank's compute takes F times as long (a straggler)
 //   sdc@S:RANK (sdc:RANK from step 0) from step S every GEMM of the rank flips one bit of its output
 //                                    (silent data corruption: a core computing wrong numbers)
+//   replica_drift@S[:TENSOR]         after step S the last tensor-parallel rank adds 0.05 to its copy of a
+//                                    weight that must equal its group's (default layers.0.k_proj where kv
+//                                    heads are shared, else layers.0.input_layernorm): the TP drift check's
 // "First launch only": not when the supervisor relaunched the job (HLAT_ATTEMPT > 0),
 // as a transient hardware fault would not recur.
 // The paper's configurations that go bad on their own are config settings,
@@ -58,6 +61,8 @@ struct Faults {
     int slow_from = -1, slow_rank = -1;
     double slow_factor = 1.0;
     int sdc_from = -1, sdc_rank = -1;
+    int replica_drift_at = -1;
+    std::string replica_drift_tensor;  // "": the default for the layout
     std::vector<BadBatch> bad_batches;
 
     // What the numeric faults do to step `step` (0-based), where the step

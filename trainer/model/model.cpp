@@ -26,7 +26,19 @@ ShardShape shard_shape(const ModelConfig& c, int rank, int size) {
     s.rank = rank;
     s.size = size;
     s.n_heads = check("model.n_heads", c.n_heads);
-    s.n_kv_heads = check("model.n_kv_heads", c.n_kv_heads);
+    if (c.n_kv_heads % size == 0) {
+        s.n_kv_heads = c.n_kv_heads / size;
+        s.kv_head_start = rank * s.n_kv_heads;
+    } else if (size % c.n_kv_heads == 0) {
+        // Fewer kv heads than ranks: size / NKV consecutive ranks share one,
+        // the kv head their query heads (a contiguous range) all read.
+        s.n_kv_heads = 1;
+        s.kv_replicas = size / c.n_kv_heads;
+        s.kv_head_start = rank / s.kv_replicas;
+    } else {
+        throw std::runtime_error(fmt::format(
+            "tensor parallelism {} needs model.n_kv_heads ({}) divisible by it or dividing it", size, c.n_kv_heads));
+    }
     s.hidden_dim = check("model.hidden_dim", c.hidden_dim);
     s.vocab_size = check("model.vocab_size", c.vocab_size);
     s.vocab_start = rank * s.vocab_size;
@@ -48,6 +60,7 @@ std::vector<TensorKind> tensor_table(const ModelConfig& config, const ShardShape
     add("embed_tokens", 0, V, C, true);
     add("input_layernorm", L, C, 1, true);
     add("qkv_proj", L, QKV, C, false);
+    if (shard.shares_kv()) kinds.back().shared_rows = 2L * shard.n_kv_heads * HD;
     // Only in qk-norm models, so that other checkpoints keep their layout.
     if (config.qk_norm) {
         add("q_norm", L, HD, 1, true);
@@ -62,16 +75,32 @@ std::vector<TensorKind> tensor_table(const ModelConfig& config, const ShardShape
     return kinds;
 }
 
+std::vector<std::pair<long, long>> counted_ranges(const TensorKind& k, const ShardShape& shard) {
+    const long begin = k.offset, end = k.offset + k.numel();
+    if (k.replicated && shard.rank != 0) return {};
+    if (k.replicated || k.shared_rows == 0 || shard.leads_kv_group()) return {{begin, end}};
+    std::vector<std::pair<long, long>> out;
+    const long slice = k.rows * k.cols, own = (k.rows - k.shared_rows) * k.cols;
+    for (int l = 0; l < (k.layers ? k.layers : 1); l++) out.push_back({begin + l * slice, begin + l * slice + own});
+    return out;
+}
+
 Model::Model(const ModelConfig& config, int B, int T, bool checkpoint_attention, const PrecisionConfig& precision,
-             TensorParallelGroup* tp)
+             TensorParallelGroup* tp, bool sequence_parallel)
     : config_(config),
       precision_(precision),
       tp_(tp && tp->size() > 1 ? tp : nullptr),
       shard_(shard_shape(config, tp_ ? tp_->rank() : 0, tp_ ? tp_->size() : 1)),
+      sp_(sequence_parallel && tp_),
+      stream_rows_(sp_ ? (long)B * T / tp_->size() : (long)B * T),
       B_(B),
       T_(T),
       checkpoint_attention_(checkpoint_attention) {
     const long N = (long)B * T;
+    if (sp_ && N % tp_->size() != 0)
+        throw std::runtime_error(fmt::format("sequence parallelism over {} ranks needs batch_size x seq_len ({}) "
+                                             "divisible by it",
+                                             tp_->size(), N));
     kinds_ = tensor_table(config, shard_);
     long offset = kinds_.back().offset + kinds_.back().numel();
     params_.assign(offset, 0.0f);
@@ -105,7 +134,7 @@ void Model::allocate_activations() {
     const long V = shard_.vocab_size, C = config_.dim, L = config_.n_layers, H = shard_.hidden_dim;
     const long NH = shard_.n_heads, NKV = shard_.n_kv_heads, HD = config_.head_dim();
     const long QKV = (NH + 2 * NKV) * HD, CA = NH * HD;
-    const long B = B_, T = T_, N = B * T;
+    const long B = B_, T = T_, N = B * T, R = stream_rows_;  // R: the stream's rows on this rank
     const bool bf16_mode = precision_.bf16_compute();
     const long qk_layers = config_.qk_norm ? L : 0;
     // One allocation, carved in the order of the struct. The bf16 modes keep
@@ -115,19 +144,19 @@ void Model::allocate_activations() {
     const long f32_inputs = bf16_mode ? 0 : 1;
     const long qkv_layers = attention_bf16() ? 1 : L, att_out_layers = bf16_mode ? 1 : L;
     const long sizes[] = {
-        (L + 1) * N * C,                                    // residual
-        f32_inputs * L * N * C,                             // attn_norm
-        L * N,                                              // attn_rstd
+        (L + 1) * R * C,                                    // residual
+        f32_inputs * L * R * C,                             // attn_norm
+        L * R,                                              // attn_rstd
         qkv_layers * N * QKV,                               // qkv
         checkpoint_attention_ ? 0 : L * B * NH * T * T,     // att
         att_out_layers * N * CA,                            // att_out
-        L * N * C,                                          // residual_mid
-        f32_inputs * L * N * C,                             // ffn_norm
-        L * N,                                              // ffn_rstd
+        L * R * C,                                          // residual_mid
+        f32_inputs * L * R * C,                             // ffn_norm
+        L * R,                                              // ffn_rstd
         L * N * 2 * H,                                      // gate_up
         f32_inputs * L * N * H,                             // swiglu
-        f32_inputs * N * C,                                 // final_norm
-        N,                                                  // final_rstd
+        f32_inputs * R * C,                                 // final_norm
+        R,                                                  // final_rstd
         N * V,                                              // logits
         N,                                                  // losses
         N,                                                  // logz
@@ -150,24 +179,42 @@ void Model::allocate_activations() {
     if (tp_ && config_.qk_norm) qk_dweight_.assign(2 * HD, 0.0f);
     if (bf16_mode) {
         const long heads = attention_bf16() ? L * N * QKV : 0;
-        acts_bf16_.assign(L * N * (2 * C + CA + H) + heads + N * C, 0);
+        acts_bf16_.assign(L * (2 * R * C + N * (CA + H)) + heads + R * C, 0);
         bf16* cursor16 = acts_bf16_.data();
         auto carve = [&](long n) { return std::exchange(cursor16, cursor16 + n); };
-        a16_.attn_norm = carve(L * N * C);
+        a16_.attn_norm = carve(L * R * C);
         a16_.qkv_heads = heads ? carve(heads) : nullptr;
         a16_.att_out = carve(L * N * CA);
-        a16_.ffn_norm = carve(L * N * C);
+        a16_.ffn_norm = carve(L * R * C);
         a16_.swiglu = carve(L * N * H);
-        a16_.final_norm = carve(N * C);
+        a16_.final_norm = carve(R * C);
         dout16_.assign(std::max({N * V, N * 2 * H, N * QKV, N * C}), 0);
     }
     // Backward scratch; in the bf16 modes SwiGLU's gradient goes narrowed into dout16_.
-    d_residual_.assign(N * C, 0.0f);
+    d_residual_.assign(R * C, 0.0f);
     d_norm_.assign(N * C, 0.0f);
+    if (sp_) {
+        full_.assign(N * C, 0.0f);
+        if (bf16_mode) full16_.assign(N * C, 0);
+        d_norm_rows_.assign(R * C, 0.0f);
+        norm_dweight_.assign(C, 0.0f);
+    }
+    if (shard_.shares_kv()) {
+        kv_grads_.assign((long)config_.n_kv_heads * 2 * HD * C, 0.0f);
+        kv_grads_before_.assign(2 * NKV * HD * C, 0.0f);
+    }
     d_qkv_.assign(N * QKV, 0.0f);
     d_att_out_.assign(N * CA, 0.0f);
     if (!bf16_mode) d_gate_up_.assign(N * 2 * H, 0.0f);
     d_swiglu_.assign(N * H, 0.0f);
+}
+
+long Model::stream_activation_bytes() const {
+    const long C = config_.dim, L = config_.n_layers, R = stream_rows_;
+    // residual, residual_mid; attn_norm, ffn_norm, final_norm; their 1/rms.
+    const long stream_floats = (2 * L + 1) * R * C, rstd_floats = (2 * L + 1) * R;
+    const long norm_values = (2 * L + 1) * R * C, norm_bytes = precision_.bf16_compute() ? 2 : 4;
+    return (stream_floats + rstd_floats) * 4 + norm_values * norm_bytes;
 }
 
 long Model::activation_bytes_without_checkpointing() const {
@@ -263,7 +310,7 @@ void Model::linear_backward(float* dinp, float* dweight, const float* dout, cons
 }
 
 void Model::norm_forward(float* out, bf16* out16, float* rstd, const float* inp, const float* weight) {
-    const int N = B_ * T_, C = config_.dim;
+    const int N = (int)stream_rows_, C = config_.dim;
     const float eps = (float)config_.norm_eps;
     if (precision_.bf16_compute()) return rmsnorm_forward_bf16(out16, rstd, inp, weight, N, C, eps);
     rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
@@ -271,12 +318,18 @@ void Model::norm_forward(float* out, bf16* out16, float* rstd, const float* inp,
 
 // In the bf16 modes linear_out is the matmul's unrounded sum. Under tensor
 // parallelism each rank's partial output is rounded before the all-reduce
-// sums them, as each rank's bf16 matmul would deliver it.
+// (the reduce-scatter under sequence parallelism) sums them, as each rank's
+// bf16 matmul would deliver it.
 void Model::add_to_stream(float* out, float* linear_out, const float* stream) {
-    const long n = (long)B_ * T_ * config_.dim;
+    const long n = stream_rows_ * config_.dim, all = (long)B_ * T_ * config_.dim;
     if (!precision_.bf16_compute() || tp_) {
-        if (tp_ && precision_.bf16_compute()) bf16_round_inplace(linear_out, n);
-        if (tp_) tp_->allreduce_sum(linear_out, n);  // row-parallel: sum the partial outputs
+        if (tp_ && precision_.bf16_compute()) bf16_round_inplace(linear_out, all);
+        if (sp_) {
+            tp_->reduce_scatter_sum(linear_out, out, n);  // this rank's rows of the sum
+            linear_out = out;
+        } else if (tp_) {
+            tp_->allreduce_sum(linear_out, n);  // row-parallel: sum the partial outputs
+        }
         residual_forward(out, linear_out, stream, n);
         return round_if_bf16_state(out, n);
     }
@@ -291,6 +344,10 @@ void Model::norm_backward(float* d_stream, float* dweight, float* d_norm, const 
     const int N = B_ * T_, C = config_.dim;
     if (!precision_.bf16_compute() || tp_) {
         if (tp_ && precision_.bf16_compute()) bf16_round_inplace(d_norm, (long)N * C);
+        if (sp_) {
+            tp_->reduce_scatter_sum(d_norm, d_norm_rows_.data(), stream_rows_ * C);
+            return norm_backward_rows(d_stream, dweight, d_norm_rows_.data(), inp, weight, rstd);
+        }
         if (tp_) tp_->allreduce_sum(d_norm, (long)N * C);
         rmsnorm_backward_accumulate(d_stream, dweight, d_norm, inp, weight, rstd, N, C);
     } else {
@@ -316,47 +373,49 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
         weights_changed_ = false;
     }
     std::copy(inputs, inputs + N, inputs_.begin());
-    if (tp_) {
-        vocab_parallel_embedding_forward(a.residual, inputs, p.embed, N, C, shard_.vocab_start, V);
-        tp_->allreduce_sum(a.residual, (long)N * C);
-    } else {
-        embedding_forward(a.residual, inputs, p.embed, N, C);
-    }
+    embedding_forward_rows(inputs);
+    const long RC = stream_rows_ * C;  // the stream's values on this rank, per layer
     for (int l = 0; l < L; l++) {
-        const long nc = (long)l * N * C;
+        const long nc = (long)l * RC;
         float* res = a.residual + nc;
-        float* an = layer_slot(a.attn_norm, l, (long)N * C);
-        bf16* an16 = layer_slot(a16_.attn_norm, l, (long)N * C);
+        float* an = layer_slot(a.attn_norm, l, RC);
+        bf16* an16 = layer_slot(a16_.attn_norm, l, RC);
         float* qkv = attention_bf16() ? a.qkv : a.qkv + (long)l * N * QKV;
         float* att = a.att ? a.att + (long)l * B * NH * T * T : nullptr;
         float* att_out = bf16_mode ? a.att_out : a.att_out + (long)l * N * CA;
         float* mid = a.residual_mid + nc;
-        float* fn = layer_slot(a.ffn_norm, l, (long)N * C);
-        bf16* fn16 = layer_slot(a16_.ffn_norm, l, (long)N * C);
+        float* fn = layer_slot(a.ffn_norm, l, RC);
+        bf16* fn16 = layer_slot(a16_.ffn_norm, l, RC);
         float* gu = a.gate_up + (long)l * N * 2 * H;
         float* sw = layer_slot(a.swiglu, l, (long)N * H);
         bf16* sw16 = layer_slot(a16_.swiglu, l, (long)N * H);
-        float* next = a.residual + nc + (long)N * C;
+        float* next = a.residual + nc + RC;
 
-        norm_forward(an, an16, a.attn_rstd + (long)l * N, res, p.attn_norm + (long)l * C);
-        linear_forward(qkv, an, an16, p.qkv + (long)l * QKV * C, N, C, QKV);
+        norm_forward(an, an16, a.attn_rstd + l * stream_rows_, res, p.attn_norm + (long)l * C);
+        auto [x, x16] = gathered_input(an, an16);
+        linear_forward(qkv, x, x16, p.qkv + (long)l * QKV * C, N, C, QKV);
         attention_layer_forward(l, qkv, att, att_out);
         if (measure_internals_ && targets) add_attention_internals(l);
-        linear_forward(mid, att_out, layer_slot(a16_.att_out, l, (long)N * CA), p.o_proj + (long)l * C * CA, N, CA, C);
-        add_to_stream(mid, mid, res);
-        norm_forward(fn, fn16, a.ffn_rstd + (long)l * N, mid, p.ffn_norm + (long)l * C);
-        linear_forward(gu, fn, fn16, p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
+        float* attn_out = row_parallel_output(mid);
+        linear_forward(attn_out, att_out, layer_slot(a16_.att_out, l, (long)N * CA), p.o_proj + (long)l * C * CA, N,
+                       CA, C);
+        add_to_stream(mid, attn_out, res);
+        norm_forward(fn, fn16, a.ffn_rstd + l * stream_rows_, mid, p.ffn_norm + (long)l * C);
+        auto [y, y16] = gathered_input(fn, fn16);
+        linear_forward(gu, y, y16, p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
         if (bf16_mode) {
             swiglu_forward_bf16(sw16, gu, N, H);
         } else {
             swiglu_forward(sw, gu, N, H);
         }
-        linear_forward(next, sw, sw16, p.down + (long)l * C * H, N, H, C);
-        add_to_stream(next, next, mid);
+        float* mlp_out = row_parallel_output(next);
+        linear_forward(mlp_out, sw, sw16, p.down + (long)l * C * H, N, H, C);
+        add_to_stream(next, mlp_out, mid);
         if (measure_internals_ && targets) add_residual_internals(l, next);
     }
-    norm_forward(a.final_norm, a16_.final_norm, a.final_rstd, a.residual + (long)L * N * C, p.final_norm);
-    linear_forward(a.logits, a.final_norm, a16_.final_norm, p.lm_head, N, C, V);
+    norm_forward(a.final_norm, a16_.final_norm, a.final_rstd, a.residual + L * RC, p.final_norm);
+    auto [z, z16] = gathered_input(a.final_norm, a16_.final_norm);
+    linear_forward(a.logits, z, z16, p.lm_head, N, C, V);
     if (targets) return loss(targets);
     if (bf16_mode) bf16_round_inplace(a.logits, (long)N * V);  // the logits are a bf16 tensor
     return 0.0f;
@@ -456,7 +515,7 @@ void Model::add_attention_internals(int l) {
 // One read of the stream leaving block l, just written (in the bf16 modes its
 // values as stored).
 void Model::add_residual_internals(int l, const float* stream) {
-    const long n = (long)B_ * T_ * config_.dim;
+    const long n = stream_rows_ * config_.dim;  // this rank's rows (all of them without sequence parallelism)
     double squares = 0.0;
     float largest = 0.0f;
 #pragma omp parallel for simd reduction(+ : squares) reduction(max : largest)
@@ -616,47 +675,54 @@ void Model::backward(float loss_scale) {
         crossentropy_backward(a.logits, targets_.data(), a.logz, z_loss, loss_scale, N, V);
     }
     measure_and_drop_sequences(dlogits, d16, loss_scale);
-    linear_backward(d_norm, g.lm_head, dlogits, d16, a.final_norm, a16_.final_norm, p.lm_head, N, C, V);
+    // Under sequence parallelism each matmul's input is gathered again here
+    // (Korthikanti et al.'s choice: the gathered copy is not kept for backward).
+    const long RC = stream_rows_ * C;
+    {
+        auto [z, z16] = gathered_input(a.final_norm, a16_.final_norm);
+        linear_backward(d_norm, g.lm_head, dlogits, d16, z, z16, p.lm_head, N, C, V);
+    }
     std::fill(d_residual_.begin(), d_residual_.end(), 0.0f);
-    norm_backward(d_res, g.final_norm, d_norm, a.residual + (long)L * N * C, p.final_norm, a.final_rstd);
+    norm_backward(d_res, g.final_norm, d_norm, a.residual + L * RC, p.final_norm, a.final_rstd);
     if (grads_ready_) grads_ready_(L);
 
     for (int l = L - 1; l >= 0; l--) {
-        const long nc = (long)l * N * C;
+        const long nc = (long)l * RC;
         // d_res holds the gradient of the stream leaving layer l.
-        linear_backward(d_swiglu_.data(), g.down + (long)l * C * H, d_res, nullptr, layer_slot(a.swiglu, l, (long)N * H),
-                        layer_slot(a16_.swiglu, l, (long)N * H), p.down + (long)l * C * H, N, H, C);
+        auto [d_out, d_out16] = gathered_stream_grad(d_res);
+        linear_backward(d_swiglu_.data(), g.down + (long)l * C * H, d_out, d_out16,
+                        layer_slot(a.swiglu, l, (long)N * H), layer_slot(a16_.swiglu, l, (long)N * H),
+                        p.down + (long)l * C * H, N, H, C);
         const float* gate_up = a.gate_up + (long)l * N * 2 * H;
         if (bf16_mode) {
             swiglu_backward_bf16(d16, d_swiglu_.data(), gate_up, N, H);
         } else {
             swiglu_backward(d_gate_up_.data(), d_swiglu_.data(), gate_up, N, H);
         }
-        linear_backward(d_norm, g.gate_up + (long)l * 2 * H * C, bf16_mode ? nullptr : d_gate_up_.data(), d16,
-                        layer_slot(a.ffn_norm, l, (long)N * C), layer_slot(a16_.ffn_norm, l, (long)N * C),
+        auto [y, y16] = gathered_input(layer_slot(a.ffn_norm, l, RC), layer_slot(a16_.ffn_norm, l, RC));
+        linear_backward(d_norm, g.gate_up + (long)l * 2 * H * C, bf16_mode ? nullptr : d_gate_up_.data(), d16, y, y16,
                         p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
         norm_backward(d_res, g.ffn_norm + (long)l * C, d_norm, a.residual_mid + nc, p.ffn_norm + (long)l * C,
-                      a.ffn_rstd + (long)l * N);
-        round_if_bf16_state(d_res, (long)N * C);
+                      a.ffn_rstd + l * stream_rows_);
+        round_if_bf16_state(d_res, RC);
         // d_res now holds the gradient of the stream after attention.
         const float* att = a.att ? a.att + (long)l * B * NH * T * T : nullptr;
         const float* att_out = bf16_mode ? nullptr : a.att_out + (long)l * N * CA;  // bf16: a16_.att_out's
-        linear_backward(d_att_out_.data(), g.o_proj + (long)l * C * CA, d_res, nullptr, att_out,
+        auto [d_mid, d_mid16] = gathered_stream_grad(d_res);
+        linear_backward(d_att_out_.data(), g.o_proj + (long)l * C * CA, d_mid, d_mid16, att_out,
                         layer_slot(a16_.att_out, l, (long)N * CA), p.o_proj + (long)l * C * CA, N, CA, C);
         attention_layer_backward(l, att);
-        linear_backward(d_norm, g.qkv + (long)l * QKV * C, bf16_mode ? nullptr : d_qkv_.data(), d16,
-                        layer_slot(a.attn_norm, l, (long)N * C), layer_slot(a16_.attn_norm, l, (long)N * C),
+        auto [x, x16] = gathered_input(layer_slot(a.attn_norm, l, RC), layer_slot(a16_.attn_norm, l, RC));
+        if (shard_.shares_kv()) set_aside_shared_kv_grads(l);
+        linear_backward(d_norm, g.qkv + (long)l * QKV * C, bf16_mode ? nullptr : d_qkv_.data(), d16, x, x16,
                         p.qkv + (long)l * QKV * C, N, C, QKV);
+        if (shard_.shares_kv()) sum_shared_kv_grads(l);
         norm_backward(d_res, g.attn_norm + (long)l * C, d_norm, a.residual + nc, p.attn_norm + (long)l * C,
-                      a.attn_rstd + (long)l * N);
-        round_if_bf16_state(d_res, (long)N * C);
+                      a.attn_rstd + l * stream_rows_);
+        round_if_bf16_state(d_res, RC);
         if (grads_ready_) grads_ready_(l);
     }
-    if (tp_) {
-        vocab_parallel_embedding_backward(g.embed, d_res, inputs_.data(), N, C, shard_.vocab_start, V);
-    } else {
-        embedding_backward(g.embed, d_res, inputs_.data(), N, C);
-    }
+    embedding_backward_rows(d_res);
     overwrite_linear_grads_ = false;
     if (grads_ready_) grads_ready_(-1);
 }

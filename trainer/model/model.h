@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace hlat {
@@ -35,6 +36,12 @@ class TensorParallelGroup {
     virtual int size() const = 0;
     virtual void allreduce_sum(float* x, long n) = 0;
     virtual void allreduce_max(float* x, long n) = 0;
+    // Sequence parallelism's pair: chunk (n floats) = this rank's n-float
+    // part of the group's sum of full (size() * n floats); and full = every
+    // rank's chunk in rank order (chunk may be full's own slot: in place).
+    virtual void reduce_scatter_sum(const float* full, float* chunk, long n) = 0;
+    virtual void allgather(const float* chunk, float* full, long n) = 0;
+    virtual void allgather(const bf16* chunk, bf16* full, long n) = 0;
 };
 
 // The part of the model one tensor-parallel rank holds; all of it at size 1.
@@ -44,8 +51,16 @@ struct ShardShape {
     int hidden_dim;           // H/size
     int vocab_size;           // V/size
     int vocab_start;          // first token id of this rank's range
+    // With fewer kv heads than ranks (grouped-query attention, NKV < size)
+    // each rank holds the one kv head its query heads read, shared with the
+    // kv_replicas - 1 other ranks of its kv group: n_kv_heads is 1 then.
+    int kv_head_start = 0;  // the first kv head of the whole model this rank holds
+    int kv_replicas = 1;    // ranks holding the same kv heads
+    bool shares_kv() const { return kv_replicas > 1; }
+    bool leads_kv_group() const { return rank % kv_replicas == 0; }
 };
-// Throws when NH, NKV, H or V is not divisible by size.
+// Throws when NH, H or V is not divisible by size, or NKV neither divisible by
+// size nor a divisor of it.
 ShardShape shard_shape(const ModelConfig& config, int rank, int size);
 
 // Pointers into one flat buffer; gradients use the same layout in a second one.
@@ -72,11 +87,20 @@ struct TensorKind {
     long offset;          // first float in the flat buffer
     bool norm_or_embedding;
     bool replicated;      // the same on every tensor-parallel rank (the norm weights)
+    // The last shared_rows rows of each layer's slice are the same on every
+    // rank of this rank's kv group (qkv_proj's k and v heads when NKV < TP).
+    long shared_rows = 0;
     long numel() const { return (layers ? layers : 1) * rows * cols; }
 };
 
 // The parameter table of a shard (of the whole model at size 1), in buffer order.
 std::vector<TensorKind> tensor_table(const ModelConfig& config, const ShardShape& shard);
+
+// The ranges [begin, end) of the flat buffer where tensor k's floats count on
+// this shard in a sum over the tensor-parallel group, so that each float of
+// the whole model counts once: all of a split tensor; a replicated one on rank
+// 0 only; shared kv rows on the first rank of each kv group only.
+std::vector<std::pair<long, long>> counted_ranges(const TensorKind& k, const ShardShape& shard);
 
 // In the bf16 modes the inputs of the linear layers (attn_norm, ffn_norm,
 // swiglu, final_norm) exist only in bf16 (Bf16Activations): those four are
@@ -131,8 +155,14 @@ class Model {
     // containers: the trainer keeps them bf16-valued where the mode says so.
     // With a tensor-parallel group of size > 1 the model is this rank's shard
     // and forward and backward call the group's all-reduces.
+    // With sequence_parallel (Korthikanti et al. 2022; needs the group, and B*T
+    // divisible by its size) the stream's regions, the RMSNorms and the
+    // residual adds, hold only this rank's block of the B*T token rows: each
+    // row-parallel matmul's all-reduce becomes a reduce-scatter into the
+    // block, and each column-parallel matmul's input is all-gathered from
+    // every rank's block (again in backward, for the weight gradient).
     Model(const ModelConfig& config, int B, int T, bool checkpoint_attention,
-          const PrecisionConfig& precision = {}, TensorParallelGroup* tp = nullptr);
+          const PrecisionConfig& precision = {}, TensorParallelGroup* tp = nullptr, bool sequence_parallel = false);
 
     // Normal(0, init_std) matrices, unit norms, output projections scaled as the
     // config says. Deterministic for a seed.
@@ -181,6 +211,9 @@ class Model {
     const ModelConfig& config() const { return config_; }  // of the whole model
     const ShardShape& shard() const { return shard_; }
     bool is_shard() const { return shard_.size > 1; }
+    bool sequence_parallel() const { return sp_; }
+    // Token rows of the stream this rank holds: B*T, or B*T/TP under sequence parallelism.
+    long stream_rows() const { return stream_rows_; }
     int batch_size() const { return B_; }
     int seq_len() const { return T_; }
     long num_parameters() const { return (long)params_.size(); }
@@ -201,8 +234,20 @@ class Model {
 
     // Bytes of the activations kept for backward, and what they would be
     // without activation checkpointing.
-    long activation_bytes() const { return activation_floats_ * 4 + (long)acts_bf16_.size() * 2; }
+    // Under sequence parallelism these include the one-layer buffers the
+    // gathers fill (sequence_parallel_buffer_bytes).
+    long activation_bytes() const {
+        return activation_floats_ * 4 + (long)acts_bf16_.size() * 2 + sequence_parallel_buffer_bytes();
+    }
     long activation_bytes_without_checkpointing() const;
+    // The part of activation_bytes that sequence parallelism splits: the
+    // residual stream, the RMSNorms' outputs (fp32 or bf16) and their 1/rms.
+    long stream_activation_bytes() const;
+    // What sequence parallelism adds instead, whatever the model's depth: one
+    // (B*T, C) fp32 buffer for a gathered input, a matmul's full output or a
+    // gathered gradient, and in the bf16 modes one (B*T, C) bf16 buffer for a
+    // gathered bf16 input. 0 without sequence parallelism.
+    long sequence_parallel_buffer_bytes() const { return (long)full_.size() * 4 + (long)full16_.size() * 2; }
 
   private:
     // Activations and backward scratch for the shapes and precision given.
@@ -236,6 +281,32 @@ class Model {
     void add_to_stream(float* out, float* linear_out, const float* stream);
     void norm_backward(float* d_stream, float* dweight, float* d_norm, const float* inp, const float* weight,
                        const float* rstd);
+    // Sequence parallelism's all-gathers (model_sequence_parallel.cpp): a
+    // norm's output rows (fp32, or bf16 in the bf16 modes) into the full
+    // input of a column-parallel matmul, as linear_forward/backward take it
+    // (inp, inp16); the stream gradient's rows into a matmul's full output
+    // gradient (dout, dout16). Without it, the rows themselves.
+    std::pair<const float*, bf16*> gathered_input(const float* rows, bf16* rows16);
+    std::pair<const float*, const bf16*> gathered_stream_grad(const float* d_rows);
+    // Where a row-parallel matmul writes its output: full_ under sequence
+    // parallelism (add_to_stream reduce-scatters it into the stream's rows),
+    // else the stream slot itself.
+    float* row_parallel_output(float* stream_slot) { return sp_ ? full_.data() : stream_slot; }
+    // The embedding's forward into the stream's rows, and its backward from them.
+    void embedding_forward_rows(const int32_t* inputs);
+    void embedding_backward_rows(const float* d_rows);
+    // An RMSNorm's backward over this rank's rows under sequence
+    // parallelism: into d_stream's rows, and its weight's gradient from those
+    // rows summed over the group, added to dweight.
+    void norm_backward_rows(float* d_stream, float* dweight, const float* d_norm_rows, const float* inp,
+                            const float* weight, const float* rstd);
+    // Shared kv heads (NKV < TP): each rank's k and v weight gradient holds
+    // only what its own query heads contribute. Before layer l's qkv_proj
+    // backward, its k and v rows' accumulated gradient is set aside (and
+    // zeroed); after it, this micro-batch's part is summed over the kv group
+    // and added back, so accumulated micro-batches are not summed twice.
+    void set_aside_shared_kv_grads(int l);
+    void sum_shared_kv_grads(int l);
     // The mean cross-entropy of the logits against targets, the probabilities
     // left in a_.logits for backward.
     float loss(const int32_t* targets);
@@ -254,6 +325,8 @@ class Model {
     PrecisionConfig precision_;
     TensorParallelGroup* tp_;
     ShardShape shard_;
+    bool sp_ = false;
+    long stream_rows_ = 0;
     std::function<void(int)> grads_ready_;
     // The linear layers' weights as the bf16 matmuls read them (bf16 modes),
     // by offset into params_; made again whenever params() was handed out for
@@ -281,6 +354,16 @@ class Model {
     std::vector<bf16> dout16_;  // a matmul's output gradient narrowed, in the bf16 modes
     std::vector<float> att_scratch_;  // per OpenMP thread
     std::vector<float> qk_dweight_;   // (2 HD) under tensor parallelism: one layer's qk-norm gain gradients
+    // Sequence parallelism's buffers: full_ (B*T, C) and, in the bf16 modes,
+    // full16_ (B*T, C) (sequence_parallel_buffer_bytes); a reduce-scattered
+    // norm input gradient (stream_rows, C); a norm weight's gradient (C).
+    std::vector<float> full_;
+    std::vector<bf16> full16_;
+    std::vector<float> d_norm_rows_, norm_dweight_;
+    // The k and v rows of one layer's qkv_proj gradient, this micro-batch's,
+    // at their kv group's place among all kv heads (NKV, 2, HD, C), summed
+    // over the group when kv heads are shared (model_sequence_parallel.cpp).
+    std::vector<float> kv_grads_, kv_grads_before_;
     double z_loss_term_ = NAN;
     std::vector<float> sequence_losses_, sequence_grad_norms_;  // (B)
     std::vector<char> dropped_;                                 // (B) or empty

@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
+#include <utility>
 
 namespace hlat {
 
@@ -88,7 +91,39 @@ void Parallel::timed_tensor_allreduce(float* x, long n, MPI_Op op) {
     double t0 = MPI_Wtime();
     allreduce(x, n, MPI_FLOAT, op, Group::Tensor);
     tensor_comm_seconds_ += MPI_Wtime() - t0;
+    tensor_comm_bus_bytes_ += 4.0 * n * 2.0 * (tp_ - 1) / tp_;
 }
+
+void Parallel::reduce_scatter_sum(const float* full, float* chunk, long n) {
+    double t0 = MPI_Wtime();
+    if (tp_ == 1) std::copy(full, full + n, chunk);
+    else MPI_Reduce_scatter_block(full, chunk, (int)n, MPI_FLOAT, MPI_SUM, tp_comm_);
+    tensor_comm_seconds_ += MPI_Wtime() - t0;
+    tensor_comm_bus_bytes_ += 4.0 * n * (tp_ - 1);  // (n-1)/n of the tp * n floats
+}
+
+void Parallel::timed_tensor_allgather(const void* chunk, void* full, long n, MPI_Datatype type) {
+    double t0 = MPI_Wtime();
+    int bytes = 0;
+    MPI_Type_size(type, &bytes);
+    const char* own_slot = static_cast<const char*>(full) + (long)tp_rank() * n * bytes;
+    if (tp_ == 1) {
+        if (chunk != full) std::memcpy(full, chunk, (size_t)n * bytes);
+    } else {
+        const void* send = chunk == own_slot ? MPI_IN_PLACE : chunk;
+        MPI_Allgather(send, (int)n, type, full, (int)n, type, tp_comm_);
+    }
+    tensor_comm_seconds_ += MPI_Wtime() - t0;
+    tensor_comm_bus_bytes_ += (double)bytes * n * (tp_ - 1);
+}
+
+void Parallel::allgather(const float* chunk, float* full, long n) { timed_tensor_allgather(chunk, full, n, MPI_FLOAT); }
+
+void Parallel::allgather(const bf16* chunk, bf16* full, long n) {
+    timed_tensor_allgather(chunk, full, n, MPI_UINT16_T);
+}
+
+double Parallel::take_tensor_comm_bus_bytes() { return std::exchange(tensor_comm_bus_bytes_, 0.0); }
 
 double Parallel::take_tensor_comm_seconds() {
     double s = tensor_comm_seconds_;

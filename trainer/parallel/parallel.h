@@ -54,8 +54,16 @@ class Parallel : public TensorParallelGroup {
     // and their share of the step is what TP costs.
     void allreduce_sum(float* x, long n) override { timed_tensor_allreduce(x, n, MPI_SUM); }
     void allreduce_max(float* x, long n) override { timed_tensor_allreduce(x, n, MPI_MAX); }
-    // Seconds spent in tensor-parallel all-reduces since the last call.
+    void reduce_scatter_sum(const float* full, float* chunk, long n) override;
+    void allgather(const float* chunk, float* full, long n) override;
+    void allgather(const bf16* chunk, bf16* full, long n) override;
+    // Seconds spent in tensor-parallel collectives since the last call, and
+    // their bus bytes as nccl-tests counts them (an all-reduce of B bytes
+    // moves 2(n-1)/n B, an all-gather or reduce-scatter of B in all (n-1)/n B):
+    // bus bytes / seconds is the achieved bus bandwidth, comparable with
+    // `hlat preflight`'s.
     double take_tensor_comm_seconds();
+    double take_tensor_comm_bus_bytes();
 
     void allreduce(void* x, long n, MPI_Datatype type, MPI_Op op, Group g);
     double sum(double x, Group g);
@@ -69,9 +77,10 @@ class Parallel : public TensorParallelGroup {
 
   private:
     void timed_tensor_allreduce(float* x, long n, MPI_Op op);
+    void timed_tensor_allgather(const void* chunk, void* full, long n, MPI_Datatype type);
 
     int dp_ = 1, tp_ = 1, world_rank_ = 0;
-    double tensor_comm_seconds_ = 0.0;
+    double tensor_comm_seconds_ = 0.0, tensor_comm_bus_bytes_ = 0.0;
     bool mpi_ = false;
     MPI_Comm dp_comm_ = MPI_COMM_NULL, tp_comm_ = MPI_COMM_NULL;
 };

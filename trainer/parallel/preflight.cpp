@@ -97,17 +97,22 @@ uint64_t model_checksum(const ModelConfig& config) {
 
 
 // One collective at one size: the mean of `iters` calls after two untimed,
-// the slowest rank's.
+// the slowest rank's. bytes is the whole message, as nccl-tests counts it: an
+// all-gather's output, a reduce-scatter's input (sequence parallelism's pair).
 double time_collective(Parallel& parallel, const std::string& op, long bytes) {
     const int world = parallel.world_size();
-    const long count = std::max(1L, bytes / 4 / (op == "all_gather" ? world : 1));
-    std::vector<float> send(count, 1.0f), recv(count * (op == "all_gather" ? world : 1));
+    const bool split = op == "all_gather" || op == "reduce_scatter";
+    const long count = std::max(1L, bytes / 4 / (split ? world : 1));  // floats each rank sends or receives
+    std::vector<float> send(count * (op == "reduce_scatter" ? world : 1), 1.0f);
+    std::vector<float> recv(count * (op == "all_gather" ? world : 1));
     MPI_Comm comm = parallel.comm(Group::World);
     auto call = [&] {
         if (op == "all_reduce")
             MPI_Allreduce(send.data(), recv.data(), (int)count, MPI_FLOAT, MPI_SUM, comm);
-        else
+        else if (op == "all_gather")
             MPI_Allgather(send.data(), (int)count, MPI_FLOAT, recv.data(), (int)count, MPI_FLOAT, comm);
+        else
+            MPI_Reduce_scatter_block(send.data(), recv.data(), (int)count, MPI_FLOAT, MPI_SUM, comm);
     };
     const int iters = (int)std::clamp((32L << 20) / std::max(bytes, 1L), 3L, 50L);
     call();
@@ -123,7 +128,7 @@ double time_collective(Parallel& parallel, const std::string& op, long bytes) {
 std::vector<CollectiveRow> measure_collectives(Parallel& parallel, long max_bytes) {
     std::vector<CollectiveRow> rows;
     if (!parallel.distributed()) return rows;
-    for (const std::string op : {"all_reduce", "all_gather"}) {
+    for (const std::string op : {"all_reduce", "all_gather", "reduce_scatter"}) {
         for (long bytes = 8;; bytes = std::min(bytes * 4, max_bytes)) {
             double t = time_collective(parallel, op, bytes);
             double algbw = bytes / t / 1e9;
@@ -348,11 +353,11 @@ std::string format_preflight(const PreflightReport& r) {
                            m.fp32_gflops, m.bf16_gflops, m.triad_gbs, m.wrong_elements, m.model_checksum);
     if (!r.collectives.empty()) {
         out += "\ncollectives over all ranks (as nccl-tests: algbw = bytes / time; busbw = algbw x 2(n-1)/n for "
-               "all_reduce, x (n-1)/n for all_gather)\n";
-        out += fmt::format("{:<11} {:>12} {:>11} {:>11} {:>11}\n", "OP", "BYTES", "TIME us", "ALGBW GB/s",
+               "all_reduce, x (n-1)/n for all_gather and reduce_scatter)\n";
+        out += fmt::format("{:<14} {:>12} {:>11} {:>11} {:>11}\n", "OP", "BYTES", "TIME us", "ALGBW GB/s",
                            "BUSBW GB/s");
         for (const CollectiveRow& c : r.collectives)
-            out += fmt::format("{:<11} {:>12} {:>11.1f} {:>11.3f} {:>11.3f}\n", c.op, c.bytes, c.seconds * 1e6,
+            out += fmt::format("{:<14} {:>12} {:>11.1f} {:>11.3f} {:>11.3f}\n", c.op, c.bytes, c.seconds * 1e6,
                                c.algbw_gbs, c.busbw_gbs);
     }
     out += r.passed() ? "\npre-flight passed\n" : "\npre-flight FAILED:\n";

@@ -70,40 +70,75 @@ ReplicaReport check_replicas(Parallel& parallel, const Model& model, const float
     return report;
 }
 
-DriftReport measure_tp_drift(Parallel& parallel, Model& model, bool resync) {
-    std::vector<TensorSlice> replicated;
+std::vector<ReplicatedPiece> replicated_pieces(const Model& model) {
+    const ShardShape& shard = model.shard();
+    std::vector<ReplicatedPiece> out;
     for (const TensorSlice& s : tensor_slices(model))
-        if (s.replicated) replicated.push_back(s);
-    long total = 0;
-    for (const TensorSlice& s : replicated) total += s.count;
-    const float* params = model.params();
-    std::vector<float> mine(total), reference(total);
-    long at = 0;
-    for (const TensorSlice& s : replicated) {
-        std::copy(params + s.offset, params + s.offset + s.count, mine.begin() + at);
-        at += s.count;
+        if (s.replicated) out.push_back({s.name, s.offset, s.count, 0, 1, shard.rank == 0});
+    for (const TensorKind& k : model.tensor_kinds()) {
+        if (k.shared_rows == 0) continue;
+        // qkv_proj's shared rows: the k heads', then the v heads'.
+        const long slice = k.rows * k.cols, half = k.shared_rows / 2 * k.cols;
+        const int groups = model.config().n_kv_heads;
+        for (int l = 0; l < k.layers; l++) {
+            const long kv = k.offset + l * slice + slice - 2 * half;
+            for (int part = 0; part < 2; part++)
+                out.push_back({fmt::format("layers.{}.{}", l, part == 0 ? "k_proj" : "v_proj"), kv + part * half, half,
+                               shard.kv_head_start, groups, shard.leads_kv_group()});
+        }
     }
-    reference = mine;
-    parallel.broadcast(reference.data(), total * (long)sizeof(float), Group::Tensor);
+    return out;
+}
 
-    // Per slice: max |difference|, then max |reference| (for the relative figure).
-    std::vector<double> stats(2 * replicated.size());
+// Every piece's reference copy, on every rank: each group's leader writes its
+// copy at its group's place among the groups, zeros elsewhere, and one
+// all-reduce over the tensor-parallel group sums them (adding zeros changes no
+// value). Returned at each rank's own group's place, piece after piece.
+static std::vector<float> reference_copies(Parallel& parallel, const std::vector<ReplicatedPiece>& pieces,
+                                           const float* params) {
+    long total = 0;
+    for (const ReplicatedPiece& p : pieces) total += p.count * p.groups;
+    std::vector<float> all(total, 0.0f);
+    long at = 0;
+    for (const ReplicatedPiece& p : pieces) {
+        if (p.leader) std::copy(params + p.offset, params + p.offset + p.count, all.begin() + at + p.group * p.count);
+        at += p.count * p.groups;
+    }
+    parallel.allreduce(all.data(), total, MPI_FLOAT, MPI_SUM, Group::Tensor);
+    std::vector<float> reference;
     at = 0;
+    for (const ReplicatedPiece& p : pieces) {
+        auto first = all.begin() + at + p.group * p.count;
+        reference.insert(reference.end(), first, first + p.count);
+        at += p.count * p.groups;
+    }
+    return reference;
+}
+
+DriftReport measure_tp_drift(Parallel& parallel, Model& model, bool resync) {
+    const std::vector<ReplicatedPiece> replicated = replicated_pieces(model);
+    const std::vector<float> reference = reference_copies(parallel, replicated, model.params());
+    const float* params = model.params();
+
+    // Per piece: max |difference|, then max |reference| (for the relative figure).
+    std::vector<double> stats(2 * replicated.size());
+    long at = 0;
     for (size_t i = 0; i < replicated.size(); i++) {
+        const float* mine = params + replicated[i].offset;
         double diff = 0.0, scale = 0.0;
         for (long j = 0; j < replicated[i].count; j++) {
-            diff = std::max(diff, std::fabs((double)mine[at + j] - reference[at + j]));
+            diff = std::max(diff, std::fabs((double)mine[j] - reference[at + j]));
             scale = std::max(scale, std::fabs((double)reference[at + j]));
         }
         stats[2 * i] = diff;
         stats[2 * i + 1] = scale > 0 ? diff / scale : diff;
         at += replicated[i].count;
     }
-    if (resync && parallel.tp_rank() != 0) {
+    if (resync) {
         float* p = model.params();
         at = 0;
-        for (const TensorSlice& s : replicated) {
-            std::copy(reference.begin() + at, reference.begin() + at + s.count, p + s.offset);
+        for (const ReplicatedPiece& s : replicated) {
+            if (!s.leader) std::copy(reference.begin() + at, reference.begin() + at + s.count, p + s.offset);
             at += s.count;
         }
     }

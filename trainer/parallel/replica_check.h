@@ -4,8 +4,9 @@
 //   slice by slice; world rank 0 compares every replica with data-parallel
 //   rank 0 of its shard and names the first slice that differs.
 // - TP drift: the norm weights are replicated on every tensor-parallel rank and
-//   should stay equal; under stochastic rounding keyed by rank they drift.
-//   Each rank compares its copy with TP rank 0's, slice by slice.
+//   should stay equal, as should kv heads shared by a kv group (fewer kv heads
+//   than ranks); under stochastic rounding keyed by rank they drift. Each rank
+//   compares its copy with its group leader's, slice by slice.
 // Every rank must call both (they are collectives); results are complete on
 // world rank 0.
 #pragma once
@@ -37,8 +38,8 @@ struct DriftReport {
     std::vector<double> per_rank;                             // max_abs of each world rank
 };
 
-// Measures the drift of the replicated tensors against TP rank 0; with
-// resync, every rank then takes TP rank 0's values.
+// Measures the drift of the replicated pieces against their group leaders';
+// with resync, every rank then takes its leader's values.
 DriftReport measure_tp_drift(Parallel& parallel, Model& model, bool resync);
 
 // Names and places of every tensor slice (per layer for per-layer tensors).
@@ -48,5 +49,18 @@ struct TensorSlice {
     bool replicated;
 };
 std::vector<TensorSlice> tensor_slices(const Model& model);
+
+// What should be equal across tensor-parallel ranks: each replicated slice
+// (the norm weights, on every rank alike) and, with fewer kv heads than
+// ranks, each layer's shared k and v rows ("layers.0.k_proj", equal within
+// each kv group). Group leaders (TP rank 0; a kv group's first rank) hold
+// the reference copy.
+struct ReplicatedPiece {
+    std::string name;
+    long offset, count;
+    int group, groups;  // this rank's group among the piece's groups
+    bool leader;
+};
+std::vector<ReplicatedPiece> replicated_pieces(const Model& model);
 
 }  // namespace hlat

@@ -28,12 +28,14 @@ std::vector<ShardSegment> shard_segments(const ModelConfig& config, const ShardS
             } else if (name == "embed_tokens" || name == "lm_head") {
                 rows(fb, sb, C, shard.vocab_start, 0, s.rows);
             } else if (name == "qkv_proj") {
-                // rows: q heads, then k heads, then v heads; each rank its heads of each.
+                // rows: q heads, then k heads, then v heads; each rank its heads of each
+                // (its kv group's kv head when fewer kv heads than ranks).
                 long q = (long)shard.n_heads * HD, kv = (long)shard.n_kv_heads * HD;
                 long q_all = (long)config.n_heads * HD, kv_all = (long)config.n_kv_heads * HD;
+                long kv_first = (long)shard.kv_head_start * HD;
                 rows(fb, sb, C, r * q, 0, q);
-                rows(fb, sb, C, q_all + r * kv, q, kv);
-                rows(fb, sb, C, q_all + kv_all + r * kv, q + kv, kv);
+                rows(fb, sb, C, q_all + kv_first, q, kv);
+                rows(fb, sb, C, q_all + kv_all + kv_first, q + kv, kv);
             } else if (name == "gate_up_proj") {
                 long h = shard.hidden_dim, h_all = config.hidden_dim;
                 rows(fb, sb, C, r * h, 0, h);

@@ -9,6 +9,35 @@
 
 namespace hlat {
 
+// The tensor-parallel layout, and the activation bytes a rank keeps for
+// backward, the stream's part (what sequence parallelism splits) named.
+static void log_layout_and_activations(const RunContext& run) {
+    const Model& model = run.trainer.model();
+    const Parallel& parallel = run.parallel;
+    const long rows = (long)run.config.run.batch_size * run.config.run.seq_len;
+    if (model.is_shard())
+        spdlog::info("tensor parallelism {}{}{}", parallel.tp_size(),
+                     model.shard().shares_kv()
+                         ? fmt::format(" | each kv head shared by {} ranks", model.shard().kv_replicas)
+                         : "",
+                     model.sequence_parallel()
+                         ? fmt::format(" | sequence parallel: {} of the {} token rows per rank", model.stream_rows(),
+                                       rows)
+                         : "");
+    const std::string split =
+        model.sequence_parallel() ? fmt::format(", this rank's 1/{} of the rows, + {:.1f} MiB of gather buffers",
+                                                parallel.tp_size(), model.sequence_parallel_buffer_bytes() / 1048576.0)
+                                  : "";
+    const long without = model.activation_bytes_without_checkpointing();
+    spdlog::info("activations: {:.1f} MiB{} (residual stream and norms {:.1f} MiB{}){}",
+                 model.activation_bytes() / 1048576.0, parallel.distributed() ? " per rank" : "",
+                 model.stream_activation_bytes() / 1048576.0, split,
+                 run.config.run.activation_checkpointing
+                     ? fmt::format(" with attention recomputed ({:.1f} MiB without: saves {:.1f} MiB)",
+                                   without / 1048576.0, (without - model.activation_bytes()) / 1048576.0)
+                     : "");
+}
+
 void log_banner(const RunContext& run, double peak_gflops, bool peak_measured) {
     const TrainConfig& config = run.config;
     const Parallel& parallel = run.parallel;
@@ -42,13 +71,7 @@ void log_banner(const RunContext& run, double peak_gflops, bool peak_measured) {
     spdlog::info("batch {} x {} x {} accum{} = {} tokens/step", B, T, config.run.grad_accum,
                  parallel.dp_size() > 1 ? fmt::format(" x {} replicas", parallel.dp_size()) : "",
                  (long)B * T * config.run.grad_accum * parallel.dp_size());
-    spdlog::info("activations: {:.1f} MiB{}", model.activation_bytes() / 1048576.0,
-                 config.run.activation_checkpointing
-                     ? fmt::format(" with attention recomputed ({:.1f} MiB without: saves {:.1f} MiB)",
-                                   model.activation_bytes_without_checkpointing() / 1048576.0,
-                                   (model.activation_bytes_without_checkpointing() - model.activation_bytes()) /
-                                       1048576.0)
-                     : "");
+    log_layout_and_activations(run);
     spdlog::info("FLOPs/token: {:.3e} = 6N + 12*L*d*T with N = {} (no input embedding) | peak {:.1f} GFLOP/s ({})",
                  flops_per_token(m, T), matmul_parameters(m), peak_gflops,
                  peak_measured ? (bf16_matmuls ? "measured by bf16 matmul probe" : "measured by sgemm probe")

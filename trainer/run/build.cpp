@@ -101,13 +101,19 @@ void BuiltRun::build_trainer(const TrainConfig& config, const TrainOptions& opti
 // What the store keeps of the run beyond its config: the bytes of training
 // state this rank allocated per parameter it holds (weights, gradients, the
 // bf16 compute copy, the optimizer's moments), the bf16 matmul engine, the
-// number of processes.
+// number of processes, and the activation bytes one rank keeps for backward:
+// in all, and of them the stream's (residuals, norms) that sequence
+// parallelism splits, and the gather buffers it adds instead.
 nlohmann::json BuiltRun::run_meta() const {
     Trainer& t = *trainer_;
-    const double bytes = (double)(t.model().state_bytes() + t.optimizer().state_bytes());
-    return {{"bytes_per_param", std::round(100 * bytes / t.model().num_parameters()) / 100},
+    const Model& model = t.model();
+    const double bytes = (double)(model.state_bytes() + t.optimizer().state_bytes());
+    return {{"bytes_per_param", std::round(100 * bytes / model.num_parameters()) / 100},
             {"bf16_matmul_engine", bf16_matmul_engine_name()},
-            {"world_size", parallel_.world_size()}};
+            {"world_size", parallel_.world_size()},
+            {"activation_bytes_per_rank", model.activation_bytes()},
+            {"stream_activation_bytes_per_rank", model.stream_activation_bytes()},
+            {"sequence_parallel_buffer_bytes", model.sequence_parallel_buffer_bytes()}};
 }
 
 // The calling order (step_hook.h): the hooks that measure add their points to

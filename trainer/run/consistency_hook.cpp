@@ -3,9 +3,12 @@
 #include "trainer/parallel/replica_check.h"
 #include "trainer/run/schedule.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 namespace hlat {
 
@@ -19,6 +22,7 @@ void ConsistencyHook::after_step(StepResult& result) {
     const ParallelConfig& pc = run_.config.parallel;
     const int done = result.stats.step + 1;
     const bool check = every(pc.check_every, done), resync = every(pc.resync_every, done);
+    if (run_.options.faults.replica_drift_at == result.stats.step) inject_replica_drift(result.stats.step);
     if (run_.parallel.dp_size() > 1 && check) check_replicas(result);
     if (run_.parallel.tp_size() > 1 && (check || resync)) check_tp_drift(result, check, resync);
 }
@@ -43,6 +47,31 @@ void ConsistencyHook::check_replicas(StepResult& result) {
     if (!detail.empty()) result.points.note("replica_mismatch", detail);
 }
 
+void ConsistencyHook::inject_replica_drift(int step) {
+    Parallel& parallel = run_.parallel;
+    if (parallel.tp_rank() != parallel.tp_size() - 1) return;
+    Model& model = run_.trainer.model();
+    std::string name = run_.options.faults.replica_drift_tensor;
+    if (name.empty()) name = model.shard().shares_kv() ? "layers.0.k_proj" : "layers.0.input_layernorm";
+    for (const ReplicatedPiece& piece : replicated_pieces(model)) {
+        if (piece.name != name) continue;
+        float* w = model.params() + piece.offset;
+        for (long i = 0; i < piece.count; i++) w[i] += 5e-2f;
+        spdlog::warn("fault replica_drift: rank {} moved its copy of {} by 0.05 after step {}", parallel.world_rank(),
+                     name, step);
+        return;
+    }
+    throw std::runtime_error(fmt::format("fault replica_drift: no replicated weight {} in this layout", name));
+}
+
+// "layers.0.k_proj on rank 3": the tensor and the rank of the largest drift.
+static std::string where_drifted_most(const DriftReport& drift) {
+    auto tensor = std::max_element(drift.per_tensor.begin(), drift.per_tensor.end(),
+                                   [](const auto& a, const auto& b) { return a.second < b.second; });
+    auto rank = std::max_element(drift.per_rank.begin(), drift.per_rank.end());
+    return fmt::format("{} on rank {}", tensor->first, rank - drift.per_rank.begin());
+}
+
 void ConsistencyHook::check_tp_drift(StepResult& result, bool check, bool resync) {
     Parallel& parallel = run_.parallel;
     const int64_t step = result.stats.step;
@@ -52,6 +81,7 @@ void ConsistencyHook::check_tp_drift(StepResult& result, bool check, bool resync
         result.points.add("tp_drift_rel", drift.max_rel);
         for (const auto& [name, value] : drift.per_tensor) result.points.add("tp_drift/" + name, value);
         run_.recorder.rank_metrics(step, "tp_drift", drift.per_rank);
+        if (drift.max_abs > 0) result.points.note("tp_drift", where_drifted_most(drift));
     }
     if (resync) spdlog::info("step {}: replicated weights re-synced from tensor-parallel rank 0", step + 1);
 }

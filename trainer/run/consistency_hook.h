@@ -21,6 +21,8 @@ class ConsistencyHook : public StepHook {
   private:
     void check_replicas(StepResult& result);
     void check_tp_drift(StepResult& result, bool check, bool resync);
+    // The replica_drift fault: the last TP rank's copy of one replicated piece moved by 0.05.
+    void inject_replica_drift(int step);
 
     RunContext& run_;
 };
