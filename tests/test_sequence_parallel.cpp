@@ -165,11 +165,15 @@ TEST_F(SequenceParallelTest, ACheckpointAtTp2SpResumesAtEveryLayout) {
 }
 
 // One kv head for 4 query heads: at TP 2 and 4 each rank computes the kv head
-// its query heads read, and the kv group sums its gradient. Every layout
-// matches one process, and the shared k and v weights stay equal on every
-// rank of a clean run; a fault that moves one rank's copy is named.
+// its query heads read, and the kv group sums its gradient (each
+// micro-batch's, with gradient accumulation). Every layout
+// matches one process, a checkpoint moves between them, and the shared k and
+// v weights stay equal on every rank of a clean run; a fault that moves one
+// rank's copy is named.
 TEST_F(SequenceParallelTest, OneKvHeadTrainsAtTp2AndTp4AndItsCopiesAreWatched) {
-    const std::string cfg = edited("kv1", 8, {{"n_kv_heads", 1}}, {{"parallel", {{"check_every", 5}}}});
+    // Two micro-batches a step: the kv group sums each one's gradient alone.
+    const std::string cfg =
+        edited("kv1", 4, {{"n_kv_heads", 1}}, {{"run", {{"grad_accum", 2}}}, {"parallel", {{"check_every", 5}}}});
     const std::string db = dir_->file("kv1.db");
     ASSERT_EQ(train(1, cfg, "kv1_single", "--steps 20", db).exit_code, 0);
     for (const char* layout : {"--tp 2", "--tp 4", "--tp 4 --sp"}) {
@@ -191,7 +195,16 @@ TEST_F(SequenceParallelTest, OneKvHeadTrainsAtTp2AndTp4AndItsCopiesAreWatched) {
         for (auto& p : drift) EXPECT_EQ(p.value, 0.0) << "step " << p.step;
     }
 
-    auto r = train(4, cfg, "kv1_moved", "--steps 12 --tp 4 --inject replica_drift@6", db);
+    // TP4's checkpoint at step 10 holds each shared kv head once: it resumes
+    // at TP2, whose kv groups differ, on the one-process curve.
+    copy_run("kv1_4", "kv1_4_at_tp2");
+    fs::remove_all(fs::path(dir_->file("kv1_4_at_tp2")) / "checkpoints" / "step_00000020");
+    auto r = train(2, cfg, "kv1_4_at_tp2", "--steps 20 --tp 2 --resume");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("at step 10"), std::string::npos) << r.output;
+    expect_same_curves("kv1_single", "kv1_4_at_tp2", 10, 20);
+
+    r = train(4, cfg, "kv1_moved", "--steps 12 --tp 4 --inject replica_drift@6", db);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     std::vector<std::string> a = alerts("kv1_moved");
     ASSERT_EQ(a.size(), 1u) << r.output;
