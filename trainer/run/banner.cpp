@@ -7,7 +7,14 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <string>
+
 namespace hlat {
+
+// "254.1 MiB", or "32 KiB" where MiB would round to nothing.
+static std::string mib(long bytes) {
+    return bytes < 104858 ? fmt::format("{:.0f} KiB", bytes / 1024.0) : fmt::format("{:.1f} MiB", bytes / 1048576.0);
+}
 
 // The tensor-parallel layout, and the activation bytes a rank keeps for
 // backward, the stream's part (what sequence parallelism splits) named.
@@ -25,13 +32,12 @@ static void log_layout_and_activations(const RunContext& run) {
                                        rows)
                          : "");
     const std::string split =
-        model.sequence_parallel() ? fmt::format(", this rank's 1/{} of the rows, + {:.1f} MiB of gather buffers",
-                                                parallel.tp_size(), model.sequence_parallel_buffer_bytes() / 1048576.0)
+        model.sequence_parallel() ? fmt::format(", this rank's 1/{} of the rows, + {} of gather buffers",
+                                                parallel.tp_size(), mib(model.sequence_parallel_buffer_bytes()))
                                   : "";
     const long without = model.activation_bytes_without_checkpointing();
-    spdlog::info("activations: {:.1f} MiB{} (residual stream and norms {:.1f} MiB{}){}",
-                 model.activation_bytes() / 1048576.0, parallel.distributed() ? " per rank" : "",
-                 model.stream_activation_bytes() / 1048576.0, split,
+    spdlog::info("activations: {}{} (residual stream and norms {}{}){}", mib(model.activation_bytes()),
+                 parallel.distributed() ? " per rank" : "", mib(model.stream_activation_bytes()), split,
                  run.config.run.activation_checkpointing
                      ? fmt::format(" with attention recomputed ({:.1f} MiB without: saves {:.1f} MiB)",
                                    without / 1048576.0, (without - model.activation_bytes()) / 1048576.0)
