@@ -5,7 +5,8 @@ usage: /usr/bin/python3 torch_train_steps.py CONFIG.json TOKENS.u16 STEPS THREAD
 Trains the reference model on the same windows of the same token file as
 `hlat train`, with the same optimizer, clipping and schedule, and prints one
 JSON object: {"step_seconds": [...], "losses": [...], "blas": {"library",
-"coretype"}}. The precision is float32
+"coretype"}, "setting": reference_setting.py's record of the threads, CPUs,
+environment and BLAS the steps ran with}. The precision is float32
 (the default), autocast (float32 weights and AdamW, forward under
 torch.autocast("cpu", bfloat16): PyTorch's mixed precision) or bf16 (the model
 cast to bfloat16 whole).
@@ -22,6 +23,7 @@ import sys
 import time
 
 from fast_openblas import blas_in_use, ensure_fast_openblas, refuse_reference_blas
+from reference_setting import reference_setting
 
 ensure_fast_openblas()
 
@@ -75,7 +77,7 @@ def main(config_path, tokens_path, steps, threads, precision="fp32"):
         optimizer.step()
         losses.append(loss.item())
         times.append(time.perf_counter() - t0)
-    print(json.dumps({"step_seconds": times, "losses": losses, "blas": BLAS}))
+    print(json.dumps({"step_seconds": times, "losses": losses, "blas": BLAS, "setting": reference_setting(torch)}))
 
 
 if __name__ == "__main__":

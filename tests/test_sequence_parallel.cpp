@@ -60,6 +60,24 @@ class SequenceParallelTest : public DistributedTest {
         EXPECT_EQ(compared, 9 + 6 * 2) << "every kind's and every per-layer kind's 2 layers";
     }
 
+    // The per-tensor internals the optimizer measures (docs/internals.md:
+    // gradient, weight and update norms per tensor slice), from block sums of
+    // floats: the same within 1e-4 relative at every step.
+    static void expect_same_tensor_internals(const std::string& db, const std::string& a, const std::string& b) {
+        telemetry::Reader reader(db);
+        auto ra = reader.find_run(a), rb = reader.find_run(b);
+        ASSERT_TRUE(ra && rb) << a << ", " << b;
+        for (const char* key : {"tensor_grad_norm", "tensor_param_norm", "tensor_update_norm"}) {
+            auto xs = reader.vector_series(ra->id, key, 0, 1000), ys = reader.vector_series(rb->id, key, 0, 1000);
+            ASSERT_EQ(xs.size(), ys.size()) << key;
+            ASSERT_FALSE(xs.empty()) << key;
+            for (size_t i = 0; i < xs.size(); i++)
+                for (size_t t = 0; t < xs[i].values.size(); t++)
+                    EXPECT_LE(std::fabs(xs[i].values[t] - ys[i].values[t]), 1e-4 * std::fabs(xs[i].values[t]))
+                        << key << "[" << t << "] at step " << xs[i].step;
+        }
+    }
+
     static nlohmann::json meta(const std::string& db, const std::string& run_name) {
         telemetry::Reader reader(db);
         auto run = reader.find_run(run_name);
@@ -186,6 +204,7 @@ TEST_F(SequenceParallelTest, OneKvHeadTrainsAtTp2AndTp4AndItsCopiesAreWatched) {
         EXPECT_NE(r.output.find(fmt::format("each kv head shared by {} ranks", np)), std::string::npos) << r.output;
         expect_same_curves("kv1_single", out, 0, 20);
         expect_same_gradients(db, "kv1_single", out);  // qkv_proj's shared rows counted once
+        expect_same_tensor_internals(db, "kv1_single", out);  // by the optimizer's sums too
         EXPECT_TRUE(alerts(out).empty()) << r.output;
         telemetry::Reader reader(db);
         auto run = reader.find_run(out);
@@ -204,6 +223,10 @@ TEST_F(SequenceParallelTest, OneKvHeadTrainsAtTp2AndTp4AndItsCopiesAreWatched) {
     EXPECT_NE(r.output.find("at step 10"), std::string::npos) << r.output;
     expect_same_curves("kv1_single", "kv1_4_at_tp2", 10, 20);
 
+    r = train(2, cfg, "kv1_misnamed", "--steps 4 --tp 2 --inject replica_drift@2:layers.9.k_proj");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("layers.9.k_proj is not a weight this layout replicates"), std::string::npos) << r.output;
+
     r = train(4, cfg, "kv1_moved", "--steps 12 --tp 4 --inject replica_drift@6", db);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     std::vector<std::string> a = alerts("kv1_moved");
@@ -213,9 +236,10 @@ TEST_F(SequenceParallelTest, OneKvHeadTrainsAtTp2AndTp4AndItsCopiesAreWatched) {
 }
 
 // The paper's observation: under stochastic rounding keyed by rank the
-// replicated RMSNorm weights drift apart across tensor-parallel ranks. In a
-// TP x SP run each rank also sums only its rows into their gradients; the
-// drift shows in the store, per tensor, as the page draws it.
+// replicated RMSNorm weights drift apart across tensor-parallel ranks. SP
+// does not cause it (the group sums the norm gradients, so every rank applies
+// the same one) nor hide it: in a TP x SP run it shows in the store, per
+// tensor, as the page's TP-drift panel draws it.
 TEST_F(SequenceParallelTest, RankKeyedRoundingDriftsTheNormWeightsUnderSp) {
     const std::string cfg = edited("sp_keyed", 8, nlohmann::json::object(),
                                    {{"precision", {{"mode", "bf16_sr"}, {"sr_key_rank", true}}},

@@ -45,7 +45,10 @@ std::vector<float> gather_whole(Parallel& parallel, const Model& model, const fl
     }
     if (parallel.tp_rank() != 0) return {};
     std::vector<float> whole(full_parameter_count(model.config()));
-    for (int r = 0; r < tp; r++)
+    // Last rank first: what several ranks hold (the norms, shared kv heads)
+    // is written last by its group leader, whose copy the drift check and
+    // re-sync take as the reference.
+    for (int r = tp - 1; r >= 0; r--)
         insert_shard(shard_segments(model.config(), shard_shape(model.config(), r, tp)), shards.data() + r * n,
                      whole.data());
     return whole;

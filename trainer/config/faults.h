@@ -22,7 +22,8 @@
 //                                    (silent data corruption: a core computing wrong numbers)
 //   replica_drift@S[:TENSOR]         after step S the last tensor-parallel rank adds 0.05 to its copy of a
 //                                    weight that must equal its group's (default layers.0.k_proj where kv
-//                                    heads are shared, else layers.0.input_layernorm): the TP drift check's
+//                                    heads are shared, else layers.0.input_layernorm), which the TP drift
+//                                    check must name at its next check
 // "First launch only": not when the supervisor relaunched the job (HLAT_ATTEMPT > 0),
 // as a transient hardware fault would not recur.
 // The paper's configurations that go bad on their own are config settings,

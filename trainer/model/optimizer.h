@@ -102,6 +102,11 @@ class AdamW {
     struct StepConstants;  // the step's betas, bias corrections, eps and rate
     long update_range(const StepConstants& c, const TensorKind& k, size_t ki, float* p, const float* g, long lo,
                       long hi, UpdateSums* sums);
+    // The same over a tensor whose last `shared` elements of each slice are
+    // shared kv rows this rank does not lead (model.h): those are updated but
+    // left out of the slice's sums, which their kv group's first rank gives.
+    long update_range_owned_sums(const StepConstants& c, const TensorKind& k, size_t ki, float* p, const float* g,
+                                 long lo, long hi, long shared, UpdateSums* sums);
 
     OptimizerConfig config_;
     PrecisionConfig precision_;

@@ -41,8 +41,8 @@ struct RankMeasurement {
 };
 
 struct CollectiveRow {
-    std::string op;  // "all_reduce" or "all_gather"
-    long bytes;      // message size; all_gather: the gathered total, as nccl-tests counts it
+    std::string op;  // "all_reduce", "all_gather" or "reduce_scatter"
+    long bytes;      // message size; all_gather, reduce_scatter: the whole (gathered, scattered) total, as nccl-tests counts it
     double seconds;  // one call, the slowest rank's mean
     double algbw_gbs, busbw_gbs;
 };

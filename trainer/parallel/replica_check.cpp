@@ -93,7 +93,9 @@ std::vector<ReplicatedPiece> replicated_pieces(const Model& model) {
 // Every piece's reference copy, on every rank: each group's leader writes its
 // copy at its group's place among the groups, zeros elsewhere, and one
 // all-reduce over the tensor-parallel group sums them (adding zeros changes no
-// value). Returned at each rank's own group's place, piece after piece.
+// value; only a -0.0 comes back +0.0, equal as a number, so a re-sync may
+// differ from the leader in that bit alone). Returned at each rank's own
+// group's place, piece after piece.
 static std::vector<float> reference_copies(Parallel& parallel, const std::vector<ReplicatedPiece>& pieces,
                                            const float* params) {
     long total = 0;

@@ -32,8 +32,8 @@ struct ReplicaReport {
 ReplicaReport check_replicas(Parallel& parallel, const Model& model, const float* buffer);
 
 struct DriftReport {
-    double max_abs = 0.0;  // over every replicated tensor and rank: max |w - w_tp0|
-    double max_rel = 0.0;  // max |w - w_tp0| / max |w_tp0| of the slice
+    double max_abs = 0.0;  // over every replicated piece and rank: max |w - w_ref| (w_ref: the group leader's)
+    double max_rel = 0.0;  // max |w - w_ref| / max |w_ref| of the piece
     std::vector<std::pair<std::string, double>> per_tensor;  // max_abs per slice
     std::vector<double> per_rank;                             // max_abs of each world rank
 };

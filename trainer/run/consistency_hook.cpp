@@ -12,6 +12,20 @@
 
 namespace hlat {
 
+ConsistencyHook::ConsistencyHook(RunContext& run) : run_(run) {
+    if (run.options.faults.replica_drift_at < 0) return;
+    const Model& model = run.trainer.model();
+    std::string name = run.options.faults.replica_drift_tensor;
+    if (name.empty()) name = model.shard().shares_kv() ? "layers.0.k_proj" : "layers.0.input_layernorm";
+    for (const ReplicatedPiece& piece : replicated_pieces(model))
+        if (piece.name == name) drift_fault_tensor_ = name;
+    if (drift_fault_tensor_.empty())
+        throw std::runtime_error(fmt::format("fault replica_drift: {} is not a weight this layout replicates across "
+                                             "tensor-parallel ranks (the norms: layers.L.input_layernorm, ...; "
+                                             "shared kv heads: layers.L.k_proj, layers.L.v_proj)",
+                                             name));
+}
+
 void ConsistencyHook::before_step(int step, StepRequest& request) {
     // The gradients exist only during the step that the check follows.
     const ParallelConfig& pc = run_.config.parallel;
@@ -51,17 +65,13 @@ void ConsistencyHook::inject_replica_drift(int step) {
     Parallel& parallel = run_.parallel;
     if (parallel.tp_rank() != parallel.tp_size() - 1) return;
     Model& model = run_.trainer.model();
-    std::string name = run_.options.faults.replica_drift_tensor;
-    if (name.empty()) name = model.shard().shares_kv() ? "layers.0.k_proj" : "layers.0.input_layernorm";
     for (const ReplicatedPiece& piece : replicated_pieces(model)) {
-        if (piece.name != name) continue;
+        if (piece.name != drift_fault_tensor_) continue;
         float* w = model.params() + piece.offset;
         for (long i = 0; i < piece.count; i++) w[i] += 5e-2f;
         spdlog::warn("fault replica_drift: rank {} moved its copy of {} by 0.05 after step {}", parallel.world_rank(),
-                     name, step);
-        return;
+                     piece.name, step);
     }
-    throw std::runtime_error(fmt::format("fault replica_drift: no replicated weight {} in this layout", name));
 }
 
 // "layers.0.k_proj on rank 3": the tensor and the rank of the largest drift.
@@ -83,7 +93,7 @@ void ConsistencyHook::check_tp_drift(StepResult& result, bool check, bool resync
         run_.recorder.rank_metrics(step, "tp_drift", drift.per_rank);
         if (drift.max_abs > 0) result.points.note("tp_drift", where_drifted_most(drift));
     }
-    if (resync) spdlog::info("step {}: replicated weights re-synced from tensor-parallel rank 0", step + 1);
+    if (resync) spdlog::info("step {}: replicated weights re-synced from their group leaders", step + 1);
 }
 
 }  // namespace hlat

@@ -13,7 +13,9 @@ namespace hlat {
 
 class ConsistencyHook : public StepHook {
   public:
-    explicit ConsistencyHook(RunContext& run) : run_(run) {}
+    // Throws, on every rank alike, when a replica_drift fault names a weight
+    // this layout does not replicate.
+    explicit ConsistencyHook(RunContext& run);
     const char* name() const override { return "consistency"; }
     void before_step(int step, StepRequest& request) override;
     void after_step(StepResult& result) override;
@@ -23,6 +25,7 @@ class ConsistencyHook : public StepHook {
     void check_tp_drift(StepResult& result, bool check, bool resync);
     // The replica_drift fault: the last TP rank's copy of one replicated piece moved by 0.05.
     void inject_replica_drift(int step);
+    std::string drift_fault_tensor_;  // the replica_drift fault's weight, resolved at the start
 
     RunContext& run_;
 };

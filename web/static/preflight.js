@@ -82,7 +82,7 @@ export function showPreflight(report, section) {
   if (report.collectives.length) {
     section.append(Object.assign(document.createElement("h2"), { textContent: "Collectives (as nccl-tests)" }),
       Object.assign(document.createElement("p"), { className: "hint",
-        textContent: "algbw = bytes / time; busbw = algbw × 2(n−1)/n for all_reduce, × (n−1)/n for all_gather: " +
+        textContent: "algbw = bytes / time; busbw = algbw × 2(n−1)/n for all_reduce, × (n−1)/n for all_gather and reduce_scatter: " +
           "comparable with a link's bandwidth whatever the rank count." }),
       collectiveTable(report));
   }
