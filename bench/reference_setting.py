@@ -16,12 +16,41 @@ two such processes, and is recorded here:
 - the OpenBLAS kernels (core type) and build, and the CPU (model, L2, L3, the
   AVX-512 and bf16 instructions).
 
-reference_setting(torch) returns them as one JSON-ready dict.
+reference_setting(torch) returns them as one JSON-ready dict; reference_env
+gives the benches' reference its setting: as many threads as hlat gets, in
+torch's pool and in OpenBLAS's (pinned: OpenBLAS's default pool follows the
+affinity mask, not the threads asked for nor a cgroup quota), and OpenMP's
+passive wait policy (idle threads sleep instead of spinning on cores the other
+pool needs). SETTINGS are the alternatives bench/train_vs_pytorch
+--reference-sweep times beside it.
 """
 import ctypes
 import os
 
 _ENV_PREFIXES = ("OMP_", "GOMP_", "KMP_", "OPENBLAS_", "GOTO", "MKL_", "DNNL_", "ONEDNN_")
+
+
+def reference_env(threads, **overrides):
+    """The environment the benches run the PyTorch reference in."""
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", OMP_NUM_THREADS=str(threads),
+               OPENBLAS_NUM_THREADS=str(threads))
+    for key, value in overrides.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = str(value)
+    return env
+
+
+# name -> environment overrides of reference_env: each one thing a machine's
+# setting may differ in.
+def sweep_settings(threads):
+    return {"bench (passive, OpenBLAS pinned)": {},
+            "OpenMP active wait": {"OMP_WAIT_POLICY": "ACTIVE"},
+            "OpenBLAS pool unpinned": {"OPENBLAS_NUM_THREADS": None},
+            # OpenBLAS caps its pool at the CPUs it sees: only where more CPUs are visible than the threads asked.
+            f"OpenBLAS pool of {4 * threads} asked": {"OPENBLAS_NUM_THREADS": 4 * threads},
+            "no OMP_ variables": {"OMP_WAIT_POLICY": None, "OMP_NUM_THREADS": None}}
 
 
 def _openblas():
@@ -78,8 +107,10 @@ def _cpus():
     if quota and not quota.startswith("max"):
         limit, period = quota.split()
         cpus_worth = int(limit) / int(period)
+    # Whether the CPUs this process runs on are SMT siblings (two threads of one core share its FMA units).
+    siblings = _read("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list")
     return {"online": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)), "cgroup_cpu_max": quota,
-            "cgroup_cpus_worth": cpus_worth}
+            "cgroup_cpus_worth": cpus_worth, "cpu0_smt_siblings": siblings}
 
 
 def reference_setting(torch):
@@ -102,6 +133,6 @@ def describe(setting):
     env = " ".join(f"{k}={v}" for k, v in setting["env"].items()) or "no OMP_/OPENBLAS_ variables"
     quota = f", cgroup {cpus['cgroup_cpus_worth']:g} CPUs' worth" if cpus["cgroup_cpus_worth"] else ""
     return (f"torch {setting['torch']}, {setting['torch_threads']} intra-op / {setting['torch_interop_threads']} "
-            f"inter-op threads; OpenBLAS {ob.get('core', '-')} kernels, {ob.get('threads', '-')} "
-            f"{ob.get('parallel', '')} threads; {cpus['affinity']} of {cpus['online']} CPUs{quota}; "
+            f"inter-op threads; OpenBLAS {ob.get('core', '-')} kernels, {ob.get('threads', '-')} threads "
+            f"({ob.get('parallel', '-')}); {cpus['affinity']} of {cpus['online']} CPUs{quota}; "
             f"L2 {setting['cpu']['l2']}; {env}")
