@@ -54,14 +54,6 @@ Trainer::Trainer(const TrainConfig& config, BatchSource& data, double peak_gflop
 
 Trainer::~Trainer() = default;
 
-// A replicated tensor (the norm weights) is the same on every TP rank: in a
-// per-kind count over the group only TP rank 0's copy counts. (Shared kv
-// rows, a part of qkv_proj, are counted by each rank of their kv group here:
-// the lost-update share of qkv_proj weighs them that many times.)
-static bool counts_on_this_rank(const TensorKind& k, const Parallel* parallel) {
-    return !k.replicated || !parallel || parallel->tp_rank() == 0;
-}
-
 // Sum of squares of buffer[lo, hi) where tensor k's floats count on this
 // rank in a sum over the tensor-parallel group (counted_ranges: replicated
 // tensors and shared kv rows once).
@@ -253,8 +245,9 @@ void Trainer::update(StepStats& s) {
 }
 
 // The share of weights whose non-zero update rounded away, over the whole job:
-// each rank counts its own elements (its TP shard, its ZeRO-1 range), the
-// replicated tensors from TP rank 0 only.
+// each rank counts its own elements (its TP shard, its ZeRO-1 range), what
+// several TP ranks hold once (counted_ranges; the optimizer counts shared kv
+// rows' lost updates on their group's first rank only).
 void Trainer::count_lost_updates(StepStats& s) {
     s.lost_updates = NAN;
     const std::vector<long>& lost = optimizer_->lost_updates();
@@ -263,9 +256,11 @@ void Trainer::count_lost_updates(StepStats& s) {
     const size_t n = kinds.size();
     std::vector<double> counts(2 * n, 0.0);  // lost per kind, then elements per kind
     for (size_t k = 0; k < n; k++) {
-        if (!counts_on_this_rank(kinds[k], parallel_)) continue;
+        long elements = 0;
+        for (auto [a, b] : counted_ranges(kinds[k], model_->shard())) elements += b - a;
+        if (elements == 0) continue;  // a replicated tensor, counted on TP rank 0
         counts[k] = (double)lost[k];
-        counts[n + k] = (double)kinds[k].numel();
+        counts[n + k] = (double)elements;
     }
     if (parallel_) {
         parallel_->allreduce(counts.data(), (long)counts.size(), MPI_DOUBLE, MPI_SUM, Group::Tensor);

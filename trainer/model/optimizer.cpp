@@ -343,8 +343,8 @@ long AdamW::update_range(const StepConstants& c, const TensorKind& k, size_t ki,
                 : bf16_update_variant<false>(u, per, c_.has_value(), c.sr_moments, c.sr_params, nullptr);
 }
 
-long AdamW::update_range_owned_sums(const StepConstants& c, const TensorKind& k, size_t ki, float* p,
-                                    const float* g, long lo, long hi, long shared, UpdateSums* sums) {
+long AdamW::update_range_owned(const StepConstants& c, const TensorKind& k, size_t ki, float* p, const float* g,
+                               long lo, long hi, long shared, UpdateSums* sums) {
     const long slices = k.layers ? k.layers : 1, per = k.numel() / slices;
     long lost = 0;
     for (long l = lo / per; l < slices && l * per < hi; l++) {
@@ -352,10 +352,10 @@ long AdamW::update_range_owned_sums(const StepConstants& c, const TensorKind& k,
         const long shared_lo = std::max(lo, (l + 1) * per - shared), shared_hi = std::min(hi, (l + 1) * per);
         if (own_lo < own_hi) {
             UpdateSums own{};
-            lost += update_range(c, k, ki, p, g, own_lo, own_hi, &own);
-            add_sums(sums[l - lo / per], own);
+            lost += update_range(c, k, ki, p, g, own_lo, own_hi, sums ? &own : nullptr);
+            if (sums) add_sums(sums[l - lo / per], own);
         }
-        if (shared_lo < shared_hi) lost += update_range(c, k, ki, p, g, shared_lo, shared_hi, nullptr);
+        if (shared_lo < shared_hi) update_range(c, k, ki, p, g, shared_lo, shared_hi, nullptr);
     }
     return lost;
 }
@@ -384,10 +384,9 @@ void AdamW::step(Model& model, double lr, std::vector<UpdateSums>* sums) {
         UpdateSums* measured = sums ? &(*sums)[slice0 + lo / per] : nullptr;
         const long shared = model.shard().leads_kv_group() ? 0 : k.shared_rows * k.cols;
         long lost = 0;
-        if (lo < hi && measured && shared > 0)
-            lost = update_range_owned_sums(c, k, ki, p, g, lo, hi, shared, measured);
-        else if (lo < hi)
-            lost = update_range(c, k, ki, p, g, lo, hi, measured);
+        if (lo < hi)
+            lost = shared > 0 ? update_range_owned(c, k, ki, p, g, lo, hi, shared, measured)
+                              : update_range(c, k, ki, p, g, lo, hi, measured);
         if (precision_.bf16_state()) lost_[ki] = lost;
         slice0 += slices;
     }

@@ -104,9 +104,10 @@ class AdamW {
                       long hi, UpdateSums* sums);
     // The same over a tensor whose last `shared` elements of each slice are
     // shared kv rows this rank does not lead (model.h): those are updated but
-    // left out of the slice's sums, which their kv group's first rank gives.
-    long update_range_owned_sums(const StepConstants& c, const TensorKind& k, size_t ki, float* p, const float* g,
-                                 long lo, long hi, long shared, UpdateSums* sums);
+    // left out of the slice's sums and of the lost updates, which their kv
+    // group's first rank gives.
+    long update_range_owned(const StepConstants& c, const TensorKind& k, size_t ki, float* p, const float* g,
+                            long lo, long hi, long shared, UpdateSums* sums);
 
     OptimizerConfig config_;
     PrecisionConfig precision_;

@@ -39,8 +39,8 @@ static void log_layout_and_activations(const RunContext& run) {
     spdlog::info("activations: {}{} (residual stream and norms {}{}){}", mib(model.activation_bytes()),
                  parallel.distributed() ? " per rank" : "", mib(model.stream_activation_bytes()), split,
                  run.config.run.activation_checkpointing
-                     ? fmt::format(" with attention recomputed ({:.1f} MiB without: saves {:.1f} MiB)",
-                                   without / 1048576.0, (without - model.activation_bytes()) / 1048576.0)
+                     ? fmt::format(" with attention recomputed ({} without: saves {})", mib(without),
+                                   mib(without - model.activation_bytes()))
                      : "");
 }
 
