@@ -19,6 +19,7 @@ int compare_command(int argc, char** argv);
 int eval_command(int argc, char** argv);
 int make_tasks_command(int argc, char** argv);
 int probe_command(int argc, char** argv);
+int profile_command(int argc, char** argv);
 int preflight_command(int argc, char** argv);
 int replay_command(int argc, char** argv);
 

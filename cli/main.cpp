@@ -33,6 +33,8 @@ const Command kCommands[] = {
     {"eval", "score a checkpoint on task files, or each checkpoint of a run as it lands", hlat::cli::eval_command},
     {"make-tasks", "build the frozen evaluation task files from the held-out split", hlat::cli::make_tasks_command},
     {"probe", "the CPU's fp32 and bf16 ceilings and the rate of each GEMM of a training step", hlat::cli::probe_command},
+    {"profile", "where a training step's time goes, kernel by kernel, beside the CPU's ceilings",
+     hlat::cli::profile_command},
     {"preflight", "burn-in before a long job: every rank's GEMMs, memory and arithmetic, and the links",
      hlat::cli::preflight_command},
     {"replay", "re-run one stored step bit-exactly: reproducible (data) or not (hardware); --without its top sequences",

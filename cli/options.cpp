@@ -1,5 +1,8 @@
 #include "cli/options.h"
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -29,6 +32,16 @@ std::optional<po::variables_map> parse_options(int argc, char** argv, const po::
     }
     po::notify(vm);
     return vm;
+}
+
+void override_precision_mode(TrainConfig& config, const std::string& mode) {
+    nlohmann::json j = config_to_json(config);
+    j["precision"]["mode"] = mode;
+    try {
+        config = config_from_json(j);
+    } catch (const ConfigError& e) {
+        throw std::runtime_error(fmt::format("--precision: {}", e.what()));
+    }
 }
 
 }  // namespace hlat::cli

@@ -2,6 +2,8 @@
 // that --help shows, and --help prints the usage text first.
 #pragma once
 
+#include "trainer/config/config.h"
+
 #include <boost/program_options.hpp>
 
 #include <optional>
@@ -14,5 +16,9 @@ namespace hlat::cli {
 std::optional<boost::program_options::variables_map> parse_options(
     int argc, char** argv, const boost::program_options::options_description& opts, const std::string& usage,
     const std::string& footer = "", const boost::program_options::positional_options_description* positional = nullptr);
+
+// --precision MODE over a loaded config, checked by the config parser as the
+// field itself would be; a bad mode throws naming --precision.
+void override_precision_mode(TrainConfig& config, const std::string& mode);
 
 }  // namespace hlat::cli

@@ -27,16 +27,7 @@ static TrainConfig effective_config(const po::variables_map& vm) {
     if (vm["threads"].as<int>() > 0) config.run.threads = vm["threads"].as<int>();
     if (vm.count("inject"))
         for (const std::string& spec : vm["inject"].as<std::vector<std::string>>()) config.run.inject.push_back(spec);
-    if (!vm["precision"].as<std::string>().empty()) {
-        // Through the config parser, so the value is checked where every field is.
-        nlohmann::json j = config_to_json(config);
-        j["precision"]["mode"] = vm["precision"].as<std::string>();
-        try {
-            config = config_from_json(j);
-        } catch (const ConfigError& e) {
-            throw std::runtime_error(fmt::format("--precision: {}", e.what()));
-        }
-    }
+    if (!vm["precision"].as<std::string>().empty()) override_precision_mode(config, vm["precision"].as<std::string>());
     for (const char* key : {"dp", "tp"})
         if (vm[key].as<int>() < 0) throw std::runtime_error(fmt::format("--{} must be >= 1", key));
     if (vm["dp"].as<int>() > 0) config.parallel.dp = vm["dp"].as<int>();

@@ -1,5 +1,7 @@
 #include "trainer/trainer.h"
 
+#include "trainer/model/kernel_profile.h"
+
 #include "trainer/model/flops.h"
 #include "trainer/model/kernels_bf16.h"
 #include "trainer/model/sgemm.h"
@@ -216,15 +218,28 @@ void Trainer::clip(StepStats& s, bool tensor_norms) {
     // Pure bf16 stores bf16 gradients, before and after clipping.
     // Each rounding shares a pass with the norm or the clipping.
     const bool bf16 = config_.precision.bf16_state();
-    if (!parallel_) {
-        s.grad_norm = bf16 ? bf16_round_and_l2_norm(g, n_params) : l2_norm(g, n_params);
-    } else {
-        if (bf16) bf16_round_inplace(g, n_params);
-        s.grad_norm = std::sqrt(job_sum_squares(*parallel_, *model_, g, own_begin, own_end, zero1));
+    {
+        KernelScope scope("grad norm", (bf16 ? 8.0 : 4.0) * n_params);
+        if (!parallel_) {
+            s.grad_norm = bf16 ? bf16_round_and_l2_norm(g, n_params) : l2_norm(g, n_params);
+        } else {
+            if (bf16) bf16_round_inplace(g, n_params);
+            s.grad_norm = std::sqrt(job_sum_squares(*parallel_, *model_, g, own_begin, own_end, zero1));
+        }
     }
+    KernelScope scope("clip", 8.0 * (own_end - own_begin));
     s.clipped = clip_to_norm(g + own_begin, own_end - own_begin, s.grad_norm, config_.optimizer.grad_clip, bf16);
     // As clip_to_norm scaled: by the factor in float.
     clip_factor_ = s.clipped ? (float)clip_factor(s.grad_norm, config_.optimizer.grad_clip) : 1.0;
+}
+
+// What AdamW reads and writes per step, for the profile: the weights (fp32
+// containers) read and written, the gradients read, every state buffer read
+// and written.
+double Trainer::optimizer_bytes() {
+    double bytes = 12.0 * model_->num_parameters();
+    for (const auto& [name, buffer] : optimizer_->state()) bytes += 2.0 * buffer->bytes();
+    return bytes;
 }
 
 void Trainer::update(StepStats& s) {
@@ -234,7 +249,10 @@ void Trainer::update(StepStats& s) {
     // skipped and the detectors report it.
     s.update_skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
     update_sums_.clear();
-    if (!s.update_skipped) optimizer_->step(*model_, s.lr, measuring_ ? &update_sums_ : nullptr);
+    if (!s.update_skipped) {
+        KernelScope scope("adamw", optimizer_bytes());
+        optimizer_->step(*model_, s.lr, measuring_ ? &update_sums_ : nullptr);
+    }
     if (reducer_ && reducer_->zero1()) {
         auto t0 = Clock::now();
         reducer_->gather_params();
@@ -279,6 +297,7 @@ void Trainer::count_lost_updates(StepStats& s) {
 void Trainer::measure(StepStats& s, bool tensor_norms) {
     count_lost_updates(s);
     const long n_params = model_->num_parameters();
+    KernelScope scope("param norm", 4.0 * n_params);
     s.param_norm = parallel_ ? std::sqrt(job_sum_squares(*parallel_, *model_, model_->params(), 0, n_params, false))
                              : l2_norm(model_->params(), n_params);
     if (tensor_norms) append_tensor_norms(s.tensor_norms, *model_, model_->params(), "param_norm", parallel_);

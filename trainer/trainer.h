@@ -58,6 +58,7 @@ class Trainer {
     void accumulate(StepStats& s);                  // forward and backward of every micro-batch
     void reduce(StepStats& s, bool hash_grads);     // the all-reduce's rest, the job's loss, the replica check
     void clip(StepStats& s, bool tensor_norms);     // injected gradient faults, norms, global-norm clipping
+    double optimizer_bytes();                       // what AdamW moves a step (the profile's count)
     void update(StepStats& s);                      // AdamW at the scheduled rate, ZeRO-1 parameter gather
     void measure(StepStats& s, bool tensor_norms);  // lost updates; parameter norms (global, per tensor when asked)
     void count_lost_updates(StepStats& s);

@@ -35,7 +35,15 @@ void matmul_forward(float* out, const float* inp, const float* weight, int N, in
 
 void matmul_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                      const float* weight, int N, int IC, int OC, bool accumulate) {
+    matmul_dinput(dinp, dout, weight, N, IC, OC);
+    matmul_dweight(dweight, dout, inp, N, IC, OC, accumulate);
+}
+
+void matmul_dinput(float* dinp, const float* dout, const float* weight, int N, int IC, int OC) {
     sgemm(false, false, N, IC, OC, 1.0f, dout, OC, weight, IC, 0.0f, dinp, IC);
+}
+
+void matmul_dweight(float* dweight, const float* dout, const float* inp, int N, int IC, int OC, bool accumulate) {
     sgemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, accumulate ? 1.0f : 0.0f, dweight, IC);
 }
 

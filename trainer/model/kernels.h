@@ -22,6 +22,9 @@ void matmul_forward(float* out, const float* inp, const float* weight, int N, in
 // added to what dweight holds with accumulate, else written over it.
 void matmul_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                      const float* weight, int N, int IC, int OC, bool accumulate);
+// Its two halves, each on its own (the trainer times them apart).
+void matmul_dinput(float* dinp, const float* dout, const float* weight, int N, int IC, int OC);
+void matmul_dweight(float* dweight, const float* dout, const float* inp, int N, int IC, int OC, bool accumulate);
 
 // out (N, C) = embed[tokens] ; dembed (V, C) += scattered dout.
 void embedding_forward(float* out, const int32_t* tokens, const float* embed, int N, int C);

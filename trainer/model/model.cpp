@@ -1,5 +1,6 @@
 #include "trainer/model/model.h"
 
+#include "trainer/model/kernel_profile.h"
 #include "trainer/model/kernels.h"
 #include "trainer/model/kernels_bf16.h"
 #include "trainer/model/vocab_parallel.h"
@@ -291,27 +292,62 @@ static T* layer_slot(T* base, int l, long per_layer) {
     return base ? base + l * per_layer : nullptr;
 }
 
+// The tensor kind a pointer into params_ or grads_ falls in, for the profile.
+const std::string& Model::kind_name_of(const float* p) const {
+    const long at = p - (p >= grads_.data() && p < grads_.data() + grads_.size() ? grads_.data() : params_.data());
+    for (const TensorKind& k : kinds_)
+        if (at >= k.offset && at < k.offset + k.numel()) return k.name;
+    return kinds_.back().name;
+}
+
+// A GEMM's bytes as the profile counts them: both operands and the output,
+// at e bytes an operand element (4 fp32, 2 bf16), the output fp32.
+static double gemm_bytes(long m, long n, long k, int e, bool accumulate = false) {
+    return (double)e * (m * k + k * n) + 4.0 * m * n * (accumulate ? 2 : 1);
+}
+
 void Model::linear_forward(float* out, const float* inp, bf16* inp16, const float* weight, int N, int IC, int OC) {
-    if (!precision_.bf16_compute()) return matmul_forward(out, inp, weight, N, IC, OC);
-    if (inp) bf16_narrow(inp16, inp, (long)N * IC);
+    const bool bf16 = precision_.bf16_compute();
+    const bool profiling = KernelProfile::active();
+    KernelScope scope("gemm forward", gemm_bytes(N, OC, IC, bf16 ? 2 : 4), 2.0 * N * IC * OC,
+                      profiling ? &kind_name_of(weight) : nullptr);
+    if (!bf16) return matmul_forward(out, inp, weight, N, IC, OC);
+    if (inp) {
+        KernelScope narrow("narrow to bf16", 6.0 * N * IC);
+        bf16_narrow(inp16, inp, (long)N * IC);
+    }
     matmul_forward_bf16(out, inp16, weight16(weight), N);
 }
 
 void Model::linear_backward(float* dinp, float* dweight, const float* dout, const bf16* dout16, const float* inp,
                             const bf16* inp16, const float* weight, int N, int IC, int OC) {
     const bool accumulate = !overwrite_linear_grads_;
-    if (!precision_.bf16_compute()) return matmul_backward(dinp, dweight, dout, inp, weight, N, IC, OC, accumulate);
-    if (dout) {
+    const bool bf16 = precision_.bf16_compute();
+    const std::string* name = KernelProfile::active() ? &kind_name_of(weight) : nullptr;
+    const int e = bf16 ? 2 : 4;
+    if (bf16 && dout) {
+        KernelScope narrow("narrow to bf16", 6.0 * N * OC);
         bf16_narrow(dout16_.data(), dout, (long)N * OC);
         dout16 = dout16_.data();
     }
-    matmul_dinput_bf16(dinp, dout16, weight16(weight), N);
-    matmul_dweight_bf16(dweight, dout16, inp16, N, IC, OC, accumulate);
+    {
+        KernelScope scope("gemm dinput", gemm_bytes(N, IC, OC, e), 2.0 * N * IC * OC, name);
+        if (bf16)
+            matmul_dinput_bf16(dinp, dout16, weight16(weight), N);
+        else
+            matmul_dinput(dinp, dout, weight, N, IC, OC);
+    }
+    KernelScope scope("gemm dweight", gemm_bytes(OC, IC, N, e, accumulate), 2.0 * N * IC * OC, name);
+    if (bf16)
+        matmul_dweight_bf16(dweight, dout16, inp16, N, IC, OC, accumulate);
+    else
+        matmul_dweight(dweight, dout, inp, N, IC, OC, accumulate);
 }
 
 void Model::norm_forward(float* out, bf16* out16, float* rstd, const float* inp, const float* weight) {
     const int N = (int)stream_rows_, C = config_.dim;
     const float eps = (float)config_.norm_eps;
+    KernelScope scope("rmsnorm forward", (double)N * C * (precision_.bf16_compute() ? 6 : 8));
     if (precision_.bf16_compute()) return rmsnorm_forward_bf16(out16, rstd, inp, weight, N, C, eps);
     rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
 }
@@ -322,6 +358,7 @@ void Model::norm_forward(float* out, bf16* out16, float* rstd, const float* inp,
 // bf16 matmul would deliver it.
 void Model::add_to_stream(float* out, float* linear_out, const float* stream) {
     const long n = stream_rows_ * config_.dim, all = (long)B_ * T_ * config_.dim;
+    KernelScope scope("residual add", 12.0 * n);
     if (!precision_.bf16_compute() || tp_) {
         if (tp_ && precision_.bf16_compute()) bf16_round_inplace(linear_out, all);
         if (sp_) {
@@ -342,6 +379,7 @@ void Model::add_to_stream(float* out, float* linear_out, const float* stream) {
 void Model::norm_backward(float* d_stream, float* dweight, float* d_norm, const float* inp, const float* weight,
                           const float* rstd) {
     const int N = B_ * T_, C = config_.dim;
+    KernelScope scope("rmsnorm backward", 16.0 * N * C);
     if (!precision_.bf16_compute() || tp_) {
         if (tp_ && precision_.bf16_compute()) bf16_round_inplace(d_norm, (long)N * C);
         if (sp_) {
@@ -355,8 +393,40 @@ void Model::norm_backward(float* d_stream, float* dweight, float* d_norm, const 
     }
 }
 
+// The bf16 copies the matmuls read, once per optimizer step: each weight
+// read in fp32 and written twice in bf16 (W^T and W).
+void Model::pack_bf16_weights() {
+    double bytes = 0.0;
+    for (const auto& [offset, i] : weight16_at_) bytes += 8.0 * weights16_[i].out_features() * weights16_[i].in_features();
+    KernelScope scope("pack bf16 weights", bytes);
+    for (const auto& [offset, i] : weight16_at_) weights16_[i].assign(params_.data() + offset);
+    weights_changed_ = false;
+}
+
+// out (N, H) = silu(gate) * up, from the gate_up matmul's output: into out16
+// in the bf16 modes (reading the fp32 sums rounded), else into out.
+void Model::swiglu_layer_forward(float* out, bf16* out16, float* gate_up) {
+    const int N = B_ * T_, H = shard_.hidden_dim;
+    const bool bf16 = precision_.bf16_compute();
+    KernelScope scope("swiglu forward", (double)N * H * (bf16 ? 10 : 12));
+    if (bf16) return swiglu_forward_bf16(out16, gate_up, N, H);
+    swiglu_forward(out, gate_up, N, H);
+}
+
+// d_swiglu_ (N, H) through SwiGLU into the gate_up gradient: dout16_ in the
+// bf16 modes, d_gate_up_ in fp32.
+void Model::swiglu_layer_backward(const float* gate_up) {
+    const int N = B_ * T_, H = shard_.hidden_dim;
+    const bool bf16 = precision_.bf16_compute();
+    KernelScope scope("swiglu backward", (double)N * H * (bf16 ? 16 : 20));
+    if (bf16) return swiglu_backward_bf16(dout16_.data(), d_swiglu_.data(), gate_up, N, H);
+    swiglu_backward(d_gate_up_.data(), d_swiglu_.data(), gate_up, N, H);
+}
+
 void Model::round_if_bf16_state(float* x, long n) {
-    if (precision_.bf16_state()) bf16_round_inplace(x, n);
+    if (!precision_.bf16_state()) return;
+    KernelScope scope("round to bf16", 8.0 * n);
+    bf16_round_inplace(x, n);
 }
 
 float Model::forward(const int32_t* inputs, const int32_t* targets) {
@@ -368,10 +438,7 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
     const ActivationTensors& a = a_;
     const bool bf16_mode = precision_.bf16_compute();
 
-    if (bf16_mode && weights_changed_) {
-        for (const auto& [offset, i] : weight16_at_) weights16_[i].assign(params_.data() + offset);
-        weights_changed_ = false;
-    }
+    if (bf16_mode && weights_changed_) pack_bf16_weights();
     std::copy(inputs, inputs + N, inputs_.begin());
     embedding_forward_rows(inputs);
     const long RC = stream_rows_ * C;  // the stream's values on this rank, per layer
@@ -403,11 +470,7 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
         norm_forward(fn, fn16, a.ffn_rstd + l * stream_rows_, mid, p.ffn_norm + (long)l * C);
         auto [y, y16] = gathered_input(fn, fn16);
         linear_forward(gu, y, y16, p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
-        if (bf16_mode) {
-            swiglu_forward_bf16(sw16, gu, N, H);
-        } else {
-            swiglu_forward(sw, gu, N, H);
-        }
+        swiglu_layer_forward(sw, sw16, gu);
         float* mlp_out = row_parallel_output(next);
         linear_forward(mlp_out, sw, sw16, p.down + (long)l * C * H, N, H, C);
         add_to_stream(next, mlp_out, mid);
@@ -426,6 +489,7 @@ float Model::loss(const int32_t* targets) {
     float* logits = a_.logits;
     float* row_max = measure_internals_ ? row_max_.data() : nullptr;
     std::copy(targets, targets + N, targets_.begin());
+    KernelScope scope("cross-entropy forward", 8.0 * N * V);
     // The loss itself always comes from the fp32 log-sum-exp; the bf16 softmax
     // setting rounds the probabilities that backward turns into gradients.
     if (tp_) {
@@ -458,6 +522,7 @@ void Model::measure_and_drop_sequences(float* dlogits, bf16* d16, float loss_sca
     const int B = B_, T = T_, V = shard_.vocab_size;
     const long row = (long)T * V;
     sequence_grad_norms_.assign(B, 0.0f);
+    KernelScope scope("sequence grad norms", 4.0 * B * row);
     for (int b = 0; b < B; b++) {
         double squares = 0.0;
         if (dlogits) {
@@ -557,20 +622,48 @@ void Model::attention_layer_forward(int l, float* qkv, float* att, float* att_ou
     const int B = B_, T = T_;
     const int NH = shard_.n_heads, NKV = shard_.n_kv_heads, HD = config_.head_dim();
     const bool probs_bf16 = precision_.softmax_bf16;
+    const long rows = (long)B * T, qkv_width = (long)(NH + 2 * NKV) * HD;
     if (config_.qk_norm) qk_norm_layer_forward(l, qkv);
     if (attention_bf16()) {
         bf16* heads = a16_.qkv_heads + (long)l * B * T * (NH + 2 * NKV) * HD;
-        rope_forward_bf16(heads, qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+        {
+            KernelScope scope("rope forward", 6.0 * rows * qkv_width);
+            rope_forward_bf16(heads, qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+        }
+        KernelScope scope("attention forward", attention_bytes(att, 2, false), attention_flops(2));
         attention_forward(att_out, att, attention_scratch(), heads, B, T, NH, NKV, HD, lookahead_, probs_bf16,
                           attention_stats());
         return;
     }
-    if (precision_.bf16_compute())
-        rope_forward_bf16_values(qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
-    else
-        rope_forward(qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+    {
+        KernelScope scope("rope forward", 8.0 * rows * (NH + NKV) * HD);
+        if (precision_.bf16_compute())
+            rope_forward_bf16_values(qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+        else
+            rope_forward(qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+    }
+    KernelScope scope("attention forward", attention_bytes(att, 4, false), attention_flops(2));
     attention_forward(att_out, att, attention_scratch(), qkv, B, T, NH, NKV, HD, lookahead_, probs_bf16,
                       attention_stats());
+}
+
+// Attention's products over the causal half of the scores, `products` of
+// them (two forward; four backward, five when the probabilities are
+// recomputed), 2 flops a multiply-add.
+double Model::attention_flops(int products) const {
+    return (double)products * B_ * shard_.n_heads * T_ * T_ * config_.head_dim();
+}
+
+// What attention moves besides its products' cache-resident blocks: q, k, v
+// (e bytes each), its output or output gradient (fp32), the gradient of q, k,
+// v in backward (fp32), and the stored probabilities (T x T fp32 per head,
+// written forward and read backward) unless activation checkpointing
+// recomputes them.
+double Model::attention_bytes(const float* stored_probs, int e, bool backward) const {
+    const double rows = (double)B_ * T_, HD = config_.head_dim();
+    const double qkv = rows * (shard_.n_heads + 2 * shard_.n_kv_heads) * HD, out = rows * shard_.n_heads * HD;
+    const double probs = stored_probs ? 4.0 * B_ * shard_.n_heads * T_ * T_ : 0.0;
+    return e * qkv + 4.0 * out + (backward ? 4.0 * qkv : 0.0) + probs;
 }
 
 // Layer l's attention and RoPE backward: d_att_out_ into d_qkv_, then through
@@ -582,24 +675,36 @@ void Model::attention_layer_backward(int l, const float* att) {
     const long layer = (long)l * B * T * (NH + 2 * NKV) * HD;
     const bool probs_bf16 = precision_.softmax_bf16;
     float* dqkv = d_qkv_.data();
-    // d_att_out (o_proj's fp32 sums) is a bf16 tensor in the bf16 modes: bf16
-    // attention rounds it as it narrows its operands; fp32 attention reads it rounded.
-    if (attention_bf16()) {
-        attention_backward(dqkv, attention_scratch(), d_att_out_.data(), a16_.qkv_heads + layer, att, B, T, NH, NKV,
-                           HD, lookahead_, probs_bf16);
-    } else {
-        if (precision_.bf16_compute()) bf16_round_inplace(d_att_out_.data(), (long)d_att_out_.size());
-        attention_backward(dqkv, attention_scratch(), d_att_out_.data(), a_.qkv + layer, att, B, T, NH, NKV, HD,
-                           lookahead_, probs_bf16);
+    {
+        // d_att_out (o_proj's fp32 sums) is a bf16 tensor in the bf16 modes: bf16
+        // attention rounds it as it narrows its operands; fp32 attention reads it rounded.
+        KernelScope scope("attention backward", attention_bytes(att, attention_bf16() ? 2 : 4, true),
+                          attention_flops(att ? 4 : 5));
+        if (attention_bf16()) {
+            attention_backward(dqkv, attention_scratch(), d_att_out_.data(), a16_.qkv_heads + layer, att, B, T, NH,
+                               NKV, HD, lookahead_, probs_bf16);
+        } else {
+            if (precision_.bf16_compute()) bf16_round_inplace(d_att_out_.data(), (long)d_att_out_.size());
+            attention_backward(dqkv, attention_scratch(), d_att_out_.data(), a_.qkv + layer, att, B, T, NH, NKV, HD,
+                               lookahead_, probs_bf16);
+        }
     }
+    const long qk = (long)B * T * (NH + NKV) * HD;
     if (config_.qk_norm) {
         // RoPE's input gradient in fp32, through qk-norm, then narrowed whole.
-        rope_backward(dqkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+        {
+            KernelScope scope("rope backward", 8.0 * qk);
+            rope_backward(dqkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+        }
         qk_norm_layer_backward(l);
-        if (precision_.bf16_compute()) bf16_narrow(dout16_.data(), dqkv, (long)d_qkv_.size());
+        if (!precision_.bf16_compute()) return;
+        KernelScope scope("narrow to bf16", 6.0 * (double)d_qkv_.size());
+        bf16_narrow(dout16_.data(), dqkv, (long)d_qkv_.size());
     } else if (precision_.bf16_compute()) {
+        KernelScope scope("rope backward", 6.0 * (double)d_qkv_.size());
         rope_backward_bf16(dout16_.data(), dqkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
     } else {
+        KernelScope scope("rope backward", 8.0 * qk);
         rope_backward(dqkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
     }
 }
@@ -615,6 +720,7 @@ void Model::qk_norm_layer_forward(int l, float* qkv) {
     const float* qw = p_.q_norm + (long)l * HD;
     const float* kw = p_.k_norm + (long)l * HD;
     const float eps = (float)config_.norm_eps;
+    KernelScope scope("qk-norm forward", 12.0 * heads * HD);
     if (precision_.bf16_compute())
         qk_norm_forward_bf16(qkv, inp, rstd, qw, kw, N, NH, NKV, HD, eps);
     else
@@ -634,6 +740,7 @@ void Model::qk_norm_layer_backward(int l) {
     float* dq = tp_ ? qk_dweight_.data() : g_.q_norm + (long)l * HD;
     float* dk = tp_ ? qk_dweight_.data() + HD : g_.k_norm + (long)l * HD;
     if (tp_) std::fill(qk_dweight_.begin(), qk_dweight_.end(), 0.0f);
+    KernelScope scope("qk-norm backward", 16.0 * heads * HD);
     if (precision_.bf16_compute())
         qk_norm_backward_bf16(d_qkv_.data(), dq, dk, inp, qw, kw, rstd, N, NH, NKV, HD);
     else
@@ -646,6 +753,25 @@ void Model::qk_norm_layer_backward(int l) {
         gq[i] += qk_dweight_[i];
         gk[i] += qk_dweight_[HD + i];
     }
+}
+
+// The logits' gradient, written over the probabilities; in the bf16 modes on
+// one process narrowed from them straight into dout16_ instead (returns null).
+float* Model::logits_backward(float loss_scale) {
+    const int N = B_ * T_, V = shard_.vocab_size;
+    const bool bf16_mode = precision_.bf16_compute();
+    const float z_loss = (float)config_.z_loss;
+    KernelScope scope("cross-entropy backward", (double)N * V * (bf16_mode ? 6 : 8));
+    if (tp_) {
+        vocab_parallel_crossentropy_backward(a_.logits, targets_.data(), a_.logz, z_loss, loss_scale, N, V,
+                                             shard_.vocab_start);
+    } else if (bf16_mode) {
+        crossentropy_backward_bf16(dout16_.data(), a_.logits, targets_.data(), a_.logz, z_loss, loss_scale, N, V);
+        return nullptr;
+    } else {
+        crossentropy_backward(a_.logits, targets_.data(), a_.logz, z_loss, loss_scale, N, V);
+    }
+    return a_.logits;
 }
 
 void Model::backward(float loss_scale) {
@@ -661,19 +787,7 @@ void Model::backward(float loss_scale) {
     float* d_norm = d_norm_.data();
     bf16* d16 = dout16_.data();  // null in fp32
 
-    // dlogits, written over the probabilities; narrowed from them straight into
-    // d16 in the bf16 modes.
-    float* dlogits = a.logits;
-    const float z_loss = (float)config_.z_loss;
-    if (tp_) {
-        vocab_parallel_crossentropy_backward(a.logits, targets_.data(), a.logz, z_loss, loss_scale, N, V,
-                                             shard_.vocab_start);
-    } else if (bf16_mode) {
-        crossentropy_backward_bf16(d16, a.logits, targets_.data(), a.logz, z_loss, loss_scale, N, V);
-        dlogits = nullptr;
-    } else {
-        crossentropy_backward(a.logits, targets_.data(), a.logz, z_loss, loss_scale, N, V);
-    }
+    float* dlogits = logits_backward(loss_scale);
     measure_and_drop_sequences(dlogits, d16, loss_scale);
     // Under sequence parallelism each matmul's input is gathered again here
     // (Korthikanti et al.'s choice: the gathered copy is not kept for backward).
@@ -694,11 +808,7 @@ void Model::backward(float loss_scale) {
                         layer_slot(a.swiglu, l, (long)N * H), layer_slot(a16_.swiglu, l, (long)N * H),
                         p.down + (long)l * C * H, N, H, C);
         const float* gate_up = a.gate_up + (long)l * N * 2 * H;
-        if (bf16_mode) {
-            swiglu_backward_bf16(d16, d_swiglu_.data(), gate_up, N, H);
-        } else {
-            swiglu_backward(d_gate_up_.data(), d_swiglu_.data(), gate_up, N, H);
-        }
+        swiglu_layer_backward(gate_up);
         auto [y, y16] = gathered_input(layer_slot(a.ffn_norm, l, RC), layer_slot(a16_.ffn_norm, l, RC));
         linear_backward(d_norm, g.gate_up + (long)l * 2 * H * C, bf16_mode ? nullptr : d_gate_up_.data(), d16, y, y16,
                         p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);

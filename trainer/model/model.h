@@ -255,6 +255,9 @@ class Model {
     float* attention_scratch();
     void attention_layer_forward(int l, float* qkv, float* att, float* att_out);
     void attention_layer_backward(int l, const float* att);
+    // What attention computes and moves, for the profile (model.cpp).
+    double attention_flops(int products) const;
+    double attention_bytes(const float* stored_probs, int e, bool backward) const;
     // Layer l's qk-norm (model.qk_norm) on qkv, the matmul's output, in
     // place; and its backward on d_qkv_ (RoPE's input gradient) in place.
     void qk_norm_layer_forward(int l, float* qkv);
@@ -265,6 +268,12 @@ class Model {
     // pointing into params_.
     void make_bf16_weights();
     const Bf16Weight& weight16(const float* weight) const;
+    void pack_bf16_weights();
+    // SwiGLU between the gate_up and down matmuls, forward and backward.
+    void swiglu_layer_forward(float* out, bf16* out16, float* gate_up);
+    void swiglu_layer_backward(const float* gate_up);
+    // The tensor kind a pointer into params_ or grads_ falls in (the profile's label).
+    const std::string& kind_name_of(const float* p) const;
     // The matmuls of the layers, in fp32 or bf16 as the precision says; weight
     // points into params_. In the bf16 modes the input is inp16, a slot of
     // acts_bf16_ (narrowed from inp first when inp is given), the output
@@ -310,6 +319,7 @@ class Model {
     // The mean cross-entropy of the logits against targets, the probabilities
     // left in a_.logits for backward.
     float loss(const int32_t* targets);
+    float* logits_backward(float loss_scale);
     void measure_and_drop_sequences(float* dlogits, bf16* d16, float loss_scale);
     // Pure bf16 modes keep activations in bf16: rounds x in place there.
     void round_if_bf16_state(float* x, long n);

@@ -13,7 +13,7 @@
 // alone, so the split changes no arithmetic but the norm weights' gradient
 // sums, which each rank makes over its rows and the group adds up.
 #include "trainer/model/model.h"
-
+#include "trainer/model/kernel_profile.h"
 #include "trainer/model/kernels.h"
 #include "trainer/model/kernels_bf16.h"
 #include "trainer/model/vocab_parallel.h"
@@ -51,6 +51,7 @@ std::pair<const float*, const bf16*> Model::gathered_stream_grad(const float* d_
 
 void Model::embedding_forward_rows(const int32_t* inputs) {
     const int N = B_ * T_, C = config_.dim;
+    KernelScope scope("embedding forward", 8.0 * N * C);
     if (!tp_) return embedding_forward(a_.residual, inputs, p_.embed, N, C);
     // Each rank looks up the tokens of its vocabulary range; the group's sum
     // is the embedding (this rank's rows of it under sequence parallelism).
@@ -62,6 +63,7 @@ void Model::embedding_forward_rows(const int32_t* inputs) {
 
 void Model::embedding_backward_rows(const float* d_rows) {
     const int N = B_ * T_, C = config_.dim;
+    KernelScope scope("embedding backward", 12.0 * N * C);
     if (!tp_) return embedding_backward(g_.embed, d_rows, inputs_.data(), N, C);
     const float* d = d_rows;
     if (sp_) {  // every token's gradient, for the rows of this rank's vocabulary range

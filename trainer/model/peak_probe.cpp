@@ -3,7 +3,9 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
+#include <vector>
 
 namespace hlat {
 namespace {
@@ -22,6 +24,21 @@ __attribute__((target("avx512f"))) float fma_loop(long iterations) {
     __m512 sum = acc[0];
     for (int i = 1; i < kChains; i++) sum = _mm512_add_ps(sum, acc[i]);
     return _mm512_reduce_add_ps(sum);  // the result is used, so the loop stays
+}
+
+// The same on 256-bit registers, for CPUs without AVX-512 (Zen 3, Haswell
+// to Comet Lake): two FMA ports there too.
+__attribute__((target("avx2,fma"))) float fma_loop_avx2(long iterations) {
+    __m256 acc[kChains];
+    for (int i = 0; i < kChains; i++) acc[i] = _mm256_set1_ps(0.001f * i);
+    const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-4f);
+    for (long it = 0; it < iterations; it++)
+        for (int i = 0; i < kChains; i++) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+    __m256 sum = acc[0];
+    for (int i = 1; i < kChains; i++) sum = _mm256_add_ps(sum, acc[i]);
+    float lanes[8];
+    _mm256_storeu_ps(lanes, sum);
+    return lanes[0] + lanes[7];
 }
 
 __attribute__((target("avx512f,avx512bf16"))) float dot_loop(long iterations) {
@@ -58,13 +75,41 @@ double rate(float (*loop)(long), double flops_per_instruction, int threads) {
 }  // namespace
 
 double fp32_fma_peak_gflops(int threads) {
-    if (!__builtin_cpu_supports("avx512f")) return 0.0;
-    return rate(fma_loop, 2.0 * 16, threads);
+    if (__builtin_cpu_supports("avx512f")) return rate(fma_loop, 2.0 * 16, threads);
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return rate(fma_loop_avx2, 2.0 * 8, threads);
+    return 0.0;
 }
 
 double bf16_dot_peak_gflops(int threads) {
     if (!__builtin_cpu_supports("avx512bf16")) return 0.0;
     return rate(dot_loop, 2.0 * 32, threads);
+}
+
+// b = a over two arrays of `bytes` each on every thread (static split, so
+// each thread touches the pages it first wrote), best of `reps`: read plus
+// written bytes per second, as STREAM's copy counts them.
+double copy_bandwidth_gbs(long bytes, int threads) {
+    const long n = bytes / (long)sizeof(float);
+    std::vector<float> a(n), b(n);
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (long i = 0; i < n; i++) {
+        a[i] = (float)(i & 1023);
+        b[i] = 0.0f;
+    }
+    const int reps = bytes > (64L << 20) ? 5 : 50;
+    double best = 1e30;
+    for (int rep = 0; rep < reps; rep++) {
+        auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel for schedule(static) num_threads(threads)
+        for (long i = 0; i < n; i++) b[i] = a[i];
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        std::swap(a, b);
+    }
+    return 2.0 * (double)n * sizeof(float) / best / 1e9;
+}
+
+MemoryCeilings memory_ceilings(int threads) {
+    return {copy_bandwidth_gbs(256L << 20, threads), copy_bandwidth_gbs(2L << 20, threads)};
 }
 
 }  // namespace hlat
