@@ -398,7 +398,8 @@ static void narrow_rows(bf16* out, const float* in, int r0, int r1, int T) {
 template <bool kMeasure>
 static inline float exp_row(float* row, int last, float maxv, float* weighted) {
     float sum = 0.0f, ws = 0.0f;
-#pragma omp simd reduction(+ : sum, ws)
+    // The exps vectorize; the sums stay in order (no simd reduction), so the
+    // probabilities are those of the scalar loop to the bit.
     for (int j = 0; j <= last; j++) {
         const float d = row[j] - maxv;
         row[j] = vexp(d);
@@ -627,7 +628,10 @@ static void swiglu_backward_rows(Out* dgate_up, const float* dout, const float* 
             float s = sigmoid(g[i]);
             float silu = g[i] * s;
             float d = load<kRoundDout>(dy[i]);
-            store(dg[i], d * u[i] * s * (1.0f + g[i] * (1.0f - s)));
+            // Written so the vectorized loop gives the bits the scalar one
+            // did (GCC contracted the fp32 one's inner term to an fma).
+            const float dsilu = kRoundDout ? 1.0f + g[i] * (1.0f - s) : std::fma(g[i], 1.0f - s, 1.0f);
+            store(dg[i], d * u[i] * s * dsilu);
             store(du[i], d * silu);
         }
     }
@@ -669,8 +673,7 @@ static void crossentropy_rows(float* logits, float* losses, float* logz, const i
         for (int v = 0; v < V; v++) maxv = row[v] > maxv ? row[v] : maxv;
         float target_logit = row[targets[n]];
         float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int v = 0; v < V; v++) {
+        for (int v = 0; v < V; v++) {  // the exps vectorize, the sum stays in order (as exp_row's)
             row[v] = vexp(row[v] - maxv);
             sum += row[v];
         }
