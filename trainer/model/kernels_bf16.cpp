@@ -1,5 +1,6 @@
 #include "trainer/model/kernels_bf16.h"
 
+#include "trainer/model/kernel_profile.h"
 #include "trainer/model/sgemm.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -235,6 +236,25 @@ void bf16_round_inplace(float* x, long n) {
     for (long i = 0; i < n; i++) x[i] = bf16_to_float(float_to_bf16_rne(x[i]));
 }
 
+// x rounded to bf16 values, kept in fp32.
+static void bf16_round(float* out, const float* x, long n) {
+#pragma omp parallel for simd
+    for (long i = 0; i < n; i++) out[i] = bf16_to_float(float_to_bf16_rne(x[i]));
+}
+
+// C (M, N) = A (M, K) @ op(B) on the emulated engine, B already widened (a
+// weight): only A is widened here.
+static void emulated_gemm(float* C, const bf16* A, const float* B, int M, int N, int K, bool trans_b) {
+    Scratch& s = scratch();
+    const long na = (long)M * K;
+    if ((long)s.wa.size() < na) s.wa.resize(na);
+    {
+        KernelScope scope("widen to fp32 (emulated bf16)", 6.0 * na);
+        widen(s.wa.data(), A, na);
+    }
+    sgemm(false, trans_b, M, N, K, 1.0f, s.wa.data(), K, B, trans_b ? K : N, 0.0f, C, N);
+}
+
 void gemm_bf16(float* C, const bf16* A, const bf16* B, int M, int N, int K, bool trans_a, bool trans_b,
                bool accumulate) {
     if (engine_choice() == Bf16MatmulEngine::OneDnn) {
@@ -246,8 +266,11 @@ void gemm_bf16(float* C, const bf16* A, const bf16* B, int M, int N, int K, bool
     long na = (long)M * K, nb = (long)K * N;
     if ((long)s.wa.size() < na) s.wa.resize(na);
     if ((long)s.wb.size() < nb) s.wb.resize(nb);
-    widen(s.wa.data(), A, na);
-    widen(s.wb.data(), B, nb);
+    {
+        KernelScope scope("widen to fp32 (emulated bf16)", 6.0 * (na + nb));
+        widen(s.wa.data(), A, na);
+        widen(s.wb.data(), B, nb);
+    }
     sgemm(trans_a, trans_b, M, N, K, 1.0f, s.wa.data(), trans_a ? M : K, s.wb.data(), trans_b ? K : N,
           accumulate ? 1.0f : 0.0f, C, N);
 }
@@ -277,7 +300,9 @@ void gemm_bf16_on_thread(bool trans_a, bool trans_b, int M, int N, int K, float 
 
 struct Bf16Weight::Storage {
     Bf16MatmulEngine engine;
-    std::vector<bf16> plain;           // W (OC, IC): the emulated engine's
+    // The emulated engine's W (OC, IC): its bf16 values widened once per
+    // optimizer step, as every sgemm it feeds would widen them again.
+    std::vector<float> widened;
     dnnl::memory transposed, natural;  // oneDNN's: W^T (IC, OC) and W (OC, IC), packed
 };
 
@@ -285,7 +310,7 @@ Bf16Weight::Bf16Weight(int out_features, int in_features)
     : out_(out_features), in_(in_features), storage_(std::make_unique<Storage>()) {
     storage_->engine = engine_choice();
     if (storage_->engine == Bf16MatmulEngine::Emulated) {
-        storage_->plain.assign((long)out_ * in_, 0);
+        storage_->widened.assign((long)out_ * in_, 0.0f);
         return;
     }
     storage_->transposed = OneDnn::instance().packed(in_, out_);
@@ -297,13 +322,13 @@ Bf16Weight::Bf16Weight(Bf16Weight&&) noexcept = default;
 Bf16Weight& Bf16Weight::operator=(Bf16Weight&&) noexcept = default;
 
 long Bf16Weight::bytes() const {
-    if (storage_->engine == Bf16MatmulEngine::Emulated) return (long)storage_->plain.size() * sizeof(bf16);
+    if (storage_->engine == Bf16MatmulEngine::Emulated) return (long)storage_->widened.size() * sizeof(float);
     return (long)(storage_->transposed.get_desc().get_size() + storage_->natural.get_desc().get_size());
 }
 
 void Bf16Weight::assign(const float* w) {
     const long n = (long)out_ * in_;
-    if (storage_->engine == Bf16MatmulEngine::Emulated) return bf16_narrow(storage_->plain.data(), w, n);
+    if (storage_->engine == Bf16MatmulEngine::Emulated) return bf16_round(storage_->widened.data(), w, n);
     // Narrowed once into scratch, then packed twice.
     std::vector<bf16>& narrowed = scratch().narrowed;
     if ((long)narrowed.size() < n) narrowed.resize(n);
@@ -315,7 +340,7 @@ void Bf16Weight::assign(const float* w) {
 void matmul_forward_bf16(float* out, const bf16* inp, const Bf16Weight& w, int N) {
     const Bf16Weight::Storage& s = w.storage();
     if (s.engine == Bf16MatmulEngine::Emulated)
-        return gemm_bf16(out, inp, s.plain.data(), N, w.out_features(), w.in_features(), false, true, false);
+        return emulated_gemm(out, inp, s.widened.data(), N, w.out_features(), w.in_features(), true);
     OneDnn::instance().matmul(out, inp, false, static_cast<const bf16*>(s.transposed.get_data_handle()),
                               Layout::Packed, N, w.out_features(), w.in_features(), false);
     flip_bit_if_injected(out);
@@ -324,7 +349,7 @@ void matmul_forward_bf16(float* out, const bf16* inp, const Bf16Weight& w, int N
 void matmul_dinput_bf16(float* dinp, const bf16* dout, const Bf16Weight& w, int N) {
     const Bf16Weight::Storage& s = w.storage();
     if (s.engine == Bf16MatmulEngine::Emulated)
-        return gemm_bf16(dinp, dout, s.plain.data(), N, w.in_features(), w.out_features(), false, false, false);
+        return emulated_gemm(dinp, dout, s.widened.data(), N, w.in_features(), w.out_features(), false);
     OneDnn::instance().matmul(dinp, dout, false, static_cast<const bf16*>(s.natural.get_data_handle()),
                               Layout::Packed, N, w.in_features(), w.out_features(), false);
     flip_bit_if_injected(dinp);
