@@ -97,7 +97,7 @@ nlohmann::json probe(const TrainConfig& config, int threads) {
     auto share = [](double rate, double peak) { return peak > 0 ? nlohmann::json(rate / peak) : nlohmann::json(); };
     // The emulated engine widens bf16 and runs sgemm: its ceiling is fp32's.
     const std::string engine = bf16_matmul_engine_name();
-    const double engine_peak = engine.rfind("emulated", 0) == 0 ? fma : dot;
+    const double engine_peak = bf16_matmul_engine() == Bf16MatmulEngine::Emulated ? fma : dot;
     return {{"threads", threads},
             {"tokens", tokens},
             {"bf16_engine", engine},
@@ -113,21 +113,21 @@ nlohmann::json probe(const TrainConfig& config, int threads) {
 
 void print_probe(const nlohmann::json& p) {
     auto pct = [](double rate, double peak) { return peak > 0 ? fmt::format("{:.0f}%", 100 * rate / peak) : "-"; };
-    const double fma = p["fp32_fma_peak_gflops"], dot = p["bf16_engine_peak_gflops"];
+    const double fma = p["fp32_fma_peak_gflops"], engine_peak = p["bf16_engine_peak_gflops"];
     fmt::print("ceilings on {} threads: fp32 FMA {:.1f} GFLOP/s, bf16 dot product {:.1f} GFLOP/s\n", p["threads"].get<int>(),
                fma, p["bf16_dot_peak_gflops"].get<double>());
-    fmt::print("bf16 engine: {} (its ceiling {:.1f} GFLOP/s)\n\n", p["bf16_engine"].get<std::string>(), dot);
+    fmt::print("bf16 engine: {} (its ceiling {:.1f} GFLOP/s)\n\n", p["bf16_engine"].get<std::string>(), engine_peak);
     fmt::print("{:<8} {:<8} {:>6} {:>6} {:>6} {:>5}  {:>10} {:>5}  {:>10} {:>5}\n", "MATMUL", "PASS", "M", "N", "K", "x",
                "FP32 GF/s", "PEAK", "BF16 GF/s", "PEAK");
     for (const auto& s : p["shapes"])
         fmt::print("{:<8} {:<8} {:>6} {:>6} {:>6} {:>5}  {:>10.1f} {:>5}  {:>10.1f} {:>5}\n",
                    s["matmul"].get<std::string>(), s["pass"].get<std::string>(), s["m"].get<int>(), s["n"].get<int>(),
                    s["k"].get<int>(), s["count"].get<int>(), s["fp32_gflops"].get<double>(),
-                   pct(s["fp32_gflops"], fma), s["bf16_gflops"].get<double>(), pct(s["bf16_gflops"], dot));
+                   pct(s["fp32_gflops"], fma), s["bf16_gflops"].get<double>(), pct(s["bf16_gflops"], engine_peak));
     fmt::print("\na step's GEMMs, all together: fp32 {:.1f} GFLOP/s ({} of its ceiling), bf16 {:.1f} GFLOP/s ({} of "
                "its ceiling)\n",
                p["fp32_gemm_gflops"].get<double>(), pct(p["fp32_gemm_gflops"], fma), p["bf16_gemm_gflops"].get<double>(),
-               pct(p["bf16_gemm_gflops"], dot));
+               pct(p["bf16_gemm_gflops"], engine_peak));
 }
 
 }  // namespace

@@ -54,14 +54,14 @@ Ceilings measure_ceilings(int threads) {
     c.bf16_engine = bf16_matmul_engine_name();
     // The emulated engine widens bf16 to fp32 and multiplies with sgemm: its
     // ceiling is the fp32 one, whatever the CPU's bf16 instructions could do.
-    c.bf16_gflops = c.bf16_engine.rfind("emulated", 0) == 0 ? c.fp32_gflops : dot;
+    c.bf16_gflops = bf16_matmul_engine() == Bf16MatmulEngine::Emulated ? c.fp32_gflops : dot;
     c.memory = memory_ceilings(threads);
     return c;
 }
 
 TrainConfig profile_config(const po::variables_map& vm) {
     const std::string path = vm["config"].as<std::string>();
-    TrainConfig config = path.empty() ? TrainConfig{} : load_config(path);
+    TrainConfig config = path.empty() ? config_from_json(nlohmann::json::object()) : load_config(path);
     if (vm["threads"].as<int>() > 0) config.run.threads = vm["threads"].as<int>();
     if (!vm["precision"].as<std::string>().empty()) override_precision_mode(config, vm["precision"].as<std::string>());
     config.parallel.dp = config.parallel.tp = 1;  // one process: the kernels, not the links
@@ -78,8 +78,10 @@ nlohmann::json kernel_rows(const KernelProfile& profile, int steps, const Ceilin
     nlohmann::json out = nlohmann::json::array();
     for (const auto& [name, t] : rows) {
         const bool compute = t.flops > 0.0;
-        const double ceiling_s =
-            compute ? t.flops / ((bf16 ? c.bf16_gflops : c.fp32_gflops) * 1e9) : t.bytes / (c.memory.memory_gbs * 1e9);
+        // precision.attention = fp32 keeps attention's products on sgemm in the bf16 modes.
+        const bool bf16_products = bf16 && name.find("(fp32 products)") == std::string::npos;
+        const double ceiling_s = compute ? t.flops / ((bf16_products ? c.bf16_gflops : c.fp32_gflops) * 1e9)
+                                         : t.bytes / (c.memory.memory_gbs * 1e9);
         out.push_back({{"kernel", name},
                        {"bound", compute ? "compute" : "memory"},
                        {"ms_per_step", 1e3 * t.seconds / steps},
@@ -107,14 +109,13 @@ nlohmann::json profile(const TrainConfig& config, int warmup, int steps) {
     profile.stop();
     const bool bf16 = config.precision.bf16_compute();
     nlohmann::json rows = kernel_rows(profile, steps, c, bf16);
-    double step_ms = 0.0, compute_ms = 0.0, memory_ms = 0.0, flops = 0.0, memory_floor_ms = 0.0;
+    double step_ms = 0.0, compute_ms = 0.0, memory_ms = 0.0, floor_ms = 0.0, memory_floor_ms = 0.0;
     for (double s : step_s) step_ms += 1e3 * s / steps;
     for (const auto& r : rows) {
-        (r["bound"] == "compute" ? compute_ms : memory_ms) += r["ms_per_step"].get<double>();
-        if (r["bound"] == "compute") flops += r["gflop_per_step"].get<double>() * 1e9;
-        else memory_floor_ms += r["ms_at_ceiling"].get<double>();
+        const bool compute = r["bound"] == "compute";
+        (compute ? compute_ms : memory_ms) += r["ms_per_step"].get<double>();
+        (compute ? floor_ms : memory_floor_ms) += r["ms_at_ceiling"].get<double>();
     }
-    const double floor_ms = 1e3 * flops / ((bf16 ? c.bf16_gflops : c.fp32_gflops) * 1e9);
     return {{"precision", precision_mode_name(config.precision.mode)},
             {"threads", config.run.threads},
             {"tokens_per_step", (long)config.run.batch_size * config.run.seq_len * config.run.grad_accum},

@@ -180,7 +180,10 @@ void Trainer::accumulate(StepStats& s) {
         const std::vector<float>& grads = model_->sequence_grad_norms();
         s.sequence_grad_norms.insert(s.sequence_grad_norms.end(), grads.begin(), grads.end());
         // A bf16 accumulation buffer rounds after every micro-batch's sum.
-        if (config_.precision.grad_accum_bf16) bf16_round_inplace(model_->grads(), n_params);
+        if (config_.precision.grad_accum_bf16) {
+            KernelScope scope("round to bf16", 8.0 * n_params);
+            bf16_round_inplace(model_->grads(), n_params);
+        }
         s.backward_seconds += seconds_since(t0);
     }
     model_->drop_sequences({});
@@ -227,7 +230,9 @@ void Trainer::clip(StepStats& s, bool tensor_norms) {
             s.grad_norm = std::sqrt(job_sum_squares(*parallel_, *model_, g, own_begin, own_end, zero1));
         }
     }
-    KernelScope scope("clip", 8.0 * (own_end - own_begin));
+    // clip_to_norm touches the gradients only when it scales them.
+    const bool scales = clip_factor(s.grad_norm, config_.optimizer.grad_clip) < 1.0;
+    KernelScope scope("clip", scales ? 8.0 * (own_end - own_begin) : 0.0);
     s.clipped = clip_to_norm(g + own_begin, own_end - own_begin, s.grad_norm, config_.optimizer.grad_clip, bf16);
     // As clip_to_norm scaled: by the factor in float.
     clip_factor_ = s.clipped ? (float)clip_factor(s.grad_norm, config_.optimizer.grad_clip) : 1.0;
@@ -250,7 +255,7 @@ void Trainer::update(StepStats& s) {
     s.update_skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
     update_sums_.clear();
     if (!s.update_skipped) {
-        KernelScope scope("adamw", optimizer_bytes());
+        KernelScope scope("adamw", KernelProfile::active() ? optimizer_bytes() : 0.0);
         optimizer_->step(*model_, s.lr, measuring_ ? &update_sums_ : nullptr);
     }
     if (reducer_ && reducer_->zero1()) {
@@ -297,9 +302,12 @@ void Trainer::count_lost_updates(StepStats& s) {
 void Trainer::measure(StepStats& s, bool tensor_norms) {
     count_lost_updates(s);
     const long n_params = model_->num_parameters();
-    KernelScope scope("param norm", 4.0 * n_params);
-    s.param_norm = parallel_ ? std::sqrt(job_sum_squares(*parallel_, *model_, model_->params(), 0, n_params, false))
-                             : l2_norm(model_->params(), n_params);
+    {
+        KernelScope scope("param norm", 4.0 * n_params);
+        s.param_norm = parallel_
+                           ? std::sqrt(job_sum_squares(*parallel_, *model_, model_->params(), 0, n_params, false))
+                           : l2_norm(model_->params(), n_params);
+    }
     if (tensor_norms) append_tensor_norms(s.tensor_norms, *model_, model_->params(), "param_norm", parallel_);
     collect_internals(s);
 }

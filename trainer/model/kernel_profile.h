@@ -2,7 +2,8 @@
 // on for a few steps and prints each kernel's milliseconds beside what its
 // arithmetic (GEMMs, attention) or its bytes (everything memory-bound) would
 // take at this CPU's measured ceilings. Off by default: a scope then costs one
-// load and one branch, no clock read.
+// load and one branch, no clock read (its byte count is computed regardless,
+// so counts that cost more than arithmetic ask active() first).
 //
 // Scopes are opened on the thread that drives the step (outside OpenMP
 // regions), so nesting is a stack: a kernel's time is its own, a scope inside
@@ -25,10 +26,16 @@ struct KernelTotals {
 
 class KernelProfile {
   public:
+    KernelProfile() = default;
+    ~KernelProfile() { stop(); }
+    KernelProfile(const KernelProfile&) = delete;
+    KernelProfile& operator=(const KernelProfile&) = delete;
     // The profile scopes report to, or null when profiling is off.
     static KernelProfile* active() { return active_; }
     void start() { active_ = this; }
-    void stop() { active_ = nullptr; }
+    void stop() {
+        if (active_ == this) active_ = nullptr;
+    }
     void clear() { totals_.clear(); }
     const std::map<std::string, KernelTotals>& totals() const { return totals_; }
 

@@ -628,8 +628,10 @@ static void swiglu_backward_rows(Out* dgate_up, const float* dout, const float* 
             float s = sigmoid(g[i]);
             float silu = g[i] * s;
             float d = load<kRoundDout>(dy[i]);
-            // Written so the vectorized loop gives the bits the scalar one
-            // did (GCC contracted the fp32 one's inner term to an fma).
+            // Written so the vectorized loop gives the bits the scalar one did:
+            // GCC 12 contracted the fp32 instantiation's inner term to an fma
+            // and not the bf16 one's; the vectorized loops contract the other
+            // way round unless told (measured on every mode, bit for bit).
             const float dsilu = kRoundDout ? 1.0f + g[i] * (1.0f - s) : std::fma(g[i], 1.0f - s, 1.0f);
             store(dg[i], d * u[i] * s * dsilu);
             store(du[i], d * silu);

@@ -46,7 +46,8 @@ void gemm_bf16_on_thread(bool trans_a, bool trans_b, int M, int N, int K, float 
 // kernels read fastest: W^T for the forward and W for the input gradient.
 // Given the plain array, oneDNN would repack it on every call; packed once
 // per optimizer step, those products run 10-20% faster on the model's shapes,
-// with the same sums to the bit. The emulated engine keeps W plain. The
+// with the same sums to the bit. The emulated engine keeps W's bf16 values
+// widened to fp32, once per optimizer step, for sgemm to read. The
 // engine is the one in use when the weight is made.
 class Bf16Weight {
   public:

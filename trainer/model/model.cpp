@@ -393,11 +393,13 @@ void Model::norm_backward(float* d_stream, float* dweight, float* d_norm, const 
     }
 }
 
-// The bf16 copies the matmuls read, once per optimizer step: each weight
-// read in fp32 and written twice in bf16 (W^T and W).
+// The copies the bf16 matmuls read, once per optimizer step: each weight read
+// in fp32 and written as the engine keeps it (Bf16Weight::bytes).
 void Model::pack_bf16_weights() {
     double bytes = 0.0;
-    for (const auto& [offset, i] : weight16_at_) bytes += 8.0 * weights16_[i].out_features() * weights16_[i].in_features();
+    if (KernelProfile::active())
+        for (const auto& [offset, i] : weight16_at_)
+            bytes += 4.0 * weights16_[i].out_features() * weights16_[i].in_features() + weights16_[i].bytes();
     KernelScope scope("pack bf16 weights", bytes);
     for (const auto& [offset, i] : weight16_at_) weights16_[i].assign(params_.data() + offset);
     weights_changed_ = false;
@@ -408,7 +410,8 @@ void Model::pack_bf16_weights() {
 void Model::swiglu_layer_forward(float* out, bf16* out16, float* gate_up) {
     const int N = B_ * T_, H = shard_.hidden_dim;
     const bool bf16 = precision_.bf16_compute();
-    KernelScope scope("swiglu forward", (double)N * H * (bf16 ? 10 : 12));
+    // bf16: gate_up rounded in place (read and written), then out16 written.
+    KernelScope scope("swiglu forward", (double)N * H * (bf16 ? 18 : 12));
     if (bf16) return swiglu_forward_bf16(out16, gate_up, N, H);
     swiglu_forward(out, gate_up, N, H);
 }
@@ -522,7 +525,7 @@ void Model::measure_and_drop_sequences(float* dlogits, bf16* d16, float loss_sca
     const int B = B_, T = T_, V = shard_.vocab_size;
     const long row = (long)T * V;
     sequence_grad_norms_.assign(B, 0.0f);
-    KernelScope scope("sequence grad norms", 4.0 * B * row);
+    KernelScope scope("sequence grad norms", (dlogits ? 4.0 : 2.0) * B * row);
     for (int b = 0; b < B; b++) {
         double squares = 0.0;
         if (dlogits) {
@@ -642,7 +645,8 @@ void Model::attention_layer_forward(int l, float* qkv, float* att, float* att_ou
         else
             rope_forward(qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
     }
-    KernelScope scope("attention forward", attention_bytes(att, 4, false), attention_flops(2));
+    KernelScope scope(precision_.bf16_compute() ? "attention forward (fp32 products)" : "attention forward",
+                      attention_bytes(att, 4, false), attention_flops(2));
     attention_forward(att_out, att, attention_scratch(), qkv, B, T, NH, NKV, HD, lookahead_, probs_bf16,
                       attention_stats());
 }
@@ -678,8 +682,9 @@ void Model::attention_layer_backward(int l, const float* att) {
     {
         // d_att_out (o_proj's fp32 sums) is a bf16 tensor in the bf16 modes: bf16
         // attention rounds it as it narrows its operands; fp32 attention reads it rounded.
-        KernelScope scope("attention backward", attention_bytes(att, attention_bf16() ? 2 : 4, true),
-                          attention_flops(att ? 4 : 5));
+        const bool fp32_products_in_bf16_mode = precision_.bf16_compute() && !attention_bf16();
+        KernelScope scope(fp32_products_in_bf16_mode ? "attention backward (fp32 products)" : "attention backward",
+                          attention_bytes(att, attention_bf16() ? 2 : 4, true), attention_flops(att ? 4 : 5));
         if (attention_bf16()) {
             attention_backward(dqkv, attention_scratch(), d_att_out_.data(), a16_.qkv_heads + layer, att, B, T, NH,
                                NKV, HD, lookahead_, probs_bf16);
@@ -761,7 +766,7 @@ float* Model::logits_backward(float loss_scale) {
     const int N = B_ * T_, V = shard_.vocab_size;
     const bool bf16_mode = precision_.bf16_compute();
     const float z_loss = (float)config_.z_loss;
-    KernelScope scope("cross-entropy backward", (double)N * V * (bf16_mode ? 6 : 8));
+    KernelScope scope("cross-entropy backward", (double)N * V * (bf16_mode && !tp_ ? 6 : 8));
     if (tp_) {
         vocab_parallel_crossentropy_backward(a_.logits, targets_.data(), a_.logz, z_loss, loss_scale, N, V,
                                              shard_.vocab_start);
