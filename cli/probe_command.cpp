@@ -95,9 +95,8 @@ nlohmann::json probe(const TrainConfig& config, int threads) {
                           {"bf16_gflops", gflops(g, r.bf16_s)}});
     }
     auto share = [](double rate, double peak) { return peak > 0 ? nlohmann::json(rate / peak) : nlohmann::json(); };
-    // The emulated engine widens bf16 and runs sgemm: its ceiling is fp32's.
     const std::string engine = bf16_matmul_engine_name();
-    const double engine_peak = bf16_matmul_engine() == Bf16MatmulEngine::Emulated ? fma : dot;
+    const double engine_peak = bf16_engine_peak_gflops(fma, dot);
     return {{"threads", threads},
             {"tokens", tokens},
             {"bf16_engine", engine},

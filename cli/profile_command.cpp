@@ -50,11 +50,8 @@ struct Ceilings {
 Ceilings measure_ceilings(int threads) {
     Ceilings c;
     c.fp32_gflops = fp32_fma_peak_gflops(threads);
-    const double dot = bf16_dot_peak_gflops(threads);
     c.bf16_engine = bf16_matmul_engine_name();
-    // The emulated engine widens bf16 to fp32 and multiplies with sgemm: its
-    // ceiling is the fp32 one, whatever the CPU's bf16 instructions could do.
-    c.bf16_gflops = bf16_matmul_engine() == Bf16MatmulEngine::Emulated ? c.fp32_gflops : dot;
+    c.bf16_gflops = bf16_engine_peak_gflops(c.fp32_gflops, bf16_dot_peak_gflops(threads));
     c.memory = memory_ceilings(threads);
     return c;
 }

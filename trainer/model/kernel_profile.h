@@ -36,7 +36,6 @@ class KernelProfile {
     void stop() {
         if (active_ == this) active_ = nullptr;
     }
-    void clear() { totals_.clear(); }
     const std::map<std::string, KernelTotals>& totals() const { return totals_; }
 
   private:

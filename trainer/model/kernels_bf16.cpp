@@ -226,6 +226,10 @@ std::string bf16_matmul_engine_name() {
     return engine_choice() == Bf16MatmulEngine::OneDnn ? "oneDNN avx512_bf16" : "emulated (bf16 widened, sgemm)";
 }
 
+double bf16_engine_peak_gflops(double fp32_fma_peak, double bf16_dot_peak) {
+    return engine_choice() == Bf16MatmulEngine::Emulated ? fp32_fma_peak : bf16_dot_peak;
+}
+
 void bf16_narrow(bf16* out, const float* in, long n) {
 #pragma omp parallel for simd
     for (long i = 0; i < n; i++) out[i] = float_to_bf16_rne(in[i]);

@@ -23,6 +23,10 @@ enum class Bf16MatmulEngine { OneDnn, Emulated };
 Bf16MatmulEngine bf16_matmul_engine();
 void set_bf16_matmul_engine(Bf16MatmulEngine engine);  // tests and benchmarks
 std::string bf16_matmul_engine_name();
+// The engine's ceiling from the probe's two (peak_probe.h): the bf16 dot
+// product's, or the fp32 FMA's for the emulated engine, which widens bf16 and
+// multiplies with sgemm whatever the CPU's bf16 instructions could do.
+double bf16_engine_peak_gflops(double fp32_fma_peak, double bf16_dot_peak);
 
 // out[i] = bf16(in[i]), round-to-nearest-even.
 void bf16_narrow(bf16* out, const float* in, long n);
