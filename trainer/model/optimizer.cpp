@@ -139,13 +139,14 @@ static inline void add_coordinate(float& grad, float& weight, float& new_weight,
     moments += seen;
 }
 
-// A measured update of elements [lo, hi) of a tensor whose slices are `per`
-// elements long: coordinate(i, sums...) updates element i, adds it to the
-// block's float sums and returns whether its update was lost in rounding.
-// One parallel region for the whole range (a region per slice waited at
-// every join for a descheduled thread on a loaded machine), blocks split at
-// slice boundaries, each thread's sums per slice added once at the end into
-// sums[0..] (the range's first slice first).
+// What a measured update needs of one coordinate: its gradient, its weight
+// before and after, its second moment (as stored) and v_hat, and whether its
+// update was lost in rounding.
+struct MeasuredCoordinate {
+    float g, w, stored, v, v_hat;
+    bool lost;
+};
+
 static inline void add_block(UpdateSums& t, float g2, float w2, float n2, float u2, float e, float mo) {
     t.grad_squares += g2, t.weight_squares += w2, t.new_weight_squares += n2;
     t.update_squares += u2, t.eps_dominated += e, t.moments += mo;
@@ -156,13 +157,39 @@ static inline void add_sums(UpdateSums& t, const UpdateSums& x) {
     t.eps_dominated += x.eps_dominated, t.moments += x.moments;
 }
 
-template <class Coordinate>
-static long measured_update(long lo, long hi, long per, UpdateSums* sums, const Coordinate& coordinate) {
+// The update of elements [lo, hi) of one tensor: coordinate(k, i) updates
+// element i from the update's pointers and constants k and returns its
+// MeasuredCoordinate. Each thread works on its own copy of k: read through a
+// shared one, the constants were reloaded after every store (the weights'
+// stores might alias them) and the loops ran scalar. Returns how many
+// updates were lost in rounding.
+template <class Update, class Coordinate>
+static long unmeasured_update(long lo, long hi, const Update& shared, Coordinate coordinate) {
+    long lost = 0;
+#pragma omp parallel reduction(+ : lost)
+    {
+        const Update k = shared;
+#pragma omp for simd
+        for (long i = lo; i < hi; i++) lost += coordinate(k, i).lost;
+    }
+    return lost;
+}
+
+// The same update measured: each coordinate also goes into its block's float
+// sums, for a tensor whose slices are `per` elements long. One parallel
+// region for the whole range (a region per slice waited at every join for a
+// descheduled thread on a loaded machine), blocks split at slice boundaries,
+// each thread's sums per slice added once at the end into sums[0..] (the
+// range's first slice first).
+template <class Update, class Coordinate>
+static long measured_update(long lo, long hi, long per, UpdateSums* sums, const Update& shared,
+                            Coordinate coordinate) {
     const long first = lo / per, n = (hi - 1) / per - first + 1;
     std::vector<UpdateSums> total(n);
     long lost = 0;
 #pragma omp parallel reduction(+ : lost)
     {
+        const Update k = shared;
         std::vector<UpdateSums> mine(n);
 #pragma omp for schedule(static)
         for (long b0 = lo; b0 < hi; b0 += kSumBlock) {
@@ -172,14 +199,18 @@ static long measured_update(long lo, long hi, long per, UpdateSums* sums, const 
                 float g2 = 0.0f, w2 = 0.0f, n2 = 0.0f, u2 = 0.0f, e = 0.0f, mo = 0.0f;
                 long block_lost = 0;
 #pragma omp simd reduction(+ : g2, w2, n2, u2, e, mo, block_lost)
-                for (long i = s0; i < s1; i++) block_lost += coordinate(i, g2, w2, n2, u2, e, mo);
+                for (long i = s0; i < s1; i++) {
+                    const MeasuredCoordinate c = coordinate(k, i);
+                    add_coordinate(g2, w2, n2, u2, e, mo, c.g, c.w, c.stored, c.v, c.v_hat, k.eps);
+                    block_lost += c.lost;
+                }
                 add_block(mine[slice - first], g2, w2, n2, u2, e, mo);
                 lost += block_lost;
                 s0 = s1;
             }
         }
 #pragma omp critical
-        for (long k = 0; k < n; k++) add_sums(total[k], mine[k]);
+        for (long j = 0; j < n; j++) add_sums(total[j], mine[j]);
     }
     std::copy(total.begin(), total.end(), sums);
     return lost;
@@ -190,82 +221,47 @@ struct AdamW::StepConstants {
     bool sr_params, sr_moments;
 };
 
-// One coordinate's AdamW update in fp32; returns v_hat, for the measurement
-// (returned, not written through a reference: that kept the loop scalar).
-static inline float fp32_coordinate(float* p, const float* g, float* m, float* v, long i, float b1, float b2,
-                                    float bc1, float bc2, float eps, float lr, float wd) {
-    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-    float m_hat = m[i] / bc1;
-    float v_hat = v[i] / bc2;
-    p[i] -= lr * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
-    return v_hat;
+// One tensor's (shard range's) AdamW update in fp32. Element i of the
+// tensor is at p[i], g[i], m[i] and v[i].
+struct Fp32Update {
+    float* p;        // weights
+    const float* g;  // gradients
+    float *m, *v;    // moments
+    float b1, b2, bc1, bc2, eps, lr, wd;
+};
+
+static inline MeasuredCoordinate fp32_coordinate(const Fp32Update& u, long i) {
+    float *p = u.p, *m = u.m, *v = u.v;
+    const float* g = u.g;
+    const float w = p[i];
+    m[i] = u.b1 * m[i] + (1.0f - u.b1) * g[i];
+    v[i] = u.b2 * v[i] + (1.0f - u.b2) * g[i] * g[i];
+    float m_hat = m[i] / u.bc1;
+    float v_hat = v[i] / u.bc2;
+    p[i] -= u.lr * (m_hat / (std::sqrt(v_hat) + u.eps) + u.wd * p[i]);
+    return {g[i], w, p[i], v[i], v_hat, false};
 }
 
-// One range's AdamW update in fp32; m and v are indexed like p (element i at
-// m[i]). With sums, each slice's sums (slices `per` long) from the same pass.
-static void fp32_update(float* p, const float* g, float* m, float* v, long lo, long hi, long per, float b1, float b2,
-                        float bc1, float bc2, float eps, float lr, float wd, UpdateSums* sums) {
-    if (!sums) {
-        // firstprivate: shared, the constants were reloaded every iteration
-        // (p's stores might alias them) and the loop stayed scalar.
-#pragma omp parallel for firstprivate(b1, b2, bc1, bc2, eps, lr, wd)
-        for (long i = lo; i < hi; i++) fp32_coordinate(p, g, m, v, i, b1, b2, bc1, bc2, eps, lr, wd);
-        return;
-    }
-    // Written out rather than through measured_update's callback: the
-    // callback's captures were reloaded every iteration (stores to p might
-    // alias them) and the measured update took 5x the unmeasured one.
-    const long first = lo / per, n = (hi - 1) / per - first + 1;
-    std::vector<UpdateSums> total(n);
-#pragma omp parallel firstprivate(b1, b2, bc1, bc2, eps, lr, wd)
-    {
-        std::vector<UpdateSums> mine(n);
-#pragma omp for schedule(static)
-        for (long b0 = lo; b0 < hi; b0 += kSumBlock) {
-            const long b1_end = std::min(hi, b0 + kSumBlock);
-            for (long s0 = b0; s0 < b1_end;) {
-                const long slice = s0 / per, s1 = std::min(b1_end, (slice + 1) * per);
-                float g2 = 0.0f, w2 = 0.0f, n2 = 0.0f, u2 = 0.0f, e = 0.0f, mo = 0.0f;
-#pragma omp simd reduction(+ : g2, w2, n2, u2, e, mo)
-                for (long i = s0; i < s1; i++) {
-                    const float w = p[i];
-                    const float v_hat = fp32_coordinate(p, g, m, v, i, b1, b2, bc1, bc2, eps, lr, wd);
-                    add_coordinate(g2, w2, n2, u2, e, mo, g[i], w, p[i], v[i], v_hat, eps);
-                }
-                add_block(mine[slice - first], g2, w2, n2, u2, e, mo);
-                s0 = s1;
-            }
-        }
-#pragma omp critical
-        for (long k = 0; k < n; k++) add_sums(total[k], mine[k]);
-    }
-    std::copy(total.begin(), total.end(), sums);
-}
-
-// One tensor's (shard range's) AdamW update in the pure bf16 modes. The
-// rounding choices are template parameters so each variant's loop has no
-// branch and vectorizes.
+// The same update in the pure bf16 modes: moments (and the Kahan
+// compensation) stored in bf16, the arithmetic in fp32. The rounding choices
+// are template parameters so each variant's loop has no branch and
+// vectorizes.
 struct Bf16Update {
     float* p;        // weights, element i at p[i]
     const float* g;  // gradients
-    bf16 *m, *v;     // moments, element i at m[i - lo]
+    bf16 *m, *v;     // moments, element i at m[i]
     bf16* c;         // Kahan compensation like the moments, or null
-    long lo, hi;
     float b1, b2, bc1, bc2, eps, lr, wd;
     uint64_t key_p, key_m, key_v;  // rounding bits (stochastic rounding)
 };
 
-// Coordinate i of a bf16 update: the weight stored; returns its old value,
-// v_hat (for the measurement) and whether the update was lost in rounding.
-struct Bf16Coordinate {
-    float w, v_hat;
-    bool lost;
-};
+// Coordinate i of a bf16 update: the weight stored, what the measurement
+// needs returned, and whether the update was lost in rounding.
 template <bool kSrParams, bool kSrMoments, bool kKahan>
-static inline Bf16Coordinate bf16_coordinate(const Bf16Update& u, bf16* m, bf16* v, bf16* c, long i) {
+static inline MeasuredCoordinate bf16_coordinate(const Bf16Update& u, long i) {
     float* p = u.p;
     const float* g = u.g;
+    bf16 *m = u.m, *v = u.v, *c = u.c;
     float mi = u.b1 * bf16_to_float(m[i]) + (1.0f - u.b1) * g[i];
     float vi = u.b2 * bf16_to_float(v[i]) + (1.0f - u.b2) * g[i] * g[i];
     m[i] = to_bf16(mi, kSrMoments, kSrMoments ? rounding_bits_at(u.key_m, i) : 0);
@@ -281,36 +277,33 @@ static inline Bf16Coordinate bf16_coordinate(const Bf16Update& u, bf16* m, bf16*
     } else {
         stored = bf16_to_float(to_bf16(p[i] + update, kSrParams, kSrParams ? rounding_bits_at(u.key_p, i) : 0));
     }
-    const Bf16Coordinate out{p[i], v_hat, update != 0.0f && stored == p[i]};
+    // & rather than &&: a branch kept the loop scalar.
+    const MeasuredCoordinate out{g[i], p[i], stored, bf16_to_float(v[i]), v_hat,
+                                 (bool)((update != 0.0f) & (stored == p[i]))};
     p[i] = stored;
     return out;
 }
 
-template <bool kSrParams, bool kSrMoments, bool kKahan, bool kMeasure>
-static long bf16_update(const Bf16Update& u, long per, UpdateSums* out) {
-    long lost = 0;
-    bf16 *m = u.m - u.lo, *v = u.v - u.lo, *c = kKahan ? u.c - u.lo : nullptr;
-    if constexpr (!kMeasure) {
-#pragma omp parallel for simd reduction(+ : lost)
-        for (long i = u.lo; i < u.hi; i++) lost += bf16_coordinate<kSrParams, kSrMoments, kKahan>(u, m, v, c, i).lost;
-        return lost;
-    }
-    return measured_update(u.lo, u.hi, per, out,
-                           [&](long i, float& g2, float& w2, float& n2, float& u2, float& e, float& mo) {
-                               const Bf16Coordinate k = bf16_coordinate<kSrParams, kSrMoments, kKahan>(u, m, v, c, i);
-                               add_coordinate(g2, w2, n2, u2, e, mo, u.g[i], k.w, u.p[i], bf16_to_float(v[i]),
-                                              k.v_hat, u.eps);
-                               return (long)k.lost;
-                           });
+// Either update over [lo, hi), measured into `sums` when it is not null.
+template <class Update, class Coordinate>
+static long update(long lo, long hi, long per, UpdateSums* sums, const Update& u, Coordinate coordinate) {
+    return sums ? measured_update(lo, hi, per, sums, u, coordinate) : unmeasured_update(lo, hi, u, coordinate);
 }
 
-template <bool kMeasure>
-static long bf16_update_variant(const Bf16Update& u, long per, bool kahan, bool sr_moments, bool sr_params,
-                                UpdateSums* out) {
-    return kahan        ? bf16_update<false, false, true, kMeasure>(u, per, out)
-           : sr_moments ? bf16_update<true, true, false, kMeasure>(u, per, out)
-           : sr_params  ? bf16_update<true, false, false, kMeasure>(u, per, out)
-                        : bf16_update<false, false, false, kMeasure>(u, per, out);
+// Each variant's coordinate as a type of its own (a lambda, not a function
+// pointer), so that it is inlined into the loop.
+template <bool kSrParams, bool kSrMoments, bool kKahan>
+static long bf16_update(const Bf16Update& u, long lo, long hi, long per, UpdateSums* sums) {
+    return update(lo, hi, per, sums, u,
+                  [](const Bf16Update& k, long i) { return bf16_coordinate<kSrParams, kSrMoments, kKahan>(k, i); });
+}
+
+static long bf16_update(const Bf16Update& u, long lo, long hi, long per, bool kahan, bool sr_moments,
+                        bool sr_params, UpdateSums* sums) {
+    if (kahan) return bf16_update<false, false, true>(u, lo, hi, per, sums);
+    if (sr_moments) return bf16_update<true, true, false>(u, lo, hi, per, sums);
+    if (sr_params) return bf16_update<true, false, false>(u, lo, hi, per, sums);
+    return bf16_update<false, false, false>(u, lo, hi, per, sums);
 }
 
 long update_slices(const std::vector<TensorKind>& kinds) {
@@ -328,19 +321,19 @@ long AdamW::update_range(const StepConstants& c, const TensorKind& k, size_t ki,
     // k.offset + i - begin_ there.
     const long at = k.offset - begin_;
     if (!precision_.bf16_state()) {
-        float *m = m_.f32() + at, *v = v_.f32() + at;
-        fp32_update(p, g, m, v, lo, hi, per, c.b1, c.b2, c.bc1, c.bc2, c.eps, c.lr, wd, sums);
+        const Fp32Update u{p, g, m_.f32() + at, v_.f32() + at, c.b1, c.b2, c.bc1, c.bc2, c.eps, c.lr, wd};
+        update(lo, hi, per, sums, u, [](const Fp32Update& k, long i) { return fp32_coordinate(k, i); });
         return 0;
     }
     // The same update computed in fp32 from bf16 values and written back
     // as bf16. Three streams of rounding bits per tensor (weights, first
     // and second moment); elements are numbered within the tensor, so the
     // bits do not depend on how the flat buffer is laid out or split.
-    Bf16Update u{p, g, m_.b16() + at + lo, v_.b16() + at + lo, c_ ? c_->b16() + at + lo : nullptr, lo, hi,
-                 c.b1, c.b2, c.bc1, c.bc2, c.eps, c.lr, wd, rounding_key(rounding_seed_, t_, 3 * ki),
-                 rounding_key(rounding_seed_, t_, 3 * ki + 1), rounding_key(rounding_seed_, t_, 3 * ki + 2)};
-    return sums ? bf16_update_variant<true>(u, per, c_.has_value(), c.sr_moments, c.sr_params, sums)
-                : bf16_update_variant<false>(u, per, c_.has_value(), c.sr_moments, c.sr_params, nullptr);
+    const Bf16Update u{p, g, m_.b16() + at, v_.b16() + at, c_ ? c_->b16() + at : nullptr,
+                       c.b1, c.b2, c.bc1, c.bc2, c.eps, c.lr, wd,
+                       rounding_key(rounding_seed_, t_, 3 * ki), rounding_key(rounding_seed_, t_, 3 * ki + 1),
+                       rounding_key(rounding_seed_, t_, 3 * ki + 2)};
+    return bf16_update(u, lo, hi, per, c_.has_value(), c.sr_moments, c.sr_params, sums);
 }
 
 long AdamW::update_range_owned(const StepConstants& c, const TensorKind& k, size_t ki, float* p, const float* g,
