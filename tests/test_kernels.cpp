@@ -79,6 +79,28 @@ TEST(Matmul, ForwardAndBackwardMatchReference) {
     EXPECT_LT(relative_error(dw_new, dw_new_ref), 1e-5) << "dweight must be overwritten";
 }
 
+// The LM head's weight gradient (many output rows, few columns) takes
+// sgemm's path that copies A's columns into blocks first (sgemm.cpp): rows
+// past the last whole block, accumulation, overwriting NaN, and calls from
+// inside a parallel region (each thread its own product) must all hold.
+TEST(Matmul, AWeightGradientWithManyRowsAndFewColumnsMatchesReference) {
+    const int N = 67, IC = 40, OC = 1500;
+    auto inp = random_vector(N * IC, 7), w = random_vector(OC * IC, 8), dout = random_vector(N * OC, 9);
+    std::vector<float> dinp_ref(N * IC), dw_ref(OC * IC, 0.25f);
+    reference::matmul_backward(dinp_ref.data(), dw_ref.data(), dout.data(), inp.data(), w.data(), N, IC, OC);
+    std::vector<float> dw(OC * IC, 0.25f);
+    matmul_dweight(dw.data(), dout.data(), inp.data(), N, IC, OC, true);
+    EXPECT_LT(relative_error(dw, dw_ref), 1e-5) << "dweight must accumulate";
+
+    std::vector<float> fresh_ref(OC * IC, 0.0f);
+    reference::matmul_backward(dinp_ref.data(), fresh_ref.data(), dout.data(), inp.data(), w.data(), N, IC, OC);
+    std::vector<std::vector<float>> per_thread(2, std::vector<float>(OC * IC, NAN));
+#pragma omp parallel for num_threads(2)
+    for (int t = 0; t < 2; t++) matmul_dweight(per_thread[t].data(), dout.data(), inp.data(), N, IC, OC, false);
+    for (int t = 0; t < 2; t++)
+        EXPECT_LT(relative_error(per_thread[t], fresh_ref), 1e-5) << "thread " << t << ": dweight must be overwritten";
+}
+
 TEST(Matmul, BackwardMatchesFiniteDifferences) {
     const int N = 5, IC = 6, OC = 4;
     auto inp = random_vector(N * IC, 4), w = random_vector(OC * IC, 5), dout = random_vector(N * OC, 6);

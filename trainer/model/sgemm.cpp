@@ -2,11 +2,14 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace hlat {
 
@@ -18,13 +21,48 @@ void flip_bit_if_injected(float* C) {
     if (gemm_bit_flip) C[0] = std::bit_cast<float>(std::bit_cast<uint32_t>(C[0]) ^ (1u << 22));
 }
 
-void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
-           int ldb, float beta, float* C, int ldc) {
+static void dnnl_sgemm_or_throw(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                                const float* B, int ldb, float beta, float* C, int ldc) {
     dnnl_status_t status =
         dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     if (status != dnnl_success)
         throw std::runtime_error("sgemm: oneDNN refused a " + std::to_string(M) + "x" + std::to_string(N) + "x" +
                                  std::to_string(K) + " product (status " + std::to_string((int)status) + ")");
+}
+
+// A weight gradient with many output rows and few columns (the LM head's
+// (vocab, 256) on configs S and demo) is a product A^T B whose A is read
+// down columns lda floats apart. oneDNN 2.7's AVX2 sgemm ran it at 53-58
+// GFLOP/s on 2 Zen 3 cores (32 single-threaded), against 105-112 with A's
+// columns first copied, kColumnBlock at a time, into a tight buffer: the copy
+// is 9 ms of the 150 ms it saves on config S. oneDNN sums each output over K
+// in the same order either way (compared bit for bit for N <= 256); wider N
+// was as fast unblocked and blocking changed its bits, so it is left alone.
+constexpr int kColumnBlock = 192, kMaxBlockedN = 256, kMinBlockedM = 1024;
+
+static bool blocked_columns_pay(bool trans_a, bool trans_b, int M, int N) {
+    return trans_a && !trans_b && N <= kMaxBlockedN && M >= kMinBlockedM;
+}
+
+static void sgemm_blocked_columns(int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
+                                  float beta, float* C, int ldc) {
+    static thread_local std::vector<float> scratch;
+    scratch.resize((size_t)K * kColumnBlock);
+    float* block = scratch.data();  // the calling thread's, shared with the copy's threads
+    for (int m0 = 0; m0 < M; m0 += kColumnBlock) {
+        const int w = std::min(kColumnBlock, M - m0);
+#pragma omp parallel for
+        for (int k = 0; k < K; k++) std::memcpy(block + (size_t)k * w, A + (size_t)k * lda + m0, sizeof(float) * w);
+        dnnl_sgemm_or_throw(true, false, w, N, K, alpha, block, w, B, ldb, beta, C + (size_t)m0 * ldc, ldc);
+    }
+}
+
+void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+           int ldb, float beta, float* C, int ldc) {
+    if (blocked_columns_pay(trans_a, trans_b, M, N))
+        sgemm_blocked_columns(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    else
+        dnnl_sgemm_or_throw(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     flip_bit_if_injected(C);
 }
 
