@@ -304,7 +304,9 @@ class RunEnds(ServerTestCase):
         self.assertIs(signal.getsignal(signal.SIGTERM), signal.SIG_DFL)
         runs = {r["name"]: r for r in self.server.get("/api/v1/runs")["runs"]}
         self.assertEqual(runs["twice"]["status"], "finished")
-        self.assertEqual(len(self.server.get("/api/v1/runs/twice/events")["events"]), 2, "start and one stop")
+        events = self.server.get("/api/v1/runs/twice/events")["events"]
+        # Once seen with 4 under a full ctest -j2 (not reproduced alone): the message names them.
+        self.assertEqual(len(events), 2, f"start and one stop, not {events}")
 
 
 class _FakeServer(http.server.ThreadingHTTPServer):

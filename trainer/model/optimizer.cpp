@@ -166,10 +166,10 @@ static inline void add_sums(UpdateSums& t, const UpdateSums& x) {
 template <class Update, class Coordinate>
 static long unmeasured_update(long lo, long hi, const Update& shared, Coordinate coordinate) {
     long lost = 0;
-#pragma omp parallel reduction(+ : lost)
+#pragma omp parallel
     {
         const Update k = shared;
-#pragma omp for simd
+#pragma omp for simd reduction(+ : lost)
         for (long i = lo; i < hi; i++) lost += coordinate(k, i).lost;
     }
     return lost;
@@ -295,7 +295,7 @@ static long update(long lo, long hi, long per, UpdateSums* sums, const Update& u
 template <bool kSrParams, bool kSrMoments, bool kKahan>
 static long bf16_update(const Bf16Update& u, long lo, long hi, long per, UpdateSums* sums) {
     return update(lo, hi, per, sums, u,
-                  [](const Bf16Update& k, long i) { return bf16_coordinate<kSrParams, kSrMoments, kKahan>(k, i); });
+                  [](const Bf16Update& x, long i) { return bf16_coordinate<kSrParams, kSrMoments, kKahan>(x, i); });
 }
 
 static long bf16_update(const Bf16Update& u, long lo, long hi, long per, bool kahan, bool sr_moments,
@@ -322,7 +322,7 @@ long AdamW::update_range(const StepConstants& c, const TensorKind& k, size_t ki,
     const long at = k.offset - begin_;
     if (!precision_.bf16_state()) {
         const Fp32Update u{p, g, m_.f32() + at, v_.f32() + at, c.b1, c.b2, c.bc1, c.bc2, c.eps, c.lr, wd};
-        update(lo, hi, per, sums, u, [](const Fp32Update& k, long i) { return fp32_coordinate(k, i); });
+        update(lo, hi, per, sums, u, [](const Fp32Update& x, long i) { return fp32_coordinate(x, i); });
         return 0;
     }
     // The same update computed in fp32 from bf16 values and written back

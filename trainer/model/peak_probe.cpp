@@ -13,7 +13,7 @@ namespace {
 // Enough independent accumulators to cover the FMA latency on every port
 // (4 cycles x 2 ports on Zen 4 and Ice Lake alike, with room to spare).
 constexpr int kChains = 12;
-constexpr long kIterations = 200'000;  // about 10 ms: short enough that some trial sees an idle core
+constexpr long kIterations = 200'000;  // about 0.4 ms a trial on an AVX2 core: short enough that some trial sees an idle core
 
 __attribute__((target("avx512f"))) float fma_loop(long iterations) {
     __m512 acc[kChains];
@@ -55,7 +55,7 @@ __attribute__((target("avx512f,avx512bf16"))) float dot_loop(long iterations) {
 
 // Runs `loop` on every thread at once, in GFLOP/s: the best of at least
 // kMinTrials trials spread over at least kMinSeconds. A ceiling is a best
-// case; on a shared VM a tenth of a second (ten trials) once measured half
+// case; on a shared VM ten trials (a few milliseconds) once measured half
 // the FMA rate (one vCPU descheduled throughout) while the same run's GEMMs
 // went faster than that "ceiling".
 constexpr int kMinTrials = 10;

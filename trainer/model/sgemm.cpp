@@ -1,6 +1,7 @@
 #include "trainer/model/sgemm.h"
 
 #include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -32,12 +33,14 @@ static void dnnl_sgemm_or_throw(bool trans_a, bool trans_b, int M, int N, int K,
 
 // A weight gradient with many output rows and few columns (the LM head's
 // (vocab, 256) on configs S and demo) is a product A^T B whose A is read
-// down columns lda floats apart. oneDNN 2.7's AVX2 sgemm ran it at 53-58
-// GFLOP/s on 2 Zen 3 cores (32 single-threaded), against 105-112 with A's
+// down columns lda floats apart. oneDNN's AVX2 sgemm ran it at 53-58
+// GFLOP/s on 2 Zen 3 cores (32 single-threaded), against 105-131 with A's
 // columns first copied, kColumnBlock at a time, into a tight buffer: the copy
-// is 9 ms of the 150 ms it saves on config S. oneDNN sums each output over K
-// in the same order either way (compared bit for bit for N <= 256); wider N
-// was as fast unblocked and blocking changed its bits, so it is left alone.
+// is 9 ms of the ~80 ms it saves a step on config S. On 2 threads oneDNN
+// summed each output over K in the same order either way (compared bit for
+// bit for N <= 256; more threads might split K differently); wider N was as
+// fast unblocked and blocking changed its bits, so it is left alone. Measured
+// on AVX2 only.
 constexpr int kColumnBlock = 192, kMaxBlockedN = 256, kMinBlockedM = 1024;
 
 static bool blocked_columns_pay(bool trans_a, bool trans_b, int M, int N) {
@@ -51,7 +54,9 @@ static void sgemm_blocked_columns(int M, int N, int K, float alpha, const float*
     float* block = scratch.data();  // the calling thread's, shared with the copy's threads
     for (int m0 = 0; m0 < M; m0 += kColumnBlock) {
         const int w = std::min(kColumnBlock, M - m0);
-#pragma omp parallel for
+        // Inside a parallel region the copy stays on the calling thread, as
+        // every sgemm does there (sgemm.h).
+#pragma omp parallel for if (!omp_in_parallel())
         for (int k = 0; k < K; k++) std::memcpy(block + (size_t)k * w, A + (size_t)k * lda + m0, sizeof(float) * w);
         dnnl_sgemm_or_throw(true, false, w, N, K, alpha, block, w, B, ldb, beta, C + (size_t)m0 * ldc, ldc);
     }
