@@ -230,12 +230,12 @@ void Trainer::clip(StepStats& s, bool tensor_norms) {
             s.grad_norm = std::sqrt(job_sum_squares(*parallel_, *model_, g, own_begin, own_end, zero1));
         }
     }
-    // clip_to_norm touches the gradients only when it scales them.
-    const bool scales = clip_factor(s.grad_norm, config_.optimizer.grad_clip) < 1.0;
-    KernelScope scope("clip", scales ? 8.0 * (own_end - own_begin) : 0.0);
+    // clip_to_norm scales by this factor (in float) and touches the
+    // gradients only when it is below 1.
+    const double factor = clip_factor(s.grad_norm, config_.optimizer.grad_clip);
+    KernelScope scope("clip", factor < 1.0 ? 8.0 * (own_end - own_begin) : 0.0);
     s.clipped = clip_to_norm(g + own_begin, own_end - own_begin, s.grad_norm, config_.optimizer.grad_clip, bf16);
-    // As clip_to_norm scaled: by the factor in float.
-    clip_factor_ = s.clipped ? (float)clip_factor(s.grad_norm, config_.optimizer.grad_clip) : 1.0;
+    clip_factor_ = s.clipped ? (float)factor : 1.0;
 }
 
 // What AdamW reads and writes per step, for the profile: the weights (fp32
