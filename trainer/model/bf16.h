@@ -26,6 +26,9 @@ inline bf16 float_to_bf16_rne(float f) {
     return (bf16)((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
+// The bf16 value nearest x, kept in fp32.
+inline float bf16_value(float x) { return bf16_to_float(float_to_bf16_rne(x)); }
+
 // Stochastic rounding: round up with probability (dropped bits) / 2^16, so
 // the expected value of the result is the input. `random` supplies the 16
 // bits. Inf and NaN pass unchanged; a value may round up to Inf only from the

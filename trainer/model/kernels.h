@@ -92,10 +92,13 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 // Attention with bf16 products (the bf16 modes' default; precision.attention =
 // fp32 runs the fp32 kernels above on bf16 values) reads qkv in bf16,
 // head-major: heads (B, NH + 2 NKV, T, HD), q heads then k then v, each head's
-// T x HD slice contiguous, as its products read it. The four products take bf16 operands and sum in fp32, as
-// every bf16 matmul does; dout is rounded as read, and the probabilities and
-// score gradients as they enter their products, as FlashAttention does in
-// bf16. dqkv is written in the row-major (B, T, QKV) layout, in fp32.
+// T x HD slice contiguous, as its products read it. The four products take
+// bf16 operands and sum in fp32, as every bf16 matmul does; dout is rounded as
+// read, and the probabilities and score gradients as they enter their
+// products, as FlashAttention does in bf16. On the emulated engine
+// (kernels_bf16.h) those bf16 values are held in fp32 for sgemm, each head
+// widened once. dqkv is written in the row-major (B, T, QKV) layout, in fp32.
+// Both in attention.cpp.
 void qkv_heads_bf16(bf16* heads, const float* qkv, int B, int T, int NH, int NKV, int HD);  // narrowed
 void attention_forward(float* out, float* att, float* scratch, const bf16* qkv_heads, int B, int T, int NH,
                        int NKV, int HD, int lookahead = 0, bool probs_bf16 = false,

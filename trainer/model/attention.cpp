@@ -1,0 +1,399 @@
+// Causal softmax attention, forward and backward (kernels.h), for every
+// precision: fp32 products on fp32 qkv, or bf16 products on the head-major
+// bf16 copy of qkv.
+//
+// One (batch, head) pair at a time, one block of kAttBlock query rows at a
+// time: block rows [r0, r1) only see keys [0, r1 + lookahead) (lookahead is 0
+// except when the mask_leak fault is injected), which skips most of the masked
+// upper triangle, and each block's scores, softmax and products run while the
+// block is still in cache (a whole head's T x T probabilities are not). The
+// products are small (64 query rows by up to T keys by HD): each runs on the
+// calling thread (sgemm or oneDNN inside a parallel region), the heads spread
+// over the threads.
+#include "trainer/model/bf16.h"
+#include "trainer/model/kernels.h"
+#include "trainer/model/kernels_bf16.h"
+#include "trainer/model/qkv_layout.h"
+#include "trainer/model/sgemm.h"
+#include "trainer/model/vector_math.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+namespace hlat {
+
+namespace {
+
+// How the four products read their operands, and the values they hold. The
+// softmax and its backward are fp32 under every one.
+//  - Fp32Operands: fp32 values, sgemm; q, k, v read in place from qkv.
+//  - Bf16Operands: bf16 values, oneDNN's bf16 products (a CPU with
+//    avx512_bf16); qkv's head-major bf16 copy read in place, dout narrowed per
+//    head, the probabilities and score gradients narrowed as produced.
+//  - Bf16ValuesInFp32: the same bf16 values, held in fp32 for sgemm (the
+//    emulated engine, kernels_bf16.h): each head's q, k, v are widened once,
+//    and the probabilities and score gradients are rounded to bf16 values in
+//    fp32 as produced. Computing through gemm_bf16_on_thread instead would
+//    widen k and v again for every block of query rows, and narrow the
+//    probabilities only to widen them back. Same values, same products, same
+//    sums as that: bit for bit.
+struct Fp32Operands {
+    using Op = float;
+    static constexpr bool kBf16 = false;
+};
+struct Bf16Operands {
+    using Op = bf16;
+    static constexpr bool kBf16 = true;
+};
+struct Bf16ValuesInFp32 {
+    using Op = float;
+    static constexpr bool kBf16 = true;
+};
+
+// x as an operand of the products: itself, narrowed, or its bf16 value.
+template <typename Ops>
+inline typename Ops::Op to_operand(float x) {
+    if constexpr (!Ops::kBf16) return x;
+    else if constexpr (std::is_same_v<typename Ops::Op, bf16>) return float_to_bf16_rne(x);
+    else return bf16_value(x);
+}
+
+constexpr int kAttBlock = 64;
+
+inline int block_end(int r0, int T) { return r0 + kAttBlock < T ? r0 + kAttBlock : T; }
+inline int visible_keys(int r1, int T, int lookahead) { return r1 + lookahead < T ? r1 + lookahead : T; }
+inline int last_key(int i, int T, int lookahead) { return i + lookahead < T ? i + lookahead : T - 1; }
+
+void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
+          float beta, float* C, int ldc) {
+    sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B, int ldb,
+          float beta, float* C, int ldc) {
+    gemm_bf16_on_thread(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta != 0.0f, C, ldc);
+}
+
+// A T x HD slice of qkv or dout (leading dimension ld) as the products read it.
+template <typename E>
+struct Slice {
+    const E* data;
+    int ld;
+};
+
+// Per thread: the operands the products read that are not qkv itself. Grows
+// to the largest T and stays.
+template <typename Op>
+struct HeadScratch {
+    std::vector<Op> dout;            // one head's output gradient (bf16 modes)
+    std::vector<Op> probs, dscores;  // T x T probabilities and score gradients (bf16 modes)
+    std::vector<float> q, k, v;      // one head's widened q, k, v (Bf16ValuesInFp32)
+    std::vector<float> columns;      // a block of columns, packed (causal_matmul_transposed)
+    static HeadScratch& mine(int T) {
+        static thread_local HeadScratch s;
+        if (s.probs.size() < (size_t)T * T) {
+            s.probs.resize((size_t)T * T);
+            s.dscores.resize((size_t)T * T);
+        }
+        return s;
+    }
+};
+
+// Head h (q heads, then k, then v) of batch element b of qkv: row-major fp32
+// or head-major bf16 (kernels.h).
+template <typename E>
+Slice<E> head_of(const E* qkv, int b, int h, int T, int NH, int NKV, int HD) {
+    const int QKV = (NH + 2 * NKV) * HD;
+    const QkvLayout layout = std::is_same_v<E, float> ? QkvLayout::row_major(QKV, HD) : QkvLayout::head_major(T, HD);
+    return {qkv + (long)b * T * QKV + h * layout.head, (int)layout.row};
+}
+
+// That head as the products read it: in place, or widened into `widened`
+// (Bf16ValuesInFp32, whose qkv is bf16 and whose products read fp32).
+template <typename Ops, typename E>
+Slice<typename Ops::Op> head_operand(const E* qkv, int b, int h, int T, int NH, int NKV, int HD,
+                                     std::vector<float>& widened) {
+    const Slice<E> head = head_of(qkv, b, h, T, NH, NKV, HD);
+    if constexpr (std::is_same_v<E, typename Ops::Op>) {
+        return head;
+    } else {
+        widened.resize((size_t)T * HD);
+        // A head-major slice is contiguous: ld == HD.
+#pragma omp simd
+        for (long i = 0; i < (long)T * HD; i++) widened[i] = bf16_to_float(head.data[i]);
+        return {widened.data(), HD};
+    }
+}
+
+// dout's head (leading dimension ld) as the products read it: in place for
+// fp32, a contiguous per-thread copy of its bf16 values otherwise.
+template <typename Ops>
+Slice<typename Ops::Op> dout_operand(const float* x, int ld, int T, int HD, std::vector<typename Ops::Op>& copy) {
+    if constexpr (!Ops::kBf16) {
+        return {x, ld};
+    } else {
+        copy.resize((size_t)T * HD);
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j < HD; j++) copy[(size_t)i * HD + j] = to_operand<Ops>(x[(long)i * ld + j]);
+        return {copy.data(), HD};
+    }
+}
+
+// The operand the products read for a T x T fp32 matrix (the probabilities,
+// the score gradients): the matrix itself in fp32, else the given scratch.
+template <typename Ops>
+typename Ops::Op* matrix_operand(float* matrix, std::vector<typename Ops::Op>& scratch) {
+    if constexpr (!Ops::kBf16) return matrix;
+    else return scratch.data();
+}
+
+// Rows [r0, r1) of a T x T fp32 matrix into its product operand; for fp32 the
+// operand is the matrix itself.
+template <typename Ops>
+void narrow_rows(typename Ops::Op* out, const float* in, int r0, int r1, int T) {
+    if constexpr (Ops::kBf16) {
+        for (long i = r0; i < r1; i++)
+#pragma omp simd
+            for (int j = 0; j < T; j++) out[i * T + j] = to_operand<Ops>(in[i * T + j]);
+    }
+}
+
+// exp(row[j] - maxv) over j <= last, in place; returns their sum. With
+// kMeasure, *weighted gets sum_j exp(d_j) d_j, d_j = row[j] - maxv, for the
+// row's entropy log(sum) - weighted / sum (= logsumexp(s) - sum p s, with the
+// shift by maxv keeping it free of cancellation): one FMA more per element.
+template <bool kMeasure>
+inline float exp_row(float* row, int last, float maxv, float* weighted) {
+    float sum = 0.0f, ws = 0.0f;
+    // The exps vectorize; the sums stay in order (no simd reduction), so the
+    // probabilities are those of the scalar loop to the bit.
+    for (int j = 0; j <= last; j++) {
+        const float d = row[j] - maxv;
+        row[j] = vexp(d);
+        sum += row[j];
+        if constexpr (kMeasure) ws += row[j] * d;
+    }
+    if constexpr (kMeasure) *weighted = ws;
+    return sum;
+}
+
+// Rows [r0, r1) of P = softmax(scale * Q K^T) under the causal mask (query i
+// sees keys j <= i + lookahead), in fp32, and of P_op, the operand the products
+// read (P itself for fp32). With logit_max (forward only), the rows' largest
+// logit is max-ed into *logit_max and their entropy added to *entropy_sum.
+template <typename Ops, typename Op = typename Ops::Op>
+void probs_block(float* P, Op* P_op, Slice<Op> q, Slice<Op> k, int T, int HD, float scale, int lookahead,
+                 bool probs_bf16, int r0, int r1, float* logit_max = nullptr, float* entropy_sum = nullptr) {
+    gemm(false, true, r1 - r0, visible_keys(r1, T, lookahead), HD, scale, q.data + (long)r0 * q.ld, q.ld, k.data,
+         k.ld, 0.0f, P + (long)r0 * T, T);
+    for (int i = r0; i < r1; i++) {
+        float* row = P + (long)i * T;
+        const int last = last_key(i, T, lookahead);
+        float maxv = -INFINITY;
+#pragma omp simd reduction(max : maxv)
+        for (int j = 0; j <= last; j++) maxv = row[j] > maxv ? row[j] : maxv;
+        float sum, weighted;
+        if (logit_max) {
+            sum = exp_row<true>(row, last, maxv, &weighted);
+            *logit_max = maxv > *logit_max ? maxv : *logit_max;
+            *entropy_sum += std::log(sum) - weighted / sum;
+        } else {
+            sum = exp_row<false>(row, last, maxv, &weighted);
+        }
+        float inv = 1.0f / sum;
+        for (int j = 0; j <= last; j++) row[j] *= inv;
+        if (probs_bf16)
+            for (int j = 0; j <= last; j++) row[j] = bf16_value(row[j]);
+        for (int j = last + 1; j < T; j++) row[j] = 0.0f;
+    }
+    narrow_rows<Ops>(P_op, P, r0, r1, T);
+}
+
+// Y rows [r0, r1) (ld ldy) = P rows [r0, r1) @ X, using that P is zero past
+// each row's visible keys.
+template <typename Op>
+void causal_matmul_block(float* Y, int ldy, const Op* P, Slice<Op> X, int T, int HD, int lookahead, int r0, int r1) {
+    gemm(false, false, r1 - r0, HD, visible_keys(r1, T, lookahead), 1.0f, P + (long)r0 * T, T, X.data, X.ld, 0.0f,
+         Y + (long)r0 * ldy, ldy);
+}
+
+// Rows [first_row, T) of P's columns [c0, c1), packed (leading dimension
+// c1 - c0) into `packed`. sgemm reads a transposed left operand whose rows
+// lie T floats apart at ~45 GFLOP/s on one Zen 3 core, packed at ~58, with
+// the same sums (measured on attention's shapes).
+const float* packed_columns(std::vector<float>& packed, const float* P, int T, int first_row, int c0, int c1) {
+    const int width = c1 - c0;
+    packed.resize((size_t)(T - first_row) * width);
+    for (int i = first_row; i < T; i++)
+        std::memcpy(packed.data() + (long)(i - first_row) * width, P + (long)i * T + c0, sizeof(float) * width);
+    return packed.data();
+}
+
+// Y (T, HD, ld ldy) += P^T (T, T) @ X: key block [c0, c1) is seen by query
+// rows [c0 - lookahead, T) only.
+template <typename Op>
+void causal_matmul_transposed(float* Y, int ldy, const Op* P, Slice<Op> X, int T, int HD, int lookahead,
+                              std::vector<float>& packed) {
+    for (int c0 = 0; c0 < T; c0 += kAttBlock) {
+        int c1 = block_end(c0, T);
+        int first_row = c0 - lookahead > 0 ? c0 - lookahead : 0;
+        const Op* A = P + (long)first_row * T + c0;
+        int lda = T;
+        if constexpr (std::is_same_v<Op, float>) {
+            A = packed_columns(packed, P, T, first_row, c0, c1);
+            lda = c1 - c0;
+        }
+        gemm(true, false, c1 - c0, HD, T - first_row, 1.0f, A, lda, X.data + (long)first_row * X.ld, X.ld, 1.0f,
+             Y + (long)c0 * ldy, ldy);
+    }
+}
+
+template <typename Ops, typename E>
+void attention_forward_heads(float* out, float* att, float* scratch, const E* qkv, int B, int T, int NH, int NKV,
+                             int HD, int lookahead, bool probs_bf16, const AttentionStats* stats) {
+    using Op = typename Ops::Op;
+    int CA = NH * HD;
+    int group = NH / NKV;
+    float scale = 1.0f / std::sqrt((float)HD);
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            HeadScratch<Op>& s = HeadScratch<Op>::mine(Ops::kBf16 ? T : 0);
+            Slice<Op> q = head_operand<Ops>(qkv, b, h, T, NH, NKV, HD, s.q);
+            Slice<Op> k = head_operand<Ops>(qkv, b, NH + h / group, T, NH, NKV, HD, s.k);
+            Slice<Op> v = head_operand<Ops>(qkv, b, NH + NKV + h / group, T, NH, NKV, HD, s.v);
+            float* P = att ? att + ((long)b * NH + h) * T * T
+                           : scratch + omp_get_thread_num() * AttentionScratch::floats(T);
+            Op* P_op = matrix_operand<Ops>(P, s.probs);
+            // Each (b, h) pair is one thread's: its slots need no atomics.
+            float* logit_max = stats ? stats->logit_max + (long)b * NH + h : nullptr;
+            float* entropy_sum = stats ? stats->entropy_sum + (long)b * NH + h : nullptr;
+            if (stats) {
+                *logit_max = -INFINITY;
+                *entropy_sum = 0.0f;
+            }
+            for (int r0 = 0; r0 < T; r0 += kAttBlock) {
+                int r1 = block_end(r0, T);
+                probs_block<Ops>(P, P_op, q, k, T, HD, scale, lookahead, probs_bf16, r0, r1, logit_max,
+                                 entropy_sum);
+                causal_matmul_block(out + (long)b * T * CA + h * HD, CA, static_cast<const Op*>(P_op), v, T, HD,
+                                    lookahead, r0, r1);
+            }
+        }
+    }
+}
+
+// Rows [r0, r1) of one head's backward through softmax and the scores:
+// dP = dO V^T on the visible keys, then dS = P * (dP - rowsum(P * dP)) * scale
+// into dS_op (zero past the visible keys; for fp32 dS_op is dP itself), and
+// dQ = dS K.
+template <typename Ops, typename Op = typename Ops::Op>
+void scores_backward_block(float* dq, int ldq, float* dP, Op* dS_op, const float* P, Slice<Op> dO, Slice<Op> k,
+                           Slice<Op> v, int T, int HD, float scale, int lookahead, int r0, int r1) {
+    gemm(false, true, r1 - r0, visible_keys(r1, T, lookahead), HD, 1.0f, dO.data + (long)r0 * dO.ld, dO.ld, v.data,
+         v.ld, 0.0f, dP + (long)r0 * T, T);
+    for (int i = r0; i < r1; i++) {
+        const float* p = P + (long)i * T;
+        const float* d = dP + (long)i * T;
+        Op* ds = dS_op + (long)i * T;
+        const int last = last_key(i, T, lookahead);
+        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int j = 0; j <= last; j++) dot += p[j] * d[j];
+#pragma omp simd
+        for (int j = 0; j <= last; j++) ds[j] = to_operand<Ops>(p[j] * (d[j] - dot) * scale);
+        for (int j = last + 1; j < T; j++) ds[j] = 0;
+    }
+    causal_matmul_block(dq, ldq, static_cast<const Op*>(dS_op), k, T, HD, lookahead, r0, r1);
+}
+
+// One (batch, kv head) task of the backward: the query heads of a group all
+// add into the same dk and dv, so they run in order here.
+template <typename Ops, typename E>
+void attention_backward_group(float* dqkv, float* thread_scratch, const float* dout, const E* qkv, const float* att,
+                              int b, int g, int T, int NH, int NKV, int HD, int lookahead, bool probs_bf16) {
+    using Op = typename Ops::Op;
+    int QKV = (NH + 2 * NKV) * HD;
+    int CA = NH * HD;
+    int group = NH / NKV;
+    float scale = 1.0f / std::sqrt((float)HD);
+    HeadScratch<Op>& s = HeadScratch<Op>::mine(Ops::kBf16 ? T : 0);
+    float* dbase = dqkv + (long)b * T * QKV;
+    float* dP = thread_scratch + (long)T * T;
+    Op* dS_op = matrix_operand<Ops>(dP, s.dscores);
+    Slice<Op> k = head_operand<Ops>(qkv, b, NH + g, T, NH, NKV, HD, s.k);
+    Slice<Op> v = head_operand<Ops>(qkv, b, NH + NKV + g, T, NH, NKV, HD, s.v);
+    float* dk = dbase + (NH + g) * HD;
+    float* dv = dbase + (NH + NKV + g) * HD;
+    for (int i = 0; i < T; i++) {
+        std::memset(dk + (long)i * QKV, 0, sizeof(float) * HD);
+        std::memset(dv + (long)i * QKV, 0, sizeof(float) * HD);
+    }
+    for (int h = g * group; h < (g + 1) * group; h++) {
+        Slice<Op> q = head_operand<Ops>(qkv, b, h, T, NH, NKV, HD, s.q);
+        Slice<Op> dO = dout_operand<Ops>(dout + (long)b * T * CA + h * HD, CA, T, HD, s.dout);
+        // Without stored probabilities each block's are recomputed just before use.
+        float* P = att ? const_cast<float*>(att) + ((long)b * NH + h) * T * T : thread_scratch;
+        Op* P_op = matrix_operand<Ops>(P, s.probs);
+        for (int r0 = 0; r0 < T; r0 += kAttBlock) {
+            int r1 = block_end(r0, T);
+            if (att)
+                narrow_rows<Ops>(P_op, P, r0, r1, T);
+            else
+                probs_block<Ops>(P, P_op, q, k, T, HD, scale, lookahead, probs_bf16, r0, r1);
+            scores_backward_block<Ops>(dbase + h * HD, QKV, dP, dS_op, P, dO, k, v, T, HD, scale, lookahead, r0, r1);
+        }
+        // dV += P^T dO, dK += dS^T Q
+        causal_matmul_transposed(dv, QKV, static_cast<const Op*>(P_op), dO, T, HD, lookahead, s.columns);
+        causal_matmul_transposed(dk, QKV, static_cast<const Op*>(dS_op), q, T, HD, lookahead, s.columns);
+    }
+}
+
+template <typename Ops, typename E>
+void attention_backward_groups(float* dqkv, float* scratch, const float* dout, const E* qkv, const float* att, int B,
+                               int T, int NH, int NKV, int HD, int lookahead, bool probs_bf16) {
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int g = 0; g < NKV; g++)
+            attention_backward_group<Ops>(dqkv, scratch + omp_get_thread_num() * AttentionScratch::floats(T), dout,
+                                          qkv, att, b, g, T, NH, NKV, HD, lookahead, probs_bf16);
+}
+
+bool bf16_products_on_sgemm() { return bf16_matmul_engine() == Bf16MatmulEngine::Emulated; }
+
+}  // namespace
+
+void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T, int NH, int NKV,
+                       int HD, int lookahead, bool probs_bf16, const AttentionStats* stats) {
+    attention_forward_heads<Fp32Operands>(out, att, scratch, qkv, B, T, NH, NKV, HD, lookahead, probs_bf16, stats);
+}
+
+void attention_forward(float* out, float* att, float* scratch, const bf16* qkv_heads, int B, int T, int NH, int NKV,
+                       int HD, int lookahead, bool probs_bf16, const AttentionStats* stats) {
+    if (bf16_products_on_sgemm())
+        attention_forward_heads<Bf16ValuesInFp32>(out, att, scratch, qkv_heads, B, T, NH, NKV, HD, lookahead,
+                                                  probs_bf16, stats);
+    else
+        attention_forward_heads<Bf16Operands>(out, att, scratch, qkv_heads, B, T, NH, NKV, HD, lookahead, probs_bf16,
+                                              stats);
+}
+
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att, int B,
+                        int T, int NH, int NKV, int HD, int lookahead, bool probs_bf16) {
+    attention_backward_groups<Fp32Operands>(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, HD, lookahead, probs_bf16);
+}
+
+void attention_backward(float* dqkv, float* scratch, const float* dout, const bf16* qkv_heads, const float* att,
+                        int B, int T, int NH, int NKV, int HD, int lookahead, bool probs_bf16) {
+    if (bf16_products_on_sgemm())
+        attention_backward_groups<Bf16ValuesInFp32>(dqkv, scratch, dout, qkv_heads, att, B, T, NH, NKV, HD, lookahead,
+                                                    probs_bf16);
+    else
+        attention_backward_groups<Bf16Operands>(dqkv, scratch, dout, qkv_heads, att, B, T, NH, NKV, HD, lookahead,
+                                                probs_bf16);
+}
+
+}  // namespace hlat
