@@ -129,6 +129,15 @@ json IngestEndpoints::run_state(Reader& reader, const RunRecord& run) {
     return {{"state", run.status}};
 }
 
+// The start's "start_id": the client's name for this one start, the same in
+// each retry of it; "" when absent.
+static std::string start_id_of(const json& j) {
+    if (!j.contains("start_id")) return "";
+    if (!j["start_id"].is_string() || j["start_id"].get<std::string>().size() > 100)
+        throw BadRequest("start_id must be a string of at most 100 bytes");
+    return j["start_id"].get<std::string>();
+}
+
 Response IngestEndpoints::start(const std::string& name, const std::string& body) {
     json j = parse_body(body);
     RunRecord r;
@@ -152,9 +161,17 @@ Response IngestEndpoints::start(const std::string& name, const std::string& body
     } catch (const std::exception& e) {
         throw BadRequest(e.what());
     }
+    const std::string start_id = start_id_of(j);
     std::lock_guard<std::mutex> lock(mutex_);
     writer_locked();
     auto existing = Reader(store_).find_run(name);
+    // A client whose start timed out (a server busy for longer than the
+    // client waits) sends it again with the same start_id: that start was
+    // taken, so it gets the first answer and no second session or "restart"
+    // event.
+    if (auto taken = starts_.find(name); !start_id.empty() && taken != starts_.end() &&
+                                         taken->second.id == start_id && existing && existing->status == "running")
+        return reply(200, {{"run", name}, {"state", "running"}, {"resumed", taken->second.resumed}});
     bool resume = j.value("resume", false);
     if (existing && !resume)
         return error(409, fmt::format("run \"{}\" already exists; resume it (resume=True) or choose another name", name));
@@ -162,6 +179,7 @@ Response IngestEndpoints::start(const std::string& name, const std::string& body
     std::unique_ptr<session::RunSession> s =
         session::RunSession::open(writer_.get(), r, {resume, "", step, time, "hlat python client"});
     sessions_[s->run_id()] = std::move(s);
+    if (!start_id.empty()) starts_[name] = {start_id, existing.has_value()};
     return reply(200, {{"run", name}, {"state", "running"}, {"resumed", existing.has_value()}});
 }
 

@@ -71,6 +71,11 @@ class IngestEndpoints {
     std::unique_ptr<telemetry::Writer> writer_;
     std::atomic<telemetry::Writer*> opened_{nullptr};  // writer_, once open
     std::map<int64_t, std::unique_ptr<session::RunSession>> sessions_;  // by run id
+    struct Start {
+        std::string id;  // the client's start_id
+        bool resumed;    // the answer it was given
+    };
+    std::map<std::string, Start> starts_;  // run name -> the latest start taken with a start_id
     struct Heard {
         double at;     // when the run last showed life: its newest record, or when the sweep saw it move
         int64_t step;  // its newest step then

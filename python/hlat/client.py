@@ -19,6 +19,7 @@ a normal interpreter exit; each first sends (or spools) what is queued.
 """
 import logging
 import os
+import secrets
 import socket
 import sys
 import time
@@ -139,8 +140,10 @@ class Run:
             transport = HttpTransport(url or os.environ.get("HLAT_URL") or DEFAULT_URL,
                                       token if token is not None else os.environ.get("HLAT_TOKEN", ""), timeout)
         # "time": when it started (a run uploaded later by sync is dated by it where the server reads it).
+        # "start_id" names this start in each retry of it: a start that timed out may have been taken,
+        # and the server answers its retry without a second session or a "restart" event.
         start = {"config": config, "precision": precision, "meta": meta, "resume": resume,
-                 "host": socket.gethostname(), "time": time.time()}
+                 "host": socket.gethostname(), "time": time.time(), "start_id": secrets.token_hex(8)}
         self._sender = Sender(self, transport, local, start, dir or _spool.default_dir(), mode == "offline",
                               send_interval)
         self._queue = self._sender.queue

@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.error
 
 import torch
 
@@ -307,6 +308,44 @@ class RunEnds(ServerTestCase):
         events = self.server.get("/api/v1/runs/twice/events")["events"]
         # Once seen with 4 under a full ctest -j2 (not reproduced alone): the message names them.
         self.assertEqual(len(events), 2, f"start and one stop, not {events}")
+
+
+class RunStarts(ServerTestCase):
+    """A start the server takes once, however often a client whose answer was late sends it."""
+
+    def kinds(self, name):
+        return [e["kind"] for e in self.server.get(f"/api/v1/runs/{name}/events")["events"]]
+
+    def test_a_start_that_timed_out_and_was_sent_again_is_one_start(self):
+        # The server frozen through init's start (the client waits 5 s for it, then goes on and
+        # sends it again): the first start is taken when it thaws, and the second is its retry.
+        os.kill(self.server.proc.pid, signal.SIGSTOP)
+        try:
+            with self.assertLogs("hlat", logging.WARNING) as said:
+                run = hlat.init("late", url=self.server.url, token=TOKEN)
+        finally:
+            os.kill(self.server.proc.pid, signal.SIGCONT)
+        self.assertIn("does not answer", "\n".join(said.output))
+        run.log({"loss": 1.0}, step=0)
+        run.finish()
+        self.assertGreaterEqual(run._sender.stats["retries"], 1, "the start was never retried")
+        self.assertEqual(self.kinds("late"), ["start", "stop"], "a retried start is not a restart")
+
+    def test_a_start_id_answers_its_retries_and_no_other_start(self):
+        body = lambda **kw: json.dumps({"config": {}, **kw}).encode()
+        first = self.server.post("/api/v1/runs/ids/start", body(start_id="a1"))
+        again = self.server.post("/api/v1/runs/ids/start", body(start_id="a1"))
+        self.assertEqual(again, first)
+        self.assertFalse(again["resumed"])
+        with self.assertRaises(urllib.error.HTTPError) as other:  # another start of a name in use
+            self.server.post("/api/v1/runs/ids/start", body(start_id="b2"))
+        self.assertEqual(other.exception.code, 409)
+        self.assertTrue(self.server.post("/api/v1/runs/ids/start", body(start_id="b2", resume=True))["resumed"])
+        self.assertEqual(self.kinds("ids"), ["start", "restart"])
+        with self.assertRaises(urllib.error.HTTPError) as bad:
+            self.server.post("/api/v1/runs/ids2/start", body(start_id=7))
+        self.assertEqual(bad.exception.code, 400)
+        self.assertIn("start_id must be a string", json.loads(bad.exception.read())["error"])
 
 
 class _FakeServer(http.server.ThreadingHTTPServer):

@@ -10,12 +10,10 @@
 #include "trainer/model/sgemm.h"
 #include "trainer/model/vector_math.h"
 
-#include <omp.h>
 
 #include <cmath>
 #include <cstring>
 #include <type_traits>
-#include <vector>
 
 namespace hlat {
 
