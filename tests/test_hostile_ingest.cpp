@@ -307,10 +307,38 @@ TEST_F(HostileIngest, TheStaleSweepDoesNotReadEveryRunEverySecond) {
     EXPECT_EQ(sweep.mark_stale(300), 1) << "the run silent for 1000 s";
     EXPECT_EQ(status("silent"), "stale");
     const int64_t first = sweep.activity_reads();
-    EXPECT_EQ(first, 2001);
+    EXPECT_EQ(first, 2002) << "each run read once, the silent one again under the lock before it is ended";
     for (int i = 0; i < 5; i++) EXPECT_EQ(sweep.mark_stale(300), 0);
     EXPECT_EQ(sweep.activity_reads(), first) << "no run is read again within its window";
     EXPECT_EQ(sweep.mark_stale(0.0), 2000) << "past the window, each is read and found stale";
+}
+
+// A start makes its run visible before its start event is written: a sweep
+// that reads it between the two sees a run with no record and no event,
+// which is not silent since 1970 but since it started (the sweep once ended
+// such runs "stale", and the client's first batch opened them again).
+TEST_F(HostileIngest, ARunSeenBeforeItsStartEventIsNotStale) {
+    const double now = now_seconds();
+    {
+        Writer w(store());
+        RunRecord r;
+        r.name = "just-opened";
+        r.source = "client";
+        r.started_at = now;
+        w.open_run(r, false);
+        RunRecord earlier = r;
+        earlier.name = "opened-long-ago";
+        earlier.started_at = now - 1000;
+        w.open_run(earlier, false);
+    }
+    web::IngestEndpoints sweep(store());
+    EXPECT_EQ(sweep.mark_stale(300), 1);
+    EXPECT_EQ(status("just-opened"), "running");
+    EXPECT_EQ(status("opened-long-ago"), "stale");
+    const auto events = Reader(store()).events(Reader(store()).find_run("opened-long-ago")->id);
+    ASSERT_EQ(events.size(), 1u);
+    EXPECT_EQ(events[0].detail, "no records for 1000 s");
+    EXPECT_DOUBLE_EQ(events[0].wall_time, now - 1000) << "dated at its start, its last sign of life";
 }
 
 // An import of last month's log by an `hlat ingest` that is alive: its

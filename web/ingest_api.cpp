@@ -112,6 +112,7 @@ session::RunSession& IngestEndpoints::session_of(Reader& reader, const RunRecord
 // which is then closed.
 void IngestEndpoints::end_run(const RunRecord& run, const std::string& status, int64_t step, const std::string& detail,
                               double wall_time) {
+    starts_.erase(run.name);  // a start retried after its run ended opens it again
     auto it = sessions_.find(run.id);
     if (it == sessions_.end()) return session::write_end(*writer_, run.id, status, step, detail, wall_time);
     it->second->finish(status, step, detail, wall_time);
@@ -179,7 +180,10 @@ Response IngestEndpoints::start(const std::string& name, const std::string& body
     std::unique_ptr<session::RunSession> s =
         session::RunSession::open(writer_.get(), r, {resume, "", step, time, "hlat python client"});
     sessions_[s->run_id()] = std::move(s);
-    if (!start_id.empty()) starts_[name] = {start_id, existing.has_value()};
+    if (start_id.empty())
+        starts_.erase(name);  // the session an earlier start_id opened is gone
+    else
+        starts_[name] = {start_id, existing.has_value()};
     return reply(200, {{"run", name}, {"state", "running"}, {"resumed", existing.has_value()}});
 }
 
@@ -278,6 +282,34 @@ Follower follower_of(const RunRecord& run) {
 
 }  // namespace
 
+// Ends `run` as stale after reading it again under the lock, which every
+// start and batch holds until its rows are written: a start makes its run
+// visible before its start event, so the read without the lock may have
+// caught a run between the two (silent since forever, to that read), or
+// before a batch. `seen_step` is that read's newest step; a run heard from after all goes into
+// `heard`. Returns whether it ended the run.
+bool IngestEndpoints::end_if_still_quiet(const RunRecord& run, int64_t seen_step, bool gone, double after_seconds,
+                                         std::map<int64_t, Heard>& heard) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    writer_locked();
+    Reader reader(store_);
+    const auto current = reader.find_run(run.name);
+    if (!current || current->id != run.id || current->status != "running") return false;
+    const Reader::Activity a = reader.last_activity(run.id);
+    activity_reads_++;
+    const double now = now_seconds(), at = std::max(a.wall_time, current->started_at);
+    if (!gone && (a.step != seen_step || now - at < after_seconds)) {
+        heard[run.id] = {a.step != seen_step ? now : at, a.step};
+        return false;
+    }
+    // Dated at the last sign of life, so uptime ends the segment there.
+    end_run(*current, "stale", std::max<int64_t>(0, a.step),
+            gone ? fmt::format("the hlat ingest feeding it is gone; last record {:.0f} s ago", now - at)
+                 : fmt::format("no records for {:.0f} s", now - at),
+            at);
+    return true;
+}
+
 // A run last heard of at t cannot be stale before t + after: each run's store
 // is read once per that window (and when its follower is gone), so a sweep of
 // thousands of quiet running runs every second reads next to nothing. A run
@@ -300,21 +332,14 @@ int IngestEndpoints::mark_stale(double after_seconds) {
         }
         const Reader::Activity a = reader.last_activity(run.id);
         activity_reads_++;
-        double at = a.wall_time;
+        double at = std::max(a.wall_time, run.started_at);  // a run just opened has shown life
         const bool moved = known != last_heard_.end() && a.step != known->second.step;
         if (moved || (known == last_heard_.end() && follower == Follower::Alive)) at = std::max(at, now);
         if (now - at < after_seconds && !gone) {
             heard[run.id] = {at, a.step};
             continue;
         }
-        std::lock_guard<std::mutex> lock(mutex_);
-        writer_locked();
-        // Dated at the last sign of life, so uptime ends the segment there.
-        end_run(run, "stale", std::max<int64_t>(0, a.step),
-                gone ? fmt::format("the hlat ingest feeding it is gone; last record {:.0f} s ago", now - a.wall_time)
-                     : fmt::format("no records for {:.0f} s", now - a.wall_time),
-                a.wall_time);
-        marked++;
+        if (end_if_still_quiet(run, a.step, gone, after_seconds, heard)) marked++;
     }
     last_heard_ = std::move(heard);
     return marked;

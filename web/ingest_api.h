@@ -75,12 +75,16 @@ class IngestEndpoints {
         std::string id;  // the client's start_id
         bool resumed;    // the answer it was given
     };
-    std::map<std::string, Start> starts_;  // run name -> the latest start taken with a start_id
+    // Run name -> the start_id of the start that opened its session, while
+    // that session runs (in memory: a server started again forgets them).
+    std::map<std::string, Start> starts_;
     struct Heard {
         double at;     // when the run last showed life: its newest record, or when the sweep saw it move
         int64_t step;  // its newest step then
     };
     std::map<int64_t, Heard> last_heard_;  // run id -> what the sweep last read of it
+    bool end_if_still_quiet(const telemetry::RunRecord& run, int64_t seen_step, bool gone, double after_seconds,
+                            std::map<int64_t, Heard>& heard);
     int64_t activity_reads_ = 0;
 };
 

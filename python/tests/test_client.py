@@ -19,12 +19,14 @@ import tempfile
 import threading
 import time
 import unittest
+import unittest.mock
 import urllib.error
 
 import torch
 
 from support import Server, ServerTestCase, TinyLM, TOKEN, batches
 import hlat
+import hlat._sender
 import hlat.torch
 
 
@@ -319,17 +321,21 @@ class RunStarts(ServerTestCase):
     def test_a_start_that_timed_out_and_was_sent_again_is_one_start(self):
         # The server frozen through init's start (the client waits 5 s for it, then goes on and
         # sends it again): the first start is taken when it thaws, and the second is its retry.
-        os.kill(self.server.proc.pid, signal.SIGSTOP)
-        try:
-            with self.assertLogs("hlat", logging.WARNING) as said:
-                run = hlat.init("late", url=self.server.url, token=TOKEN)
-        finally:
-            os.kill(self.server.proc.pid, signal.SIGCONT)
-        self.assertIn("does not answer", "\n".join(said.output))
-        run.log({"loss": 1.0}, step=0)
-        run.finish()
-        self.assertGreaterEqual(run._sender.stats["retries"], 1, "the start was never retried")
-        self.assertEqual(self.kinds("late"), ["start", "stop"], "a retried start is not a restart")
+        tries = unittest.mock.patch.object(hlat._sender.Sender, "_try_start", autospec=True,
+                                           side_effect=hlat._sender.Sender._try_start)
+        with tries as try_start:
+            os.kill(self.server.proc.pid, signal.SIGSTOP)
+            try:
+                with self.assertLogs("hlat", logging.WARNING) as said:
+                    run = hlat.init("late", url=self.server.url, token=TOKEN)
+            finally:
+                os.kill(self.server.proc.pid, signal.SIGCONT)
+            self.assertIn("does not answer", "\n".join(said.output))
+            run.log({"loss": 1.0}, step=0)
+            run.finish()
+        self.assertGreaterEqual(try_start.call_count, 2, "the start was never sent again")
+        events = self.server.get("/api/v1/runs/late/events")["events"]
+        self.assertEqual([e["kind"] for e in events], ["start", "stop"], f"a retried start is not a restart: {events}")
 
     def test_a_start_id_answers_its_retries_and_no_other_start(self):
         body = lambda **kw: json.dumps({"config": {}, **kw}).encode()
@@ -339,13 +345,19 @@ class RunStarts(ServerTestCase):
         self.assertFalse(again["resumed"])
         with self.assertRaises(urllib.error.HTTPError) as other:  # another start of a name in use
             self.server.post("/api/v1/runs/ids/start", body(start_id="b2"))
+        other.exception.close()
         self.assertEqual(other.exception.code, 409)
         self.assertTrue(self.server.post("/api/v1/runs/ids/start", body(start_id="b2", resume=True))["resumed"])
         self.assertEqual(self.kinds("ids"), ["start", "restart"])
+        # Once the run has ended, its start_id opens it again: that start is over.
+        self.server.post("/api/v1/runs/ids/finish", json.dumps({"status": "finished"}).encode())
+        self.server.post("/api/v1/runs/ids/start", body(start_id="b2", resume=True))
+        self.assertEqual(self.kinds("ids"), ["start", "restart", "stop", "restart"])
         with self.assertRaises(urllib.error.HTTPError) as bad:
             self.server.post("/api/v1/runs/ids2/start", body(start_id=7))
-        self.assertEqual(bad.exception.code, 400)
-        self.assertIn("start_id must be a string", json.loads(bad.exception.read())["error"])
+        with bad.exception:
+            self.assertEqual(bad.exception.code, 400)
+            self.assertIn("start_id must be a string", json.loads(bad.exception.read())["error"])
 
 
 class _FakeServer(http.server.ThreadingHTTPServer):

@@ -35,12 +35,15 @@ namespace {
 //    avx512_bf16); qkv's head-major bf16 copy read in place, dout narrowed per
 //    head, the probabilities and score gradients narrowed as produced.
 //  - Bf16ValuesInFp32: the same bf16 values, held in fp32 for sgemm (the
-//    emulated engine, kernels_bf16.h): each head's q, k, v are widened once,
-//    and the probabilities and score gradients are rounded to bf16 values in
-//    fp32 as produced. Computing through gemm_bf16_on_thread instead would
-//    widen k and v again for every block of query rows, and narrow the
-//    probabilities only to widen them back. Same values, same products, same
-//    sums as that: bit for bit.
+//    emulated engine, kernels_bf16.h): q, k and v are widened once per query
+//    head in forward (k and v once per kv group in backward), and the
+//    probabilities and score gradients are rounded to bf16 values in fp32 as
+//    produced (the score gradients in place of dP, as in fp32). Computing
+//    through gemm_bf16_on_thread instead would widen k and v again for every
+//    block of query rows, and narrow the probabilities only to widen them
+//    back. Same values, same products, same sums as that: bit for bit
+//    (measured on AVX2; the products' leading dimensions differ, which
+//    oneDNN's sgemm may weigh on other CPUs).
 struct Fp32Operands {
     using Op = float;
     static constexpr bool kBf16 = false;
@@ -89,14 +92,15 @@ struct Slice {
 template <typename Op>
 struct HeadScratch {
     std::vector<Op> dout;            // one head's output gradient (bf16 modes)
-    std::vector<Op> probs, dscores;  // T x T probabilities and score gradients (bf16 modes)
+    std::vector<Op> probs;           // T x T probabilities (bf16 modes)
+    std::vector<Op> dscores;         // T x T score gradients (Bf16Operands)
     std::vector<float> q, k, v;      // one head's widened q, k, v (Bf16ValuesInFp32)
     std::vector<float> columns;      // a block of columns, packed (causal_matmul_transposed)
     static HeadScratch& mine(int T) {
         static thread_local HeadScratch s;
         if (s.probs.size() < (size_t)T * T) {
             s.probs.resize((size_t)T * T);
-            s.dscores.resize((size_t)T * T);
+            if constexpr (!std::is_same_v<Op, float>) s.dscores.resize((size_t)T * T);
         }
         return s;
     }
@@ -142,11 +146,19 @@ Slice<typename Ops::Op> dout_operand(const float* x, int ld, int T, int HD, std:
     }
 }
 
-// The operand the products read for a T x T fp32 matrix (the probabilities,
-// the score gradients): the matrix itself in fp32, else the given scratch.
+// The operand the products read for the T x T probabilities: P itself in
+// fp32, else the given scratch (backward needs P unrounded).
 template <typename Ops>
-typename Ops::Op* matrix_operand(float* matrix, std::vector<typename Ops::Op>& scratch) {
-    if constexpr (!Ops::kBf16) return matrix;
+typename Ops::Op* probs_operand(float* P, std::vector<typename Ops::Op>& scratch) {
+    if constexpr (!Ops::kBf16) return P;
+    else return scratch.data();
+}
+// ... and for the score gradients: dP itself wherever the operand is fp32,
+// rounded in place where it is bf16 values (each dP is read before its dS is
+// written), else the given scratch.
+template <typename Ops>
+typename Ops::Op* scores_grad_operand(float* dP, std::vector<typename Ops::Op>& scratch) {
+    if constexpr (std::is_same_v<typename Ops::Op, float>) return dP;
     else return scratch.data();
 }
 
@@ -267,7 +279,7 @@ void attention_forward_heads(float* out, float* att, float* scratch, const E* qk
             Slice<Op> v = head_operand<Ops>(qkv, b, NH + NKV + h / group, T, NH, NKV, HD, s.v);
             float* P = att ? att + ((long)b * NH + h) * T * T
                            : scratch + omp_get_thread_num() * AttentionScratch::floats(T);
-            Op* P_op = matrix_operand<Ops>(P, s.probs);
+            Op* P_op = probs_operand<Ops>(P, s.probs);
             // Each (b, h) pair is one thread's: its slots need no atomics.
             float* logit_max = stats ? stats->logit_max + (long)b * NH + h : nullptr;
             float* entropy_sum = stats ? stats->entropy_sum + (long)b * NH + h : nullptr;
@@ -288,7 +300,8 @@ void attention_forward_heads(float* out, float* att, float* scratch, const E* qk
 
 // Rows [r0, r1) of one head's backward through softmax and the scores:
 // dP = dO V^T on the visible keys, then dS = P * (dP - rowsum(P * dP)) * scale
-// into dS_op (zero past the visible keys; for fp32 dS_op is dP itself), and
+// into dS_op (zero past the visible keys; dP itself where the operands are
+// fp32), and
 // dQ = dS K.
 template <typename Ops, typename Op = typename Ops::Op>
 void scores_backward_block(float* dq, int ldq, float* dP, Op* dS_op, const float* P, Slice<Op> dO, Slice<Op> k,
@@ -323,7 +336,7 @@ void attention_backward_group(float* dqkv, float* thread_scratch, const float* d
     HeadScratch<Op>& s = HeadScratch<Op>::mine(Ops::kBf16 ? T : 0);
     float* dbase = dqkv + (long)b * T * QKV;
     float* dP = thread_scratch + (long)T * T;
-    Op* dS_op = matrix_operand<Ops>(dP, s.dscores);
+    Op* dS_op = scores_grad_operand<Ops>(dP, s.dscores);
     Slice<Op> k = head_operand<Ops>(qkv, b, NH + g, T, NH, NKV, HD, s.k);
     Slice<Op> v = head_operand<Ops>(qkv, b, NH + NKV + g, T, NH, NKV, HD, s.v);
     float* dk = dbase + (NH + g) * HD;
@@ -337,7 +350,7 @@ void attention_backward_group(float* dqkv, float* thread_scratch, const float* d
         Slice<Op> dO = dout_operand<Ops>(dout + (long)b * T * CA + h * HD, CA, T, HD, s.dout);
         // Without stored probabilities each block's are recomputed just before use.
         float* P = att ? const_cast<float*>(att) + ((long)b * NH + h) * T * T : thread_scratch;
-        Op* P_op = matrix_operand<Ops>(P, s.probs);
+        Op* P_op = probs_operand<Ops>(P, s.probs);
         for (int r0 = 0; r0 < T; r0 += kAttBlock) {
             int r1 = block_end(r0, T);
             if (att)

@@ -98,7 +98,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 // products, as FlashAttention does in bf16. On the emulated engine
 // (kernels_bf16.h) those bf16 values are held in fp32 for sgemm, each head
 // widened once. dqkv is written in the row-major (B, T, QKV) layout, in fp32.
-// Both in attention.cpp.
+// The attention kernels are in attention.cpp.
 void qkv_heads_bf16(bf16* heads, const float* qkv, int B, int T, int NH, int NKV, int HD);  // narrowed
 void attention_forward(float* out, float* att, float* scratch, const bf16* qkv_heads, int B, int T, int NH,
                        int NKV, int HD, int lookahead = 0, bool probs_bf16 = false,
