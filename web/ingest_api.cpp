@@ -286,8 +286,8 @@ Follower follower_of(const RunRecord& run) {
 // start and batch holds until its rows are written: a start makes its run
 // visible before its start event, so the read without the lock may have
 // caught a run between the two (silent since forever, to that read), or
-// before a batch. `seen_step` is that read's newest step; a run heard from after all goes into
-// `heard`. Returns whether it ended the run.
+// before a batch. `seen_step` is that read's newest step; a run heard from
+// after all goes into `heard`. Returns whether it ended the run.
 bool IngestEndpoints::end_if_still_quiet(const RunRecord& run, int64_t seen_step, bool gone, double after_seconds,
                                          std::map<int64_t, Heard>& heard) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -304,7 +304,7 @@ bool IngestEndpoints::end_if_still_quiet(const RunRecord& run, int64_t seen_step
     }
     // Dated at the last sign of life, so uptime ends the segment there.
     end_run(*current, "stale", std::max<int64_t>(0, a.step),
-            gone ? fmt::format("the hlat ingest feeding it is gone; last record {:.0f} s ago", now - at)
+            gone ? fmt::format("the hlat ingest feeding it is gone; last record {:.0f} s ago", now - a.wall_time)
                  : fmt::format("no records for {:.0f} s", now - at),
             at);
     return true;

@@ -65,6 +65,9 @@ class IngestEndpoints {
     nlohmann::json run_state(telemetry::Reader& reader, const telemetry::RunRecord& run);
     // The writer, opened if it is not yet (mutex_ held).
     telemetry::Writer& writer_locked();
+    struct Heard;
+    bool end_if_still_quiet(const telemetry::RunRecord& run, int64_t seen_step, bool gone, double after_seconds,
+                            std::map<int64_t, Heard>& heard);
 
     std::string store_;
     std::mutex mutex_;  // one batch at a time: detectors see steps in order
@@ -78,13 +81,11 @@ class IngestEndpoints {
     // Run name -> the start_id of the start that opened its session, while
     // that session runs (in memory: a server started again forgets them).
     std::map<std::string, Start> starts_;
-    struct Heard {
+    struct Heard {  // what the stale sweep last read of a run
         double at;     // when the run last showed life: its newest record, or when the sweep saw it move
         int64_t step;  // its newest step then
     };
     std::map<int64_t, Heard> last_heard_;  // run id -> what the sweep last read of it
-    bool end_if_still_quiet(const telemetry::RunRecord& run, int64_t seen_step, bool gone, double after_seconds,
-                            std::map<int64_t, Heard>& heard);
     int64_t activity_reads_ = 0;
 };
 

@@ -125,9 +125,7 @@ Slice<typename Ops::Op> head_operand(const E* qkv, int b, int h, int T, int NH, 
         return head;
     } else {
         widened.resize((size_t)T * HD);
-        // A head-major slice is contiguous: ld == HD.
-#pragma omp simd
-        for (long i = 0; i < (long)T * HD; i++) widened[i] = bf16_to_float(head.data[i]);
+        bf16_widen(widened.data(), head.data, (long)T * HD);  // a head-major slice is contiguous: ld == HD
         return {widened.data(), HD};
     }
 }

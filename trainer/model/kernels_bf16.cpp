@@ -33,11 +33,6 @@ Bf16MatmulEngine& engine_choice() {
     return engine;
 }
 
-void widen(float* out, const bf16* in, long n) {
-#pragma omp parallel for simd
-    for (long i = 0; i < n; i++) out[i] = bf16_to_float(in[i]);
-}
-
 using dnnl::memory;
 
 // How a matmul's B operand (K, N) lies in memory.
@@ -230,6 +225,11 @@ double bf16_engine_peak_gflops(double fp32_fma_peak, double bf16_dot_peak) {
     return engine_choice() == Bf16MatmulEngine::Emulated ? fp32_fma_peak : bf16_dot_peak;
 }
 
+void bf16_widen(float* out, const bf16* in, long n) {
+#pragma omp parallel for simd
+    for (long i = 0; i < n; i++) out[i] = bf16_to_float(in[i]);
+}
+
 void bf16_narrow(bf16* out, const float* in, long n) {
 #pragma omp parallel for simd
     for (long i = 0; i < n; i++) out[i] = float_to_bf16_rne(in[i]);
@@ -254,7 +254,7 @@ static void emulated_gemm(float* C, const bf16* A, const float* B, int M, int N,
     if ((long)s.wa.size() < na) s.wa.resize(na);
     {
         KernelScope scope("widen to fp32 (emulated bf16)", 6.0 * na);
-        widen(s.wa.data(), A, na);
+        bf16_widen(s.wa.data(), A, na);
     }
     sgemm(false, trans_b, M, N, K, 1.0f, s.wa.data(), K, B, trans_b ? K : N, 0.0f, C, N);
 }
@@ -272,8 +272,8 @@ void gemm_bf16(float* C, const bf16* A, const bf16* B, int M, int N, int K, bool
     if ((long)s.wb.size() < nb) s.wb.resize(nb);
     {
         KernelScope scope("widen to fp32 (emulated bf16)", 6.0 * (na + nb));
-        widen(s.wa.data(), A, na);
-        widen(s.wb.data(), B, nb);
+        bf16_widen(s.wa.data(), A, na);
+        bf16_widen(s.wb.data(), B, nb);
     }
     sgemm(trans_a, trans_b, M, N, K, 1.0f, s.wa.data(), trans_a ? M : K, s.wb.data(), trans_b ? K : N,
           accumulate ? 1.0f : 0.0f, C, N);

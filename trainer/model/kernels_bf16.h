@@ -30,6 +30,9 @@ double bf16_engine_peak_gflops(double fp32_fma_peak, double bf16_dot_peak);
 
 // out[i] = bf16(in[i]), round-to-nearest-even.
 void bf16_narrow(bf16* out, const float* in, long n);
+// out[i] = float(in[i]), exact. Inside a parallel region it runs on the
+// calling thread.
+void bf16_widen(float* out, const bf16* in, long n);
 // x[i] = float(bf16(x[i])): the value a bf16 tensor would hold, kept in fp32.
 void bf16_round_inplace(float* x, long n);
 
