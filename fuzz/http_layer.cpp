@@ -19,6 +19,8 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -68,6 +70,10 @@ web::Server& server() {
 // so none waits in TIME_WAIT, where tens of thousands of them would use up
 // the ephemeral ports and make a later connect fail (EADDRNOTAVAIL), which is
 // the machine's limit, not the server's; such a failure is retried a while.
+// libFuzzer's timer (SIGALRM for -timeout) interrupts blocking calls without
+// SA_RESTART: a connect it interrupts goes on in the background and cannot be
+// called again on that socket, so it is retried on a new one; a send or recv
+// it interrupts is simply called again.
 int connect_to(int port) {
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -84,7 +90,11 @@ int connect_to(int port) {
         }
         const int error = errno;
         ::close(fd);
-        if (error != EADDRNOTAVAIL && error != EAGAIN) break;
+        if (error == EINTR) continue;
+        if (error != EADDRNOTAVAIL && error != EAGAIN) {
+            std::fprintf(stderr, "connect to 127.0.0.1:%d failed: %s\n", port, std::strerror(error));
+            break;
+        }
         ::usleep(50000);
     }
     std::abort();  // the server stopped listening
@@ -96,13 +106,17 @@ std::string exchange(int port, const uint8_t* data, size_t size) {
     int fd = connect_to(port);
     for (size_t sent = 0; sent < size;) {
         ssize_t n = ::send(fd, data + sent, size - sent, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) continue;
         if (n <= 0) break;  // the server answered early and closed (a refused upload)
         sent += (size_t)n;
     }
     ::shutdown(fd, SHUT_WR);
     std::string reply;
     char buf[1 << 14];
-    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) {
+    for (;;) {
+        ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
         reply.append(buf, (size_t)n);
         if (reply.find("text/event-stream") != std::string::npos) break;
     }
