@@ -84,8 +84,10 @@ TEST(Bf16Matmul, ForwardAndBackwardAgreeWithFp32WithinBf16Tolerance) {
         Bf16Weight w16(OC, IC);
         w16.assign(w.data());
         matmul_forward_bf16(out.data(), inp16.data(), w16, N);
-        matmul_dinput_bf16(dinp.data(), dout16.data(), w16, N);
-        matmul_dweight_bf16(dw.data(), dout16.data(), inp16.data(), N, IC, OC, true);
+        Bf16OutputGrad dout_grad;
+        dout_grad.assign(dout16.data(), (long)dout16.size());
+        matmul_dinput_bf16(dinp.data(), dout_grad, w16, N);
+        matmul_dweight_bf16(dw.data(), dout_grad, inp16.data(), N, IC, OC, true);
         for (float& x : dw) x -= 1.0f;  // dweight accumulates onto what was there
         // Outputs and input gradients are bf16 tensors, rounded by their reader
         // (half an ulp: 2^-9 relative); the weight gradient is kept in fp32.
@@ -104,6 +106,35 @@ TEST(Bf16Matmul, ForwardAndBackwardAgreeWithFp32WithinBf16Tolerance) {
         EXPECT_LT(c_out, 2e-2);
         EXPECT_LT(c_dw, 2e-2);
         EXPECT_GT(c_out, 1e-4) << "no sign of bf16 rounding";
+    }
+}
+
+// An output gradient given as fp32 sums (mixed precision's) is rounded to
+// nearest even once for both backward products: they equal, to the bit, the
+// products of its bf16 values given narrowed, on every engine.
+TEST(Bf16Matmul, AnOutputGradientFromFp32SumsIsItsBf16Values) {
+    EngineScope scope;
+    auto inp = random_vector((long)N * IC, 4), w = random_vector((long)OC * IC, 5, 0.05f);
+    auto dout = random_vector((long)N * OC, 6);
+    auto inp16 = narrow(inp), dout16 = narrow(dout);
+    for (Bf16MatmulEngine engine : engines_here()) {
+        set_bf16_matmul_engine(engine);
+        SCOPED_TRACE(bf16_matmul_engine_name());
+        Bf16Weight w16(OC, IC);
+        w16.assign(w.data());
+        std::vector<float> dinp_sums((long)N * IC), dw_sums((long)OC * IC), dinp_values(dinp_sums.size()),
+            dw_values(dw_sums.size());
+        std::vector<bf16> narrowed(dout.size());
+        Bf16OutputGrad from_sums, from_values;
+        from_sums.assign(dout.data(), narrowed.data(), (long)dout.size());
+        from_values.assign(dout16.data(), (long)dout16.size());
+        matmul_dinput_bf16(dinp_sums.data(), from_sums, w16, N);
+        matmul_dweight_bf16(dw_sums.data(), from_sums, inp16.data(), N, IC, OC, false);
+        matmul_dinput_bf16(dinp_values.data(), from_values, w16, N);
+        matmul_dweight_bf16(dw_values.data(), from_values, inp16.data(), N, IC, OC, false);
+        EXPECT_EQ(dinp_sums, dinp_values);
+        EXPECT_EQ(dw_sums, dw_values);
+        EXPECT_NE(dinp_sums, std::vector<float>(dinp_sums.size(), 0.0f));
     }
 }
 
@@ -185,7 +216,9 @@ TEST(Bf16Matmul, PackedWeightsGiveThePlainProducts) {
             packed.assign(w.data());
             std::vector<float> out((long)N * OC), out_plain(out.size()), dinp((long)N * IC), dinp_plain(dinp.size());
             matmul_forward_bf16(out.data(), inp16.data(), packed, N);
-            matmul_dinput_bf16(dinp.data(), dout16.data(), packed, N);
+            Bf16OutputGrad dout_grad;
+            dout_grad.assign(dout16.data(), (long)dout16.size());
+            matmul_dinput_bf16(dinp.data(), dout_grad, packed, N);
             gemm_bf16(out_plain.data(), inp16.data(), w16.data(), N, OC, IC, false, true, false);
             gemm_bf16(dinp_plain.data(), dout16.data(), w16.data(), N, IC, OC, false, false, false);
             // |x| <= 4 sigma for these normals: (K + 2) roundings of sums below K * 16.

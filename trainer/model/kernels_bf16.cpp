@@ -350,17 +350,50 @@ void matmul_forward_bf16(float* out, const bf16* inp, const Bf16Weight& w, int N
     flip_bit_if_injected(out);
 }
 
-void matmul_dinput_bf16(float* dinp, const bf16* dout, const Bf16Weight& w, int N) {
+void Bf16OutputGrad::assign(const float* dout, bf16* narrowed, long n) {
+    KernelScope scope("narrow to bf16", (engine_choice() == Bf16MatmulEngine::Emulated ? 8.0 : 6.0) * n);
+    if (engine_choice() == Bf16MatmulEngine::OneDnn) {
+        bf16_narrow(narrowed, dout, n);
+        values_ = narrowed;
+        return;
+    }
+    if ((long)widened_.size() < n) widened_.resize(n);
+    bf16_round(widened_.data(), dout, n);
+    values_ = nullptr;
+}
+
+void Bf16OutputGrad::assign(const bf16* dout16, long n) {
+    values_ = dout16;
+    if (engine_choice() == Bf16MatmulEngine::OneDnn) return;
+    if ((long)widened_.size() < n) widened_.resize(n);
+    KernelScope scope("widen to fp32 (emulated bf16)", 6.0 * n);
+    bf16_widen(widened_.data(), dout16, n);
+}
+
+void matmul_dinput_bf16(float* dinp, const Bf16OutputGrad& dout, const Bf16Weight& w, int N) {
     const Bf16Weight::Storage& s = w.storage();
+    const int IC = w.in_features(), OC = w.out_features();
     if (s.engine == Bf16MatmulEngine::Emulated)
-        return emulated_gemm(dinp, dout, s.widened.data(), N, w.in_features(), w.out_features(), false);
-    OneDnn::instance().matmul(dinp, dout, false, static_cast<const bf16*>(s.natural.get_data_handle()),
-                              Layout::Packed, N, w.in_features(), w.out_features(), false);
+        return sgemm(false, false, N, IC, OC, 1.0f, dout.widened(), OC, s.widened.data(), IC, 0.0f, dinp, IC);
+    OneDnn::instance().matmul(dinp, dout.values(), false, static_cast<const bf16*>(s.natural.get_data_handle()),
+                              Layout::Packed, N, IC, OC, false);
     flip_bit_if_injected(dinp);
 }
 
-void matmul_dweight_bf16(float* dweight, const bf16* dout, const bf16* inp, int N, int IC, int OC, bool accumulate) {
-    gemm_bf16(dweight, dout, inp, OC, IC, N, true, false, accumulate);
+// dweight (OC, IC) = dout^T (OC, N) @ inp (N, IC): on the emulated engine only
+// inp is widened here.
+void matmul_dweight_bf16(float* dweight, const Bf16OutputGrad& dout, const bf16* inp, int N, int IC, int OC,
+                         bool accumulate) {
+    if (engine_choice() == Bf16MatmulEngine::OneDnn)
+        return gemm_bf16(dweight, dout.values(), inp, OC, IC, N, true, false, accumulate);
+    Scratch& s = scratch();
+    const long nb = (long)N * IC;
+    if ((long)s.wb.size() < nb) s.wb.resize(nb);
+    {
+        KernelScope scope("widen to fp32 (emulated bf16)", 6.0 * nb);
+        bf16_widen(s.wb.data(), inp, nb);
+    }
+    sgemm(true, false, OC, IC, N, 1.0f, dout.widened(), OC, s.wb.data(), IC, accumulate ? 1.0f : 0.0f, dweight, IC);
 }
 
 }  // namespace hlat

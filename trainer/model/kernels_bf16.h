@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace hlat {
 
@@ -77,6 +78,24 @@ class Bf16Weight {
     std::unique_ptr<Storage> storage_;
 };
 
+// A linear layer's output gradient dout (N, OC) as its two backward products
+// (the input's and the weight's gradients) read it, made once for both. On
+// oneDNN it is dout's bf16 values; on the emulated engine the same values
+// widened to fp32, which each product would otherwise widen again.
+class Bf16OutputGrad {
+  public:
+    // From fp32 sums, rounded to nearest even (on oneDNN into `narrowed`, n
+    // values long), or from bf16 values, which must outlive the products.
+    void assign(const float* dout, bf16* narrowed, long n);
+    void assign(const bf16* dout16, long n);
+    const bf16* values() const { return values_; }             // oneDNN
+    const float* widened() const { return widened_.data(); }  // emulated engine
+
+  private:
+    const bf16* values_ = nullptr;
+    std::vector<float> widened_;  // grows to the largest and stays
+};
+
 // The linear layers, N rows of tokens. Their outputs and input gradients are
 // bf16 tensors, left here as the fp32 sums: whoever reads them first rounds
 // them, in the same pass as its own work (the _bf16 kernels of kernels.h), or
@@ -84,9 +103,10 @@ class Bf16Weight {
 // out (N, OC) = inp (N, IC) @ W^T.
 void matmul_forward_bf16(float* out, const bf16* inp, const Bf16Weight& w, int N);
 // dinp (N, IC) = dout (N, OC) @ W.
-void matmul_dinput_bf16(float* dinp, const bf16* dout, const Bf16Weight& w, int N);
+void matmul_dinput_bf16(float* dinp, const Bf16OutputGrad& dout, const Bf16Weight& w, int N);
 // dweight (OC, IC) = dout^T @ inp, added to what dweight holds with
 // accumulate, else written over it; the sum kept in fp32.
-void matmul_dweight_bf16(float* dweight, const bf16* dout, const bf16* inp, int N, int IC, int OC, bool accumulate);
+void matmul_dweight_bf16(float* dweight, const Bf16OutputGrad& dout, const bf16* inp, int N, int IC, int OC,
+                         bool accumulate);
 
 }  // namespace hlat

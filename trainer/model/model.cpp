@@ -325,21 +325,20 @@ void Model::linear_backward(float* dinp, float* dweight, const float* dout, cons
     const bool bf16 = precision_.bf16_compute();
     const std::string* name = KernelProfile::active() ? &kind_name_of(weight) : nullptr;
     const int e = bf16 ? 2 : 4;
-    if (bf16 && dout) {
-        KernelScope narrow("narrow to bf16", 6.0 * N * OC);
-        bf16_narrow(dout16_.data(), dout, (long)N * OC);
-        dout16 = dout16_.data();
-    }
+    if (bf16 && dout)
+        dout_grad_.assign(dout, dout16_.data(), (long)N * OC);
+    else if (bf16)
+        dout_grad_.assign(dout16, (long)N * OC);
     {
         KernelScope scope("gemm dinput", gemm_bytes(N, IC, OC, e), 2.0 * N * IC * OC, name);
         if (bf16)
-            matmul_dinput_bf16(dinp, dout16, weight16(weight), N);
+            matmul_dinput_bf16(dinp, dout_grad_, weight16(weight), N);
         else
             matmul_dinput(dinp, dout, weight, N, IC, OC);
     }
     KernelScope scope("gemm dweight", gemm_bytes(OC, IC, N, e, accumulate), 2.0 * N * IC * OC, name);
     if (bf16)
-        matmul_dweight_bf16(dweight, dout16, inp16, N, IC, OC, accumulate);
+        matmul_dweight_bf16(dweight, dout_grad_, inp16, N, IC, OC, accumulate);
     else
         matmul_dweight(dweight, dout, inp, N, IC, OC, accumulate);
 }

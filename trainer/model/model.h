@@ -277,8 +277,9 @@ class Model {
     // The matmuls of the layers, in fp32 or bf16 as the precision says; weight
     // points into params_. In the bf16 modes the input is inp16, a slot of
     // acts_bf16_ (narrowed from inp first when inp is given), the output
-    // gradient dout16 (narrowed from dout into dout16_ when dout is given),
-    // and out and dinp are left unrounded for their reader to round.
+    // gradient dout16 (narrowed from dout when dout is given, into
+    // dout_grad_ for both backward products), and out and dinp are left
+    // unrounded for their reader to round.
     void linear_forward(float* out, const float* inp, bf16* inp16, const float* weight, int N, int IC, int OC);
     void linear_backward(float* dinp, float* dweight, const float* dout, const bf16* dout16, const float* inp,
                          const bf16* inp16, const float* weight, int N, int IC, int OC);
@@ -362,6 +363,7 @@ class Model {
     // Backward scratch, one micro-batch and one layer at a time.
     std::vector<float> d_residual_, d_norm_, d_qkv_, d_att_out_, d_gate_up_, d_swiglu_;
     std::vector<bf16> dout16_;  // a matmul's output gradient narrowed, in the bf16 modes
+    Bf16OutputGrad dout_grad_;  // the same as both backward products read it
     std::vector<float> att_scratch_;  // per OpenMP thread
     std::vector<float> qk_dweight_;   // (2 HD) under tensor parallelism: one layer's qk-norm gain gradients
     // Sequence parallelism's buffers: full_ (B*T, C) and, in the bf16 modes,
