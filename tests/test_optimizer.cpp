@@ -61,23 +61,17 @@ TEST(Schedule, ThePeakRateAheadIsTheLargestRateTheScheduleStillGives) {
     EXPECT_DOUBLE_EQ(peak_learning_rate_ahead(ramp, 300), learning_rate(ramp, 300));  // coming down: now
 }
 
+// PyTorch's clip_grad_norm_ rule: max_norm / (norm + 1e-6), only below 1.
 TEST(Clipping, ScalesOnlyAboveTheLimit) {
-    std::vector<float> g = {3.0f, 4.0f};
-    bool clipped;
-    EXPECT_DOUBLE_EQ(clip_grad_norm(g.data(), 2, 10.0, &clipped), 5.0);
-    EXPECT_FALSE(clipped);
-    EXPECT_EQ(g[0], 3.0f);
-    EXPECT_DOUBLE_EQ(clip_grad_norm(g.data(), 2, 1.0, &clipped), 5.0);
-    EXPECT_TRUE(clipped);
-    EXPECT_NEAR(l2_norm(g.data(), 2), 1.0, 1e-6);
+    EXPECT_EQ(clip_factor(5.0, 10.0), 1.0);
+    EXPECT_EQ(clip_factor(5.0, 5.0), 5.0 / (5.0 + 1e-6));  // just at the limit: torch scales by a hair
+    EXPECT_DOUBLE_EQ(clip_factor(5.0, 1.0), 1.0 / (5.0 + 1e-6));
+    EXPECT_EQ(clip_factor(5.0, 0.0), 1.0) << "max_norm 0 disables clipping";
 }
 
 TEST(Clipping, NonFiniteNormIsReportedNotSpread) {
-    std::vector<float> g = {1.0f, NAN};
-    bool clipped;
-    EXPECT_TRUE(std::isnan(clip_grad_norm(g.data(), 2, 1.0, &clipped)));
-    EXPECT_FALSE(clipped);
-    EXPECT_EQ(g[0], 1.0f);
+    EXPECT_EQ(clip_factor(NAN, 1.0), 1.0);
+    EXPECT_EQ(clip_factor(INFINITY, 1.0), 1.0);
 }
 
 }  // namespace

@@ -319,9 +319,6 @@ std::pair<double, double> flat_adamw(PrecisionMode mode, double lr, int steps) {
     return {f.mean_param(), (double)lost / f.model.num_parameters()};
 }
 
-// The paper's point about pure bf16, in one test: an update below half a bf16
-// step (at 1.0 a step is 2^-7) is lost to round-to-nearest every time, while
-// stochastic rounding keeps it in expectation.
 // The fused bf16 kernels against the fp32 kernel with the roundings around it
 // done as separate passes: bit for bit, on odd sizes, with inputs that are
 // not bf16 values (a matmul's fp32 sums).
@@ -416,6 +413,53 @@ TEST(Bf16FusedKernels, RopeEqualsTheUnfusedPassesWithGroupedHeads) {
     expect_same_bits(widened(d16), rounded(d), "rope backward (v heads included)");
 }
 
+// Clipping is applied as AdamW reads each gradient: in every mode the
+// update (weights, moments, compensation, the measured sums) equals, to the
+// bit, the update of gradients clipped in a pass of their own beforehand
+// (rounded to bf16 in the pure bf16 modes, where the gradients are bf16
+// values), and the gradients themselves are left as they were.
+TEST(Bf16Optimizer, ClippingInTheUpdateEqualsClippingTheGradientsFirst) {
+    const float factor = 0.3f;
+    for (PrecisionMode mode : {PrecisionMode::Fp32, PrecisionMode::Mixed, PrecisionMode::Bf16, PrecisionMode::Bf16Sr,
+                               PrecisionMode::Bf16Kahan}) {
+        SCOPED_TRACE(precision_mode_name(mode));
+        PrecisionConfig p;
+        p.mode = mode;
+        FlatModel first(p), fused(p);
+        const long n = first.model.num_parameters();
+        std::vector<float> grads = random_vector(n, 7, 0.1f);
+        if (p.bf16_state()) bf16_round_inplace(grads.data(), n);
+        OptimizerConfig oc;
+        AdamW clipped_first(oc, n, p, 42), clipped_in_update(oc, n, p, 42);
+        std::vector<UpdateSums> sums_first, sums_fused;
+        for (int step = 0; step < 3; step++) {
+            for (long i = 0; i < n; i++) {
+                const float g = grads[i] * factor;
+                first.model.grads()[i] = p.bf16_state() ? bf16_to_float(float_to_bf16_rne(g)) : g;
+            }
+            std::copy(grads.begin(), grads.end(), fused.model.grads());
+            clipped_first.step(first.model, 1e-2, &sums_first);  // large enough to move bf16 weights at 1.0
+            clipped_in_update.step(fused.model, 1e-2, &sums_fused, factor);
+        }
+        expect_same_bits(std::vector<float>(first.model.params(), first.model.params() + n),
+                         std::vector<float>(fused.model.params(), fused.model.params() + n), "weights");
+        const auto state_first = clipped_first.state(), state_fused = clipped_in_update.state();
+        for (size_t b = 0; b < state_first.size(); b++)
+            expect_same_bits(state_first[b].second->to_float(), state_fused[b].second->to_float(),
+                             state_first[b].first.c_str());
+        ASSERT_EQ(sums_first.size(), sums_fused.size());
+        for (size_t k = 0; k < sums_first.size(); k++) {
+            EXPECT_EQ(sums_first[k].grad_squares, sums_fused[k].grad_squares) << "slice " << k;
+            EXPECT_EQ(sums_first[k].update_squares, sums_fused[k].update_squares) << "slice " << k;
+        }
+        EXPECT_TRUE(std::equal(grads.begin(), grads.end(), fused.model.grads())) << "the gradients were scaled";
+        EXPECT_NE(first.mean_param(), 1.0) << "nothing was updated";
+    }
+}
+
+// The paper's point about pure bf16, in one test: an update below half a bf16
+// step (at 1.0 a step is 2^-7) is lost to round-to-nearest every time, while
+// stochastic rounding keeps it in expectation.
 TEST(Bf16Optimizer, SmallUpdatesStallUnderNearestRoundingAndSurviveStochasticRounding) {
     const double lr = 1e-3;
     const int steps = 10;

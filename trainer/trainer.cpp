@@ -218,8 +218,8 @@ void Trainer::clip(StepStats& s, bool tensor_norms) {
     faults_.corrupt_gradients(step_, g, n_params);
     // Per-tensor gradient norms need every tensor reduced: not under ZeRO-1.
     if (tensor_norms && !zero1) append_tensor_norms(s.tensor_norms, *model_, g, "grad_norm", parallel_);
-    // Pure bf16 stores bf16 gradients, before and after clipping.
-    // Each rounding shares a pass with the norm or the clipping.
+    // Pure bf16 stores bf16 gradients: rounded in the norm's pass (the
+    // update rounds each clipped one as it reads it).
     const bool bf16 = config_.precision.bf16_state();
     {
         KernelScope scope("grad norm", (bf16 ? 8.0 : 4.0) * n_params);
@@ -230,11 +230,10 @@ void Trainer::clip(StepStats& s, bool tensor_norms) {
             s.grad_norm = std::sqrt(job_sum_squares(*parallel_, *model_, g, own_begin, own_end, zero1));
         }
     }
-    // clip_to_norm scales by this factor (in float) and touches the
-    // gradients only when it is below 1.
+    // The update scales each gradient by this factor (in float) as it reads
+    // it: clipping is not a pass of its own, and the gradients stay unclipped.
     const double factor = clip_factor(s.grad_norm, config_.optimizer.grad_clip);
-    KernelScope scope("clip", factor < 1.0 ? 8.0 * (own_end - own_begin) : 0.0);
-    s.clipped = clip_to_norm(g + own_begin, own_end - own_begin, s.grad_norm, config_.optimizer.grad_clip, bf16);
+    s.clipped = factor < 1.0;
     clip_factor_ = s.clipped ? (float)factor : 1.0;
 }
 
@@ -256,7 +255,7 @@ void Trainer::update(StepStats& s) {
     update_sums_.clear();
     if (!s.update_skipped) {
         KernelScope scope("adamw", KernelProfile::active() ? optimizer_bytes() : 0.0);
-        optimizer_->step(*model_, s.lr, measuring_ ? &update_sums_ : nullptr);
+        optimizer_->step(*model_, s.lr, measuring_ ? &update_sums_ : nullptr, (float)clip_factor_);
     }
     if (reducer_ && reducer_->zero1()) {
         auto t0 = Clock::now();

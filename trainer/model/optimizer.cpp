@@ -65,31 +65,9 @@ static double chunked_l2_norm(float* x, long n) {
 double l2_norm(const float* x, long n) { return chunked_l2_norm<false>(const_cast<float*>(x), n); }
 double bf16_round_and_l2_norm(float* x, long n) { return chunked_l2_norm<true>(x, n); }
 
-double clip_grad_norm(float* grads, long n, double max_norm, bool* clipped) {
-    double norm = l2_norm(grads, n);
-    *clipped = clip_to_norm(grads, n, norm, max_norm);
-    return norm;
-}
-
-template <bool kRound>
-static void scale(float* x, long n, float f) {
-#pragma omp parallel for simd
-    for (long i = 0; i < n; i++) x[i] = kRound ? bf16_to_float(float_to_bf16_rne(x[i] * f)) : x[i] * f;
-}
-
 double clip_factor(double norm, double max_norm) {
     if (max_norm <= 0.0 || !std::isfinite(norm)) return 1.0;
     return std::min(1.0, max_norm / (norm + 1e-6));
-}
-
-bool clip_to_norm(float* grads, long n, double norm, double max_norm, bool round_bf16) {
-    const double factor = clip_factor(norm, max_norm);
-    if (factor >= 1.0) return false;
-    if (round_bf16)
-        scale<true>(grads, n, (float)factor);
-    else
-        scale<false>(grads, n, (float)factor);
-    return true;
 }
 
 AdamW::AdamW(const OptimizerConfig& config, long num_parameters, const PrecisionConfig& precision,
@@ -217,7 +195,7 @@ static long measured_update(long lo, long hi, long per, UpdateSums* sums, const 
 }
 
 struct AdamW::StepConstants {
-    float b1, b2, bc1, bc2, eps, lr;
+    float b1, b2, bc1, bc2, eps, lr, grad_scale;
     bool sr_params, sr_moments;
 };
 
@@ -225,21 +203,21 @@ struct AdamW::StepConstants {
 // tensor is at p[i], g[i], m[i] and v[i].
 struct Fp32Update {
     float* p;        // weights
-    const float* g;  // gradients
+    const float* g;  // gradients, read times scale (clipping's factor)
     float *m, *v;    // moments
-    float b1, b2, bc1, bc2, eps, lr, wd;
+    float b1, b2, bc1, bc2, eps, lr, wd, scale;
 };
 
 static inline MeasuredCoordinate fp32_coordinate(const Fp32Update& u, long i) {
     float *p = u.p, *m = u.m, *v = u.v;
-    const float* g = u.g;
+    const float g = u.g[i] * u.scale;  // x * 1.0f is x: unclipped gradients as they are
     const float w = p[i];
-    m[i] = u.b1 * m[i] + (1.0f - u.b1) * g[i];
-    v[i] = u.b2 * v[i] + (1.0f - u.b2) * g[i] * g[i];
+    m[i] = u.b1 * m[i] + (1.0f - u.b1) * g;
+    v[i] = u.b2 * v[i] + (1.0f - u.b2) * g * g;
     float m_hat = m[i] / u.bc1;
     float v_hat = v[i] / u.bc2;
     p[i] -= u.lr * (m_hat / (std::sqrt(v_hat) + u.eps) + u.wd * p[i]);
-    return {g[i], w, p[i], v[i], v_hat, false};
+    return {g, w, p[i], v[i], v_hat, false};
 }
 
 // The same update in the pure bf16 modes: moments (and the Kahan
@@ -248,10 +226,10 @@ static inline MeasuredCoordinate fp32_coordinate(const Fp32Update& u, long i) {
 // vectorizes.
 struct Bf16Update {
     float* p;        // weights, element i at p[i]
-    const float* g;  // gradients
+    const float* g;  // gradients (bf16 values), read times scale and rounded to bf16
     bf16 *m, *v;     // moments, element i at m[i]
     bf16* c;         // Kahan compensation like the moments, or null
-    float b1, b2, bc1, bc2, eps, lr, wd;
+    float b1, b2, bc1, bc2, eps, lr, wd, scale;
     uint64_t key_p, key_m, key_v;  // rounding bits (stochastic rounding)
 };
 
@@ -260,10 +238,11 @@ struct Bf16Update {
 template <bool kSrParams, bool kSrMoments, bool kKahan>
 static inline MeasuredCoordinate bf16_coordinate(const Bf16Update& u, long i) {
     float* p = u.p;
-    const float* g = u.g;
+    // A bf16 value times 1.0f rounds to itself: unclipped gradients as they are.
+    const float g = bf16_to_float(float_to_bf16_rne(u.g[i] * u.scale));
     bf16 *m = u.m, *v = u.v, *c = u.c;
-    float mi = u.b1 * bf16_to_float(m[i]) + (1.0f - u.b1) * g[i];
-    float vi = u.b2 * bf16_to_float(v[i]) + (1.0f - u.b2) * g[i] * g[i];
+    float mi = u.b1 * bf16_to_float(m[i]) + (1.0f - u.b1) * g;
+    float vi = u.b2 * bf16_to_float(v[i]) + (1.0f - u.b2) * g * g;
     m[i] = to_bf16(mi, kSrMoments, kSrMoments ? rounding_bits_at(u.key_m, i) : 0);
     v[i] = to_bf16(vi, kSrMoments, kSrMoments ? rounding_bits_at(u.key_v, i) : 0);
     float m_hat = bf16_to_float(m[i]) / u.bc1;
@@ -278,7 +257,7 @@ static inline MeasuredCoordinate bf16_coordinate(const Bf16Update& u, long i) {
         stored = bf16_to_float(to_bf16(p[i] + update, kSrParams, kSrParams ? rounding_bits_at(u.key_p, i) : 0));
     }
     // & rather than &&: a branch kept the loop scalar.
-    const MeasuredCoordinate out{g[i], p[i], stored, bf16_to_float(v[i]), v_hat,
+    const MeasuredCoordinate out{g, p[i], stored, bf16_to_float(v[i]), v_hat,
                                  (bool)((update != 0.0f) & (stored == p[i]))};
     p[i] = stored;
     return out;
@@ -321,7 +300,8 @@ long AdamW::update_range(const StepConstants& c, const TensorKind& k, size_t ki,
     // k.offset + i - begin_ there.
     const long at = k.offset - begin_;
     if (!precision_.bf16_state()) {
-        const Fp32Update u{p, g, m_.f32() + at, v_.f32() + at, c.b1, c.b2, c.bc1, c.bc2, c.eps, c.lr, wd};
+        const Fp32Update u{p, g, m_.f32() + at, v_.f32() + at, c.b1, c.b2, c.bc1, c.bc2, c.eps, c.lr, wd,
+                           c.grad_scale};
         update(lo, hi, per, sums, u, [](const Fp32Update& x, long i) { return fp32_coordinate(x, i); });
         return 0;
     }
@@ -330,7 +310,7 @@ long AdamW::update_range(const StepConstants& c, const TensorKind& k, size_t ki,
     // and second moment); elements are numbered within the tensor, so the
     // bits do not depend on how the flat buffer is laid out or split.
     const Bf16Update u{p, g, m_.b16() + at, v_.b16() + at, c_ ? c_->b16() + at : nullptr,
-                       c.b1, c.b2, c.bc1, c.bc2, c.eps, c.lr, wd,
+                       c.b1, c.b2, c.bc1, c.bc2, c.eps, c.lr, wd, c.grad_scale,
                        rounding_key(rounding_seed_, t_, 3 * ki), rounding_key(rounding_seed_, t_, 3 * ki + 1),
                        rounding_key(rounding_seed_, t_, 3 * ki + 2)};
     return bf16_update(u, lo, hi, per, c_.has_value(), c.sr_moments, c.sr_params, sums);
@@ -353,13 +333,13 @@ long AdamW::update_range_owned(const StepConstants& c, const TensorKind& k, size
     return lost;
 }
 
-void AdamW::step(Model& model, double lr, std::vector<UpdateSums>* sums) {
+void AdamW::step(Model& model, double lr, std::vector<UpdateSums>* sums, float grad_scale) {
     t_++;
     const bool sr_params = precision_.mode == PrecisionMode::Bf16Sr;
     const StepConstants c{(float)config_.beta1, (float)config_.beta2,
                           (float)(1.0 - std::pow(config_.beta1, (double)t_)),
                           (float)(1.0 - std::pow(config_.beta2, (double)t_)), (float)config_.eps, (float)lr,
-                          sr_params, sr_params && precision_.sr_moments};
+                          grad_scale, sr_params, sr_params && precision_.sr_moments};
     float* params = model.params();
     const float* grads = model.grads();
     const auto& kinds = model.tensor_kinds();

@@ -30,17 +30,11 @@ double l2_norm(const float* x, long n);
 // in one pass (the pure bf16 modes' gradients before clipping).
 double bf16_round_and_l2_norm(float* x, long n);
 
-// Scales the gradients so their global L2 norm is at most max_norm (PyTorch's
-// clip_grad_norm_ rule: factor max_norm / (norm + 1e-6), only when below 1).
-// Returns the norm before clipping; sets *clipped when it scaled.
-double clip_grad_norm(float* grads, long n, double max_norm, bool* clipped);
-// What clipping multiplies the gradients by at this norm: max_norm /
-// (norm + 1e-6) when that is below 1 (and max_norm > 0, norm finite), else 1.
+// What clipping multiplies the gradients by so their global L2 norm is at
+// most max_norm (PyTorch's clip_grad_norm_ rule): max_norm / (norm + 1e-6)
+// when that is below 1 (and max_norm > 0, norm finite), else 1. AdamW::step
+// applies it as it reads each gradient.
 double clip_factor(double norm, double max_norm);
-// The scaling step of clip_grad_norm, for a norm computed elsewhere (over
-// shards); returns whether it scaled.
-// With round_bf16 the scaled values are rounded to bf16 in the same pass.
-bool clip_to_norm(float* grads, long n, double norm, double max_norm, bool round_bf16 = false);
 
 // One tensor slice's part of an AdamW step, summed over this shard's elements
 // in the update's own pass: what the per-tensor internals are made of
@@ -48,7 +42,7 @@ bool clip_to_norm(float* grads, long n, double norm, double max_norm, bool round
 // global kind; the slices of model.tensor_kinds() are numbered in buffer
 // order (update_slices()).
 struct UpdateSums {
-    double grad_squares = 0.0;        // of the gradient the update read (after clipping)
+    double grad_squares = 0.0;        // of the gradient the update read (clipped)
     double weight_squares = 0.0;      // of the weights before the update
     double new_weight_squares = 0.0;  // after it
     double update_squares = 0.0;      // of (after - before), as stored
@@ -73,8 +67,12 @@ class AdamW {
     // One update of model.params() from model.grads() at learning rate lr
     // (of the shard's range only). With sums, also each slice's UpdateSums over
     // the shard's range (update_slices(model.tensor_kinds()) of them, written
-    // over), in the same pass.
-    void step(Model& model, double lr, std::vector<UpdateSums>* sums = nullptr);
+    // over), in the same pass. Each gradient is read times grad_scale
+    // (clipping's factor; in the pure bf16 modes the product rounded to bf16,
+    // as a clipped bf16 gradient holds it): the update of the clipped
+    // gradients to the bit, without a pass of its own over them.
+    // model.grads() is left as it was.
+    void step(Model& model, double lr, std::vector<UpdateSums>* sums = nullptr, float grad_scale = 1.0f);
     long steps_taken() const { return t_; }
     long shard_begin() const { return begin_; }
     long shard_end() const { return end_; }
