@@ -115,18 +115,19 @@ TEST(KernelProfile, NestedScopesTimeTheirOwnWorkOnly) {
 }
 
 // Clipping moves the gradients only when it scales them.
-TEST(KernelProfile, ClippingCountsBytesOnlyWhenItScales) {
+// Clipping is part of AdamW's pass: a step that clips moves no more bytes
+// than one that does not, and no kernel of its own is timed.
+TEST(KernelProfile, ClippingCostsNoPassOfItsOwn) {
     TrainConfig c = small_config(PrecisionMode::Fp32);
     c.optimizer.grad_clip = 0.0;  // off
     Profiled off;
     profile_steps(c, 1, off);
-    EXPECT_EQ(off.profile.totals().at("clip").bytes, 0.0);
     c.optimizer.grad_clip = 1e-6;  // every step clips
     Profiled on;
-    RandomTokens data;
     profile_steps(c, 1, on);
-    Trainer probe(c, data, 0.0);
-    EXPECT_EQ(on.profile.totals().at("clip").bytes, 8.0 * probe.model().num_parameters());
+    EXPECT_EQ(on.profile.totals().count("clip"), 0u);
+    EXPECT_EQ(on.profile.totals().at("adamw").bytes, off.profile.totals().at("adamw").bytes);
+    EXPECT_GT(on.profile.totals().at("adamw").bytes, 0.0);
 }
 
 // Inside an OpenMP region only the driving thread may keep the stack: a scope

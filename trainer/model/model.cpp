@@ -533,7 +533,7 @@ void Model::measure_and_drop_sequences(float* dlogits, bf16* d16, float loss_sca
             for (long i = 0; i < row; i++) squares += (double)x[i] * x[i];
         } else {
             const bf16* x = d16 + b * row;
-#pragma omp parallel for reduction(+ : squares)
+#pragma omp parallel for simd reduction(+ : squares)
             for (long i = 0; i < row; i++) {
                 const float v = bf16_to_float(x[i]);
                 squares += (double)v * v;
