@@ -114,7 +114,6 @@ TEST(KernelProfile, NestedScopesTimeTheirOwnWorkOnly) {
     EXPECT_EQ(inner.flops, 5.0);
 }
 
-// Clipping moves the gradients only when it scales them.
 // Clipping is part of AdamW's pass: a step that clips moves no more bytes
 // than one that does not, and no kernel of its own is timed.
 TEST(KernelProfile, ClippingCostsNoPassOfItsOwn) {

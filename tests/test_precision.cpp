@@ -41,6 +41,13 @@ std::vector<float> rounded(std::vector<float> x) {
     return x;
 }
 
+// a and b hold the same floats, bit for bit (NaNs included).
+void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); i++)
+        ASSERT_EQ(std::bit_cast<uint32_t>(a[i]), std::bit_cast<uint32_t>(b[i])) << what << " element " << i;
+}
+
 // Restores the process's engine whatever a test set.
 struct EngineScope {
     Bf16MatmulEngine saved = bf16_matmul_engine();
@@ -109,32 +116,42 @@ TEST(Bf16Matmul, ForwardAndBackwardAgreeWithFp32WithinBf16Tolerance) {
     }
 }
 
-// An output gradient given as fp32 sums (mixed precision's) is rounded to
-// nearest even once for both backward products: they equal, to the bit, the
-// products of its bf16 values given narrowed, on every engine.
-TEST(Bf16Matmul, AnOutputGradientFromFp32SumsIsItsBf16Values) {
+// A linear layer's output gradient is made once for both backward products,
+// from bf16 values or from fp32 sums (mixed precision's, rounded to nearest
+// even): on every engine the weight's gradient is gemm_bf16's product of the
+// narrowed values to the bit, written over what was there or added to it,
+// and the input's gradient is the same from either; on the emulated engine
+// it is also the plain product's (the same sgemm).
+TEST(Bf16Matmul, TheOutputGradientIsMadeOnceForBothProducts) {
     EngineScope scope;
     auto inp = random_vector((long)N * IC, 4), w = random_vector((long)OC * IC, 5, 0.05f);
     auto dout = random_vector((long)N * OC, 6);
-    auto inp16 = narrow(inp), dout16 = narrow(dout);
+    auto inp16 = narrow(inp), dout16 = narrow(dout), w16_plain = narrow(w);
     for (Bf16MatmulEngine engine : engines_here()) {
         set_bf16_matmul_engine(engine);
         SCOPED_TRACE(bf16_matmul_engine_name());
         Bf16Weight w16(OC, IC);
         w16.assign(w.data());
-        std::vector<float> dinp_sums((long)N * IC), dw_sums((long)OC * IC), dinp_values(dinp_sums.size()),
-            dw_values(dw_sums.size());
         std::vector<bf16> narrowed(dout.size());
         Bf16OutputGrad from_sums, from_values;
         from_sums.assign(dout.data(), narrowed.data(), (long)dout.size());
         from_values.assign(dout16.data(), (long)dout16.size());
+        for (bool accumulate : {false, true}) {
+            const float before = accumulate ? 0.25f : NAN;  // NaN: must be written over
+            std::vector<float> reference((long)OC * IC, before), sums(reference), values(reference);
+            gemm_bf16(reference.data(), dout16.data(), inp16.data(), OC, IC, N, true, false, accumulate);
+            matmul_dweight_bf16(sums.data(), from_sums, inp16.data(), N, IC, OC, accumulate);
+            matmul_dweight_bf16(values.data(), from_values, inp16.data(), N, IC, OC, accumulate);
+            expect_same_bits(sums, reference, "weight gradient from fp32 sums");
+            expect_same_bits(values, reference, "weight gradient from bf16 values");
+        }
+        std::vector<float> dinp_sums((long)N * IC, NAN), dinp_values(dinp_sums), plain(dinp_sums);
         matmul_dinput_bf16(dinp_sums.data(), from_sums, w16, N);
-        matmul_dweight_bf16(dw_sums.data(), from_sums, inp16.data(), N, IC, OC, false);
         matmul_dinput_bf16(dinp_values.data(), from_values, w16, N);
-        matmul_dweight_bf16(dw_values.data(), from_values, inp16.data(), N, IC, OC, false);
-        EXPECT_EQ(dinp_sums, dinp_values);
-        EXPECT_EQ(dw_sums, dw_values);
-        EXPECT_NE(dinp_sums, std::vector<float>(dinp_sums.size(), 0.0f));
+        expect_same_bits(dinp_sums, dinp_values, "input gradient");
+        gemm_bf16(plain.data(), dout16.data(), w16_plain.data(), N, IC, OC, false, false, false);
+        if (engine == Bf16MatmulEngine::Emulated) expect_same_bits(dinp_sums, plain, "input gradient, plain product");
+        EXPECT_LT(test::relative_error(dinp_sums, plain), 1e-5);
     }
 }
 
@@ -319,21 +336,15 @@ std::pair<double, double> flat_adamw(PrecisionMode mode, double lr, int steps) {
     return {f.mean_param(), (double)lost / f.model.num_parameters()};
 }
 
-// The fused bf16 kernels against the fp32 kernel with the roundings around it
-// done as separate passes: bit for bit, on odd sizes, with inputs that are
-// not bf16 values (a matmul's fp32 sums).
-void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); i++)
-        ASSERT_EQ(std::bit_cast<uint32_t>(a[i]), std::bit_cast<uint32_t>(b[i])) << what << " element " << i;
-}
-
 std::vector<float> widened(const std::vector<bf16>& x) {
     std::vector<float> out(x.size());
     for (size_t i = 0; i < x.size(); i++) out[i] = bf16_to_float(x[i]);
     return out;
 }
 
+// The fused bf16 kernels against the fp32 kernel with the roundings around it
+// done as separate passes: bit for bit, on odd sizes, with inputs that are
+// not bf16 values (a matmul's fp32 sums).
 TEST(Bf16FusedKernels, RmsnormSwigluResidualAndCrossEntropyEqualTheUnfusedPasses) {
     const int rows = 37, C = 70, H = 53, V = 91;
     auto x = random_vector((long)rows * C, 11), w = random_vector(C, 12), dy = random_vector((long)rows * C, 13);
@@ -417,44 +428,49 @@ TEST(Bf16FusedKernels, RopeEqualsTheUnfusedPassesWithGroupedHeads) {
 // update (weights, moments, compensation, the measured sums) equals, to the
 // bit, the update of gradients clipped in a pass of their own beforehand
 // (rounded to bf16 in the pure bf16 modes, where the gradients are bf16
-// values), and the gradients themselves are left as they were.
-TEST(Bf16Optimizer, ClippingInTheUpdateEqualsClippingTheGradientsFirst) {
+// values), and the gradients themselves are left as they were; measured or
+// not, over every parameter or over a ZeRO-1 range that splits tensors.
+TEST(AdamWClipping, ClippingInTheUpdateEqualsClippingTheGradientsFirst) {
     const float factor = 0.3f;
     for (PrecisionMode mode : {PrecisionMode::Fp32, PrecisionMode::Mixed, PrecisionMode::Bf16, PrecisionMode::Bf16Sr,
-                               PrecisionMode::Bf16Kahan}) {
-        SCOPED_TRACE(precision_mode_name(mode));
-        PrecisionConfig p;
-        p.mode = mode;
-        FlatModel first(p), fused(p);
-        const long n = first.model.num_parameters();
-        std::vector<float> grads = random_vector(n, 7, 0.1f);
-        if (p.bf16_state()) bf16_round_inplace(grads.data(), n);
-        OptimizerConfig oc;
-        AdamW clipped_first(oc, n, p, 42), clipped_in_update(oc, n, p, 42);
-        std::vector<UpdateSums> sums_first, sums_fused;
-        for (int step = 0; step < 3; step++) {
-            for (long i = 0; i < n; i++) {
-                const float g = grads[i] * factor;
-                first.model.grads()[i] = p.bf16_state() ? bf16_to_float(float_to_bf16_rne(g)) : g;
+                               PrecisionMode::Bf16Kahan})
+        for (bool measured : {true, false})
+            for (bool sharded : {false, true}) {
+                SCOPED_TRACE(fmt::format("{}, measured {}, sharded {}", precision_mode_name(mode), measured, sharded));
+                PrecisionConfig p;
+                p.mode = mode;
+                FlatModel first(p), fused(p);
+                const long n = first.model.num_parameters();
+                std::vector<float> grads = random_vector(n, 7, 0.1f);
+                if (p.bf16_state()) bf16_round_inplace(grads.data(), n);
+                OptimizerConfig oc;
+                const long begin = sharded ? n / 3 : 0, end = sharded ? 2 * n / 3 : -1;
+                AdamW clipped_first(oc, n, p, 42, 0, begin, end), clipped_in_update(oc, n, p, 42, 0, begin, end);
+                std::vector<UpdateSums> sums_first, sums_fused;
+                for (int step = 0; step < 3; step++) {
+                    for (long i = 0; i < n; i++) {
+                        const float g = grads[i] * factor;
+                        first.model.grads()[i] = p.bf16_state() ? bf16_to_float(float_to_bf16_rne(g)) : g;
+                    }
+                    std::copy(grads.begin(), grads.end(), fused.model.grads());
+                    // lr large enough to move bf16 weights at 1.0
+                    clipped_first.step(first.model, 1e-2, measured ? &sums_first : nullptr);
+                    clipped_in_update.step(fused.model, 1e-2, measured ? &sums_fused : nullptr, factor);
+                }
+                expect_same_bits(std::vector<float>(first.model.params(), first.model.params() + n),
+                                 std::vector<float>(fused.model.params(), fused.model.params() + n), "weights");
+                const auto state_first = clipped_first.state(), state_fused = clipped_in_update.state();
+                for (size_t b = 0; b < state_first.size(); b++)
+                    expect_same_bits(state_first[b].second->to_float(), state_fused[b].second->to_float(),
+                                     state_first[b].first.c_str());
+                ASSERT_EQ(sums_first.size(), sums_fused.size());
+                for (size_t k = 0; k < sums_first.size(); k++) {
+                    EXPECT_EQ(sums_first[k].grad_squares, sums_fused[k].grad_squares) << "slice " << k;
+                    EXPECT_EQ(sums_first[k].update_squares, sums_fused[k].update_squares) << "slice " << k;
+                }
+                EXPECT_TRUE(std::equal(grads.begin(), grads.end(), fused.model.grads())) << "the gradients were scaled";
+                EXPECT_NE(first.mean_param(), 1.0) << "nothing was updated";
             }
-            std::copy(grads.begin(), grads.end(), fused.model.grads());
-            clipped_first.step(first.model, 1e-2, &sums_first);  // large enough to move bf16 weights at 1.0
-            clipped_in_update.step(fused.model, 1e-2, &sums_fused, factor);
-        }
-        expect_same_bits(std::vector<float>(first.model.params(), first.model.params() + n),
-                         std::vector<float>(fused.model.params(), fused.model.params() + n), "weights");
-        const auto state_first = clipped_first.state(), state_fused = clipped_in_update.state();
-        for (size_t b = 0; b < state_first.size(); b++)
-            expect_same_bits(state_first[b].second->to_float(), state_fused[b].second->to_float(),
-                             state_first[b].first.c_str());
-        ASSERT_EQ(sums_first.size(), sums_fused.size());
-        for (size_t k = 0; k < sums_first.size(); k++) {
-            EXPECT_EQ(sums_first[k].grad_squares, sums_fused[k].grad_squares) << "slice " << k;
-            EXPECT_EQ(sums_first[k].update_squares, sums_fused[k].update_squares) << "slice " << k;
-        }
-        EXPECT_TRUE(std::equal(grads.begin(), grads.end(), fused.model.grads())) << "the gradients were scaled";
-        EXPECT_NE(first.mean_param(), 1.0) << "nothing was updated";
-    }
 }
 
 // The paper's point about pure bf16, in one test: an update below half a bf16
@@ -574,7 +590,7 @@ TrainConfig knob_config(bool softmax_bf16, bool grad_accum_bf16) {
     c.model = FlatModel::tiny_config();
     c.model.max_seq_len = 16;
     c.run.batch_size = 2, c.run.seq_len = 16, c.run.grad_accum = 2;
-    c.optimizer.grad_clip = 0.0;  // clipping would rescale the gradients after the accumulation under test
+    c.optimizer.grad_clip = 0.0;  // the gradients after a step are the accumulation's, however clipping is applied
     c.precision.mode = PrecisionMode::Mixed;
     c.precision.softmax_bf16 = softmax_bf16;
     c.precision.grad_accum_bf16 = grad_accum_bf16;

@@ -211,7 +211,8 @@ void Trainer::reduce(StepStats& s, bool hash_grads) {
 // Injected gradient faults, per-tensor norms, the global norm and clipping.
 void Trainer::clip(StepStats& s, bool tensor_norms) {
     const long n_params = model_->num_parameters();
-    // ZeRO-1 leaves only this rank's range reduced: norms and clipping over it.
+    // ZeRO-1 leaves only this rank's range reduced: the norm over it (and
+    // the update, which applies the clip factor, over it alone).
     const bool zero1 = reducer_ && reducer_->zero1();
     const long own_begin = zero1 ? reducer_->shard_begin() : 0, own_end = zero1 ? reducer_->shard_end() : n_params;
     float* g = model_->grads();

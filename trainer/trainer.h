@@ -57,9 +57,9 @@ class Trainer {
     // The stages of step(), in order.
     void accumulate(StepStats& s);                  // forward and backward of every micro-batch
     void reduce(StepStats& s, bool hash_grads);     // the all-reduce's rest, the job's loss, the replica check
-    void clip(StepStats& s, bool tensor_norms);     // injected gradient faults, norms, global-norm clipping
+    void clip(StepStats& s, bool tensor_norms);     // injected gradient faults, norms, the clip factor
     double optimizer_bytes();                       // what AdamW moves a step (the profile's count)
-    void update(StepStats& s);                      // AdamW at the scheduled rate, ZeRO-1 parameter gather
+    void update(StepStats& s);                      // AdamW (clipping as it reads), ZeRO-1 parameter gather
     void measure(StepStats& s, bool tensor_norms);  // lost updates; parameter norms (global, per tensor when asked)
     void count_lost_updates(StepStats& s);
     void count_tokens(StepStats& s);                // tokens seen, throughput, MFU, TP comm share
@@ -77,7 +77,7 @@ class Trainer {
     std::vector<int32_t> inputs_, targets_;
     int step_ = 0;
     // The model's internals (docs/internals.md): whether this step measures
-    // them, the optimizer's sums, what clipping scaled the gradients by.
+    // them, the optimizer's sums, what the update scales the gradients by.
     bool measuring_ = false;
     std::vector<UpdateSums> update_sums_;
     double clip_factor_ = 1.0;

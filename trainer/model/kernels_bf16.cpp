@@ -351,8 +351,10 @@ void matmul_forward_bf16(float* out, const bf16* inp, const Bf16Weight& w, int N
 }
 
 void Bf16OutputGrad::assign(const float* dout, bf16* narrowed, long n) {
-    KernelScope scope("narrow to bf16", (engine_choice() == Bf16MatmulEngine::Emulated ? 8.0 : 6.0) * n);
-    if (engine_choice() == Bf16MatmulEngine::OneDnn) {
+    engine_ = engine_choice();
+    // On the emulated engine: fp32 read, the bf16 value written as fp32.
+    KernelScope scope("narrow to bf16", (engine_ == Bf16MatmulEngine::Emulated ? 8.0 : 6.0) * n);
+    if (engine_ == Bf16MatmulEngine::OneDnn) {
         bf16_narrow(narrowed, dout, n);
         values_ = narrowed;
         return;
@@ -363,8 +365,9 @@ void Bf16OutputGrad::assign(const float* dout, bf16* narrowed, long n) {
 }
 
 void Bf16OutputGrad::assign(const bf16* dout16, long n) {
+    engine_ = engine_choice();
     values_ = dout16;
-    if (engine_choice() == Bf16MatmulEngine::OneDnn) return;
+    if (engine_ == Bf16MatmulEngine::OneDnn) return;
     if ((long)widened_.size() < n) widened_.resize(n);
     KernelScope scope("widen to fp32 (emulated bf16)", 6.0 * n);
     bf16_widen(widened_.data(), dout16, n);
@@ -373,6 +376,8 @@ void Bf16OutputGrad::assign(const bf16* dout16, long n) {
 void matmul_dinput_bf16(float* dinp, const Bf16OutputGrad& dout, const Bf16Weight& w, int N) {
     const Bf16Weight::Storage& s = w.storage();
     const int IC = w.in_features(), OC = w.out_features();
+    if (dout.engine() != s.engine)
+        throw std::logic_error("matmul_dinput_bf16: output gradient and weight made for different engines");
     if (s.engine == Bf16MatmulEngine::Emulated)
         return sgemm(false, false, N, IC, OC, 1.0f, dout.widened(), OC, s.widened.data(), IC, 0.0f, dinp, IC);
     OneDnn::instance().matmul(dinp, dout.values(), false, static_cast<const bf16*>(s.natural.get_data_handle()),
@@ -384,8 +389,11 @@ void matmul_dinput_bf16(float* dinp, const Bf16OutputGrad& dout, const Bf16Weigh
 // inp is widened here.
 void matmul_dweight_bf16(float* dweight, const Bf16OutputGrad& dout, const bf16* inp, int N, int IC, int OC,
                          bool accumulate) {
-    if (engine_choice() == Bf16MatmulEngine::OneDnn)
-        return gemm_bf16(dweight, dout.values(), inp, OC, IC, N, true, false, accumulate);
+    if (dout.engine() == Bf16MatmulEngine::OneDnn) {  // gemm_bf16's product
+        OneDnn::instance().matmul(dweight, dout.values(), true, inp, Layout::Plain, OC, IC, N, accumulate);
+        flip_bit_if_injected(dweight);
+        return;
+    }
     Scratch& s = scratch();
     const long nb = (long)N * IC;
     if ((long)s.wb.size() < nb) s.wb.resize(nb);

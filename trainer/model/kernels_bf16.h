@@ -88,10 +88,14 @@ class Bf16OutputGrad {
     // values long), or from bf16 values, which must outlive the products.
     void assign(const float* dout, bf16* narrowed, long n);
     void assign(const bf16* dout16, long n);
+    // The engine in use when it was assigned, which the products check
+    // against the weight's: each reads only its own engine's copy.
+    Bf16MatmulEngine engine() const { return engine_; }
     const bf16* values() const { return values_; }             // oneDNN
     const float* widened() const { return widened_.data(); }  // emulated engine
 
   private:
+    Bf16MatmulEngine engine_ = Bf16MatmulEngine::Emulated;
     const bf16* values_ = nullptr;
     std::vector<float> widened_;  // grows to the largest and stays
 };

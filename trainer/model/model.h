@@ -277,8 +277,8 @@ class Model {
     // The matmuls of the layers, in fp32 or bf16 as the precision says; weight
     // points into params_. In the bf16 modes the input is inp16, a slot of
     // acts_bf16_ (narrowed from inp first when inp is given), the output
-    // gradient dout16 (narrowed from dout when dout is given, into
-    // dout_grad_ for both backward products), and out and dinp are left
+    // gradient dout16, or dout rounded to bf16 when dout is given, made once
+    // into dout_grad_ for both backward products; out and dinp are left
     // unrounded for their reader to round.
     void linear_forward(float* out, const float* inp, bf16* inp16, const float* weight, int N, int IC, int OC);
     void linear_backward(float* dinp, float* dweight, const float* dout, const bf16* dout16, const float* inp,
