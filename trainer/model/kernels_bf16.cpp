@@ -389,11 +389,8 @@ void matmul_dinput_bf16(float* dinp, const Bf16OutputGrad& dout, const Bf16Weigh
 // inp is widened here.
 void matmul_dweight_bf16(float* dweight, const Bf16OutputGrad& dout, const bf16* inp, int N, int IC, int OC,
                          bool accumulate) {
-    if (dout.engine() == Bf16MatmulEngine::OneDnn) {  // gemm_bf16's product
-        OneDnn::instance().matmul(dweight, dout.values(), true, inp, Layout::Plain, OC, IC, N, accumulate);
-        flip_bit_if_injected(dweight);
-        return;
-    }
+    if (dout.engine() == Bf16MatmulEngine::OneDnn)  // bf16 values, which gemm_bf16 reads on either engine
+        return gemm_bf16(dweight, dout.values(), inp, OC, IC, N, true, false, accumulate);
     Scratch& s = scratch();
     const long nb = (long)N * IC;
     if ((long)s.wb.size() < nb) s.wb.resize(nb);
