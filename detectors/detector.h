@@ -85,6 +85,7 @@ class DetectorSuite {
     const std::vector<std::string>& keys() const { return keys_; }
     bool reads(const std::string& key) const;
     bool reads_event(const std::string& kind) const;
+    const std::vector<std::string>& event_kinds() const { return event_kinds_; }
     // Every detector's state by name ({"grad_spike": ..., ...}); restore()
     // takes what state() gave, and ignores detectors it does not name.
     nlohmann::json state() const;

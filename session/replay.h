@@ -18,10 +18,11 @@ std::vector<detectors::StepView> steps_from(const std::vector<telemetry::MetricP
                                             const detectors::DetectorSuite& suite,
                                             const std::vector<telemetry::VectorPoint>& vectors = {});
 
-// The stored run's views handed to `visit` in step order, read a range of
-// steps at a time (the run's events are read at once: they are few).
+// The stored run's views from step `first` on, handed to `visit` in step
+// order: a merge of each key's rows, read a window at a time (the events of
+// the kinds the suite reads are read at once: they are few).
 void for_each_stored_step(telemetry::Reader& reader, int64_t run, const detectors::DetectorSuite& suite,
-                          const std::function<void(const detectors::StepView&)>& visit);
+                          const std::function<void(const detectors::StepView&)>& visit, int64_t first = 0);
 
 // Every alert the detectors raise over the views, with its policy.
 std::vector<detectors::Fired> replay(const std::vector<detectors::StepView>& steps,

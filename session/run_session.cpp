@@ -3,9 +3,9 @@
 #include "session/divergence.h"
 
 #include "session/moved_first.h"
+#include "session/replay.h"
 
 #include "session/aliases.h"
-#include "session/replay.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -56,10 +56,7 @@ std::unique_ptr<RunSession> RunSession::open(telemetry::Writer* writer, const te
     const std::string kind = !opening.kind.empty() ? opening.kind : existed ? "restart" : "start";
     s->store_event({kind, opening.step, opening.wall_time > 0 ? opening.wall_time : now_seconds(), opening.detail});
     writer->flush();  // the run is visible to readers before the first step
-    if (catch_up) {
-        telemetry::Reader reader(writer->path());
-        s->catch_up(reader);
-    }
+    if (catch_up) s->catch_up();
     return s;
 }
 
@@ -69,33 +66,6 @@ std::unique_ptr<RunSession> RunSession::attach(telemetry::Writer& writer, teleme
     std::unique_ptr<RunSession> s(new RunSession(&writer, stored, std::move(options), detectors_of(stored)));
     if (catch_up) s->catch_up(reader);
     return s;
-}
-
-// The stored steps through the detectors, raising nothing. The last one is
-// held open like a batch's last (a feeder may have stopped mid-step); its
-// alerts are in the store already.
-void RunSession::catch_up(telemetry::Reader& reader) {
-    for (const std::string& key : reader.vector_keys(run_.id))
-        labels_[key] = std::make_shared<const std::vector<std::string>>(reader.vector_labels(run_.id, key));
-    std::optional<detectors::StepView> last;
-    for_each_stored_step(reader, run_.id, suite_, [&](const detectors::StepView& v) {
-        watched_ = true;
-        steps_seen_++;
-        if (last) suite_.observe(*last);
-        last = v;
-    });
-    if (!last) return;
-    last_step_ = detected_below_ = last->step;
-    if (options_.whole_steps) {
-        suite_.observe(*last);
-        detected_below_ = last->step + 1;
-        return;
-    }
-    open_ = OpenStep{*last, suite_.state(), {}};
-    for (const telemetry::Alert& a : reader.alerts(run_.id))
-        if (a.step >= last->step - 1)  // a loss-jump note at the step before was raised by the open step
-            open_->raised.insert(raised_key(a));
-    suite_.observe(*last);
 }
 
 // Another trainer's name for one of hlat's keys becomes that key, unless the
@@ -119,17 +89,27 @@ std::vector<Fired> RunSession::ingest(std::vector<telemetry::MetricPoint> points
     note_keys(points);
     resolve_labels(vectors);
     note_times(points, events);
-    std::vector<Fired> fired = detect(steps_from(points, events, suite_, vectors));
+    std::vector<detectors::StepView> views = steps_from(points, events, suite_, vectors);
+    // A late step is judged from the store, with the steps after it: stored first.
+    const std::optional<int64_t> late = late_step(views);
+    std::vector<Fired> fired;
+    if (!late) fired = detect(std::move(views));
     const int64_t step = points.empty() ? last_step_ : points.back().step;
-    if (writer_ && !points.empty()) writer_->metrics(run_.id, std::move(points));
-    std::vector<telemetry::VectorPoint> sampled = recorder_.record(std::move(vectors));
-    if (writer_ && !sampled.empty()) writer_->vectors(run_.id, std::move(sampled));
-    for (telemetry::Event& e : events) store_event(std::move(e));
+    store(std::move(points), std::move(events), std::move(vectors));
+    if (late) fired = rejudge(*late);
     if (options_.heartbeat_seconds > 0 && now_seconds() - last_heartbeat_ >= options_.heartbeat_seconds)
         store_event({"heartbeat", step, now_seconds(), ""});
     for (Fired& f : fired) route(f);
     source_times_.clear();  // an alert raised later, outside a batch, is dated when it is raised
     return fired;
+}
+
+void RunSession::store(std::vector<telemetry::MetricPoint> points, std::vector<telemetry::Event> events,
+                       std::vector<telemetry::VectorPoint> vectors) {
+    if (writer_ && !points.empty()) writer_->metrics(run_.id, std::move(points));
+    std::vector<telemetry::VectorPoint> sampled = recorder_.record(std::move(vectors));
+    if (writer_ && !sampled.empty()) writer_->vectors(run_.id, std::move(sampled));
+    for (telemetry::Event& e : events) store_event(std::move(e));
 }
 
 // The source's own clock for this batch's steps: an alert is dated by the
@@ -213,45 +193,6 @@ void RunSession::note_keys(const std::vector<telemetry::MetricPoint>& points) {
         run_.name, keys, read);
     spdlog::warn("{}", unwatched_notice_);
     store_event({"unwatched", last_step_, now_seconds(), unwatched_notice_});
-}
-
-// What tells an alert of the open step from another when it is detected
-// again: its kind and step (a detector raises a kind once a step, its message
-// may change as more of the step comes), and for a trainer's own alerts,
-// many at a step, what it says.
-std::string RunSession::raised_key(const telemetry::Alert& a) {
-    return fmt::format("{}@{}{}", a.kind, a.step, a.kind == "alert" ? ":" + a.message : "");
-}
-
-// The views through the detectors, the open step continued if the first
-// view is more of it.
-std::vector<Fired> RunSession::detect(std::vector<detectors::StepView> steps) {
-    std::vector<Fired> fired;
-    std::erase_if(steps, [&](const detectors::StepView& v) { return v.step < detected_below_; });
-    if (steps.empty()) return fired;
-    if (options_.whole_steps) {
-        for (const detectors::StepView& v : steps)
-            for (Fired& f : suite_.observe(v)) fired.push_back(std::move(f));
-        detected_below_ = std::max(detected_below_, steps.back().step + 1);
-        return fired;
-    }
-    std::set<std::string> raised;
-    if (open_ && steps.front().step == open_->view.step) {
-        suite_.restore(open_->before);
-        open_->view.merge(steps.front());
-        steps.front() = std::move(open_->view);
-        raised = std::move(open_->raised);
-    }
-    for (size_t i = 0; i < steps.size(); i++) {
-        const bool last = i + 1 == steps.size();
-        nlohmann::json before = last ? suite_.state() : nlohmann::json();
-        if (i > 0) raised.clear();
-        for (Fired& f : suite_.observe(steps[i]))
-            if (raised.insert(raised_key(f.alert)).second) fired.push_back(std::move(f));
-        if (last) open_ = OpenStep{std::move(steps[i]), std::move(before), std::move(raised)};
-    }
-    detected_below_ = std::max(detected_below_, open_->view.step);  // the open step may get more of it
-    return fired;
 }
 
 // One alert to every place it goes, once. The first halting one files a halt

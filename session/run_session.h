@@ -21,11 +21,21 @@
 // again, not detected again, so no alert is stored twice and no halt fires
 // twice: a session that caught up from the store has seen every stored step.
 //
+// A step that comes late, after later steps but never seen before (two
+// writers of one run, a spool synced after the run went on), is judged in its
+// place: the detectors go back to their state before it (kept every
+// kSnapshotEvery steps judged, for the last kSnapshots of those) and judge the
+// stored steps from there on in step order, raising what they had not raised
+// before, so the alerts are those of in-order arrival. A step later than that
+// window (more than about 1,000 judged steps behind the newest) is stored and
+// not judged, said once in the log; `hlat detect` judges the stored run whole.
+//
 // Not thread-safe: one caller at a time (the HTTP endpoint holds a lock).
 #pragma once
 
 #include "detectors/detector.h"
 #include "session/flight_recorder.h"
+#include "session/step_set.h"
 #include "session/webhook.h"
 #include "telemetry/reader.h"
 #include "telemetry/writer.h"
@@ -156,6 +166,14 @@ class RunSession {
     // sentence that said so (logged and stored once); "" otherwise.
     const std::string& unwatched_notice() const { return unwatched_notice_; }
     int64_t run_id() const { return run_.id; }
+    // The stored steps through the detectors, raising nothing, so their
+    // windows are as full as if the feeder had never stopped (what
+    // SessionOptions::catch_up does at open and attach).
+    void catch_up();
+
+    // Detector states kept for steps that arrive late (see above).
+    static constexpr int64_t kSnapshotEvery = 128;
+    static constexpr size_t kSnapshots = 9;
 
   private:
     RunSession(telemetry::Writer* writer, telemetry::RunRecord run, SessionOptions options,
@@ -163,6 +181,20 @@ class RunSession {
     void catch_up(telemetry::Reader& reader);
     void rename_aliases(std::vector<telemetry::MetricPoint>& points);
     std::vector<Fired> detect(std::vector<detectors::StepView> steps);
+    // The earliest of `steps` that came late and can be judged in its place, if any.
+    std::optional<int64_t> late_step(const std::vector<detectors::StepView>& steps) const;
+    std::vector<Fired> rejudge(int64_t late_step);
+    // Stored steps from `first` on through the detectors, the last held open;
+    // alerts whose raised_key() is in *raised are not raised again, and with
+    // `fired` null none is raised.
+    void judge_stored(telemetry::Reader& reader, int64_t first, std::set<std::string>& raised,
+                      std::vector<Fired>* fired);
+    // Before a step goes through the detectors for the first time: counts it
+    // judged, and keeps the detectors' state every kSnapshotEvery steps.
+    void before_judging(int64_t step);
+    void drop_unjudgeable(std::vector<detectors::StepView>& steps);
+    void store(std::vector<telemetry::MetricPoint> points, std::vector<telemetry::Event> events,
+               std::vector<telemetry::VectorPoint> vectors);
     void note_times(const std::vector<telemetry::MetricPoint>& points, const std::vector<telemetry::Event>& events);
     double source_time(int64_t step) const;
     void route(Fired& fired, const std::string& halt_reason = "");
@@ -201,10 +233,18 @@ class RunSession {
     std::set<std::string> aliases_used_;
     std::map<int64_t, double> source_times_;  // step -> its time by the source's clock, for the batch being ingested
     int64_t steps_seen_ = 0, last_step_ = -1;
-    // Steps below this one have been through the detectors: sent again (a
-    // client's batch re-sent after a timeout, a follower re-reading its log),
-    // they are stored again but not detected again.
-    int64_t detected_below_ = -1;
+    // The newest step through the detectors. Below it, a step judged before
+    // (a client's batch re-sent after a timeout, a follower re-reading its
+    // log) is stored again but not judged again; one never judged came late.
+    int64_t newest_judged_ = -1;
+    StepSet judged_;  // steps judged, from the oldest snapshot's on
+    struct Snapshot {
+        int64_t step;                     // the detectors' state before this step...
+        std::vector<std::uint8_t> state;  // ...as MessagePack (a third of its JSON text)
+    };
+    std::deque<Snapshot> snapshots_;
+    int64_t judged_since_snapshot_ = 0;
+    bool said_too_late_ = false;
     std::string unwatched_notice_;
     double last_heartbeat_ = 0.0;
     std::function<void(telemetry::Alert&)> annotate_;

@@ -13,7 +13,7 @@
 
 namespace hlat::telemetry {
 
-std::vector<std::string> Reader::vector_keys(int64_t run) { return key_names(run, "vectors"); }
+std::vector<std::string> Reader::vector_keys(int64_t run) { return key_names(run, "vectors", 0); }
 
 std::vector<std::string> Reader::vector_labels(int64_t run, const std::string& key) {
     std::vector<std::string> out;
@@ -36,14 +36,15 @@ std::vector<std::string> Reader::vector_labels(int64_t run, const std::string& k
     return out;
 }
 
-std::vector<VectorPoint> Reader::vector_series(int64_t run, const std::string& key, int64_t first, int64_t last) {
+std::vector<VectorPoint> Reader::vector_series(int64_t run, const std::string& key, int64_t first, int64_t last,
+                                               int64_t limit) {
     std::vector<VectorPoint> out;
     auto key_ = key_id(key);
     if (!key_) return out;
     auto labels = std::make_shared<const std::vector<std::string>>(vector_labels(run, key));
     Statement s = db_.prepare("SELECT step, wall_time, data FROM vectors WHERE run_id = ?1 AND key_id = ?2 "
-                              "AND step BETWEEN ?3 AND ?4 ORDER BY step");
-    s.bind(1, run).bind(2, *key_).bind(3, first).bind(4, last);
+                              "AND step BETWEEN ?3 AND ?4 ORDER BY step LIMIT ?5");
+    s.bind(1, run).bind(2, *key_).bind(3, first).bind(4, last).bind(5, limit > 0 ? limit : -1);
     while (s.step()) out.push_back({key, s.column_int(0), s.column_floats(2), s.column_double(1), labels});
     return out;
 }

@@ -102,21 +102,35 @@ Writer& IngestEndpoints::writer_locked() {
     return *writer_;
 }
 
-session::RunSession& IngestEndpoints::session_of(Reader& reader, const RunRecord& run) {
-    auto it = sessions_.find(run.id);
-    if (it == sessions_.end()) it = sessions_.emplace(run.id, session::RunSession::attach(*writer_, reader, run)).first;
-    return *it->second;
+std::shared_ptr<IngestEndpoints::Live> IngestEndpoints::live_of(int64_t run,
+                                                                 std::unique_ptr<session::RunSession> fresh,
+                                                                 std::unique_lock<std::mutex>* lock) {
+    std::shared_ptr<Live>& slot = sessions_[run];
+    if (slot && !fresh) return slot;
+    if (slot) {  // its batch in flight ends first; a batch waiting on it then finds it ended
+        std::lock_guard<std::mutex> old(slot->mutex);
+        slot->ended = true;
+    }
+    auto live = std::make_shared<Live>();
+    *lock = std::unique_lock<std::mutex>(live->mutex);
+    live->session = std::move(fresh);
+    slot = live;
+    return live;
 }
 
 // Writes a run's end (finished, crashed, stale, ...) through its session,
-// which is then closed.
+// which is then closed (mutex_ held; waits for the run's batch in flight).
 void IngestEndpoints::end_run(const RunRecord& run, const std::string& status, int64_t step, const std::string& detail,
                               double wall_time) {
     starts_.erase(run.name);  // a start retried after its run ended opens it again
     auto it = sessions_.find(run.id);
     if (it == sessions_.end()) return session::write_end(*writer_, run.id, status, step, detail, wall_time);
-    it->second->finish(status, step, detail, wall_time);
+    std::shared_ptr<Live> live = it->second;
     sessions_.erase(it);
+    std::lock_guard<std::mutex> lock(live->mutex);
+    live->ended = true;
+    if (!live->session) return session::write_end(*writer_, run.id, status, step, detail, wall_time);
+    live->session->finish(status, step, detail, wall_time);
 }
 
 json IngestEndpoints::run_state(Reader& reader, const RunRecord& run) {
@@ -163,7 +177,7 @@ Response IngestEndpoints::start(const std::string& name, const std::string& body
         throw BadRequest(e.what());
     }
     const std::string start_id = start_id_of(j);
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
     writer_locked();
     auto existing = Reader(store_).find_run(name);
     // A client whose start timed out (a server busy for longer than the
@@ -176,15 +190,63 @@ Response IngestEndpoints::start(const std::string& name, const std::string& body
     bool resume = j.value("resume", false);
     if (existing && !resume)
         return error(409, fmt::format("run \"{}\" already exists; resume it (resume=True) or choose another name", name));
-    // The config (and its detectors) may have changed: a new session.
+    // The config (and its detectors) may have changed: a new session, caught
+    // up below under the run's lock alone.
+    session::SessionOptions options;
+    options.catch_up = false;
     std::unique_ptr<session::RunSession> s =
-        session::RunSession::open(writer_.get(), r, {resume, "", step, time, "hlat python client"});
-    sessions_[s->run_id()] = std::move(s);
+        session::RunSession::open(writer_.get(), r, {resume, "", step, time, "hlat python client"}, options);
+    std::unique_lock<std::mutex> run_lock;
+    const int64_t id = s->run_id();
+    std::shared_ptr<Live> live = live_of(id, std::move(s), &run_lock);
     if (start_id.empty())
         starts_.erase(name);  // the session an earlier start_id opened is gone
     else
         starts_[name] = {start_id, existing.has_value()};
+    lock.unlock();
+    if (resume && existing) live->session->catch_up();
     return reply(200, {{"run", name}, {"state", "running"}, {"resumed", existing.has_value()}});
+}
+
+// The session of run `name` that a batch goes to, locked in *run_lock: a new
+// run's, or one that comes back (stale, finished: running again, judged by
+// its own detectors settings), or the open one's (attached and caught up
+// from the store if this server has none yet). Catching up holds only the
+// run's own lock.
+session::RunSession& IngestEndpoints::batch_session(const std::string& name, int64_t first_step,
+                                                    std::unique_lock<std::mutex>* run_lock) {
+    for (;;) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        writer_locked().check_writable();  // it may have started failing while this request waited
+        Reader reader(store_);
+        auto run = reader.find_run(name);
+        std::shared_ptr<Live> live;
+        if (!run || (run->status != "running" && run->status != "halted")) {
+            RunRecord r = run ? *run : RunRecord{};
+            r.name = name;
+            if (!run) r.source = "ingest";
+            r.started_at = now_seconds();
+            session::SessionOptions options;
+            options.catch_up = false;
+            auto opened = session::RunSession::open(writer_.get(), r, {true, "", first_step, 0.0, "ingest"}, options);
+            const int64_t id = opened->run_id();
+            live = live_of(id, std::move(opened), run_lock);
+            live->caught_up = !run.has_value();
+        } else {
+            live = live_of(run->id, nullptr, run_lock);
+        }
+        lock.unlock();
+        if (!run_lock->owns_lock()) *run_lock = std::unique_lock<std::mutex>(live->mutex);
+        if (live->ended) continue;  // ended (or replaced) while this batch waited: look again
+        if (!live->session) {
+            Reader fresh(store_);
+            live->session = session::RunSession::attach(*writer_, fresh, *run);
+        } else if (!live->caught_up) {
+            live->session->catch_up();
+        }
+        live->caught_up = true;
+        return *live->session;
+    }
 }
 
 Response IngestEndpoints::ingest(const std::string& name, const std::string& body) {
@@ -201,24 +263,8 @@ Response IngestEndpoints::ingest(const std::string& name, const std::string& bod
     // waiting behind the others on the lock and queuing lines the client
     // would send again anyway.
     if (const Writer* w = open_writer()) w->check_writable();
-    std::lock_guard<std::mutex> lock(mutex_);
-    writer_locked().check_writable();  // it may have started failing while this request waited
-    Reader reader(store_);
-    auto run = reader.find_run(name);
-    session::RunSession* s = nullptr;
-    if (!run || (run->status != "running" && run->status != "halted")) {
-        // A new run, or one that comes back (stale, finished): running again,
-        // judged by its own detectors settings.
-        RunRecord r = run ? *run : RunRecord{};
-        r.name = name;
-        if (!run) r.source = "ingest";
-        r.started_at = now_seconds();
-        auto opened = session::RunSession::open(writer_.get(), r,
-                                                {true, "", std::max<int64_t>(0, parser.last_step()), 0.0, "ingest"});
-        s = (sessions_[opened->run_id()] = std::move(opened)).get();
-    } else {
-        s = &session_of(reader, *run);
-    }
+    std::unique_lock<std::mutex> run_lock;
+    session::RunSession* s = &batch_session(name, std::max<int64_t>(0, parser.last_step()), &run_lock);
     size_t values = batch.points.size();
     for (const VectorPoint& v : batch.vectors) values += v.values.size();
     std::vector<detectors::Fired> fired = session::ingest_parsed(*s, std::move(batch));
@@ -228,7 +274,9 @@ Response IngestEndpoints::ingest(const std::string& name, const std::string& bod
         alerts.push_back({{"kind", f.alert.kind}, {"step", f.alert.step}, {"severity", f.alert.severity},
                           {"message", f.alert.message}, {"policy", detectors::policy_name(f.policy)}});
     Reader after(store_);
-    json out = run_state(after, *after.find_run(name));
+    auto now = after.find_run(name);
+    if (!now) return error(410, fmt::format("run {} was deleted while this batch was stored", excerpt(name, 100)));
+    json out = run_state(after, *now);
     out["run"] = name;
     out["values"] = values;
     out["last_step"] = parser.last_step();
@@ -295,9 +343,17 @@ bool IngestEndpoints::end_if_still_quiet(const RunRecord& run, int64_t seen_step
     Reader reader(store_);
     const auto current = reader.find_run(run.name);
     if (!current || current->id != run.id || current->status != "running") return false;
+    const double now = now_seconds();
+    if (auto live = sessions_.find(run.id); live != sessions_.end()) {
+        std::unique_lock<std::mutex> busy(live->second->mutex, std::try_to_lock);
+        if (!busy.owns_lock()) {  // a batch (or its catch-up) is being taken: alive
+            heard[run.id] = {now, seen_step};
+            return false;
+        }
+    }
     const Reader::Activity a = reader.last_activity(run.id);
     activity_reads_++;
-    const double now = now_seconds(), at = std::max(a.wall_time, current->started_at);
+    const double at = std::max(a.wall_time, current->started_at);
     if (!gone && (a.step != seen_step || now - at < after_seconds)) {
         heard[run.id] = {a.step != seen_step ? now : at, a.step};
         return false;

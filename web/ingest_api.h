@@ -59,7 +59,23 @@ class IngestEndpoints {
     const telemetry::Writer* open_writer() const { return opened_.load(); }
 
   private:
-    session::RunSession& session_of(telemetry::Reader& reader, const telemetry::RunRecord& run);
+    // A run's session with its own lock: one batch of a run at a time (its
+    // detectors see its steps in order), while other runs go on; catching up
+    // a resumed run's stored steps holds this lock alone.
+    struct Live {
+        std::mutex mutex;
+        std::unique_ptr<session::RunSession> session;  // null until attached, under `mutex`
+        bool caught_up = true;  // false: catch up before its first batch
+        bool ended = false;     // its run ended: a batch that waited on it looks again
+    };
+    // mutex_ held. With `fresh` (a start, a run that comes back): a Live for
+    // it, locked in *lock, in place of any other of the run (once that one's
+    // batch is done). Without: the run's Live, made and locked if it had none,
+    // else returned unlocked (the caller waits for it after letting mutex_ go).
+    std::shared_ptr<Live> live_of(int64_t run, std::unique_ptr<session::RunSession> fresh,
+                                  std::unique_lock<std::mutex>* lock);
+    session::RunSession& batch_session(const std::string& name, int64_t first_step,
+                                       std::unique_lock<std::mutex>* run_lock);
     void end_run(const telemetry::RunRecord& run, const std::string& status, int64_t step, const std::string& detail,
                  double wall_time = 0.0);
     nlohmann::json run_state(telemetry::Reader& reader, const telemetry::RunRecord& run);
@@ -70,10 +86,12 @@ class IngestEndpoints {
                             std::map<int64_t, Heard>& heard);
 
     std::string store_;
-    std::mutex mutex_;  // one batch at a time: detectors see steps in order
+    // Guards the maps below and opening runs; never taken while a run's own
+    // lock is held (a run's lock may be taken while it is held).
+    std::mutex mutex_;
     std::unique_ptr<telemetry::Writer> writer_;
     std::atomic<telemetry::Writer*> opened_{nullptr};  // writer_, once open
-    std::map<int64_t, std::unique_ptr<session::RunSession>> sessions_;  // by run id
+    std::map<int64_t, std::shared_ptr<Live>> sessions_;  // by run id
     struct Start {
         std::string id;  // the client's start_id
         bool resumed;    // the answer it was given
