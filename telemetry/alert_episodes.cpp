@@ -61,20 +61,18 @@ bool alert_value(const Alert& a, double& value) {
     return false;
 }
 
+void EpisodeBuilder::add(const Alert& a) {
+    auto it = newest_.find({a.kind, a.severity});
+    if (it != newest_.end() && continues(out_[it->second], a)) return extend(out_[it->second], a);
+    newest_[{a.kind, a.severity}] = out_.size();
+    out_.push_back(opened_by(a));
+}
+
 std::vector<AlertEpisode> alert_episodes(std::vector<Alert> alerts) {
     std::stable_sort(alerts.begin(), alerts.end(), [](const Alert& a, const Alert& b) { return a.step < b.step; });
-    std::vector<AlertEpisode> out;
-    std::map<std::pair<std::string, std::string>, size_t> newest;  // kind, severity -> its newest episode
-    for (const Alert& a : alerts) {
-        auto it = newest.find({a.kind, a.severity});
-        if (it != newest.end() && continues(out[it->second], a)) {
-            extend(out[it->second], a);
-            continue;
-        }
-        newest[{a.kind, a.severity}] = out.size();
-        out.push_back(opened_by(a));
-    }
-    return out;
+    EpisodeBuilder episodes;
+    for (const Alert& a : alerts) episodes.add(a);
+    return std::move(episodes.episodes());
 }
 
 nlohmann::json episode_json(const AlertEpisode& e) {

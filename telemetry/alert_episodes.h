@@ -11,6 +11,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,18 @@ bool alert_value(const Alert& a, double& value);
 
 // Episodes in order of their first step (alerts are taken in step order).
 std::vector<AlertEpisode> alert_episodes(std::vector<Alert> alerts);
+
+// The same, from alerts handed over one at a time in step order (a run's
+// alerts streamed from the store: none kept but the episodes).
+class EpisodeBuilder {
+  public:
+    void add(const Alert& a);
+    std::vector<AlertEpisode>& episodes() { return out_; }
+
+  private:
+    std::vector<AlertEpisode> out_;
+    std::map<std::pair<std::string, std::string>, size_t> newest_;  // kind, severity -> its newest episode
+};
 
 // {"kind", "severity", "first_step", "last_step", "count", "worst_step",
 // "worst_value", "message"}: worst_value null when no alert carries a value,

@@ -105,17 +105,24 @@ std::optional<RunRecord> Reader::find_run(const std::string& name) {
 
 // The names of the keys a run has rows of in `table` (metric_blocks for its
 // series, rank_metrics for its per-rank ones), sorted.
-std::vector<std::string> Reader::key_names(int64_t run, const char* table) {
+std::vector<std::string> Reader::key_names(int64_t run, const char* table, int64_t limit) {
     std::vector<std::string> out;
     Statement s = db_.prepare(fmt::format("SELECT name FROM metric_keys WHERE id IN "
-                                          "(SELECT DISTINCT key_id FROM {} WHERE run_id = ?1) ORDER BY name",
+                                          "(SELECT DISTINCT key_id FROM {} WHERE run_id = ?1) ORDER BY name LIMIT ?2",
                                           table));
-    s.bind(1, run);
+    s.bind(1, run).bind(2, limit > 0 ? limit : -1);
     while (s.step()) out.push_back(s.column_text(0));
     return out;
 }
 
-std::vector<std::string> Reader::keys(int64_t run) { return key_names(run, "metric_blocks"); }
+int64_t Reader::key_count(int64_t run) {
+    Statement s = db_.prepare("SELECT count(DISTINCT key_id) FROM metric_blocks WHERE run_id = ?1");
+    s.bind(1, run);
+    s.step();
+    return s.column_int(0);
+}
+
+std::vector<std::string> Reader::keys(int64_t run, int64_t limit) { return key_names(run, "metric_blocks", limit); }
 
 std::vector<SeriesPoint> Reader::series(int64_t run, const std::string& key, int64_t first, int64_t last,
                                         int64_t limit) {
@@ -129,7 +136,20 @@ std::vector<SeriesPoint> Reader::series(int64_t run, const std::string& key, int
     return out;
 }
 
-std::vector<std::string> Reader::rank_keys(int64_t run) { return key_names(run, "rank_metrics"); }
+std::vector<SeriesPoint> Reader::series_newest(int64_t run, const std::string& key, int64_t first, int64_t last,
+                                               int64_t limit) {
+    std::vector<SeriesPoint> out;
+    auto key_ = key_id(key);
+    if (!key_ || limit <= 0) return out;
+    Statement s = db_.prepare("SELECT step, value, wall_time FROM metrics WHERE run_id = ?1 AND key_id = ?2 "
+                              "AND step BETWEEN ?3 AND ?4 ORDER BY step DESC LIMIT ?5");
+    s.bind(1, run).bind(2, *key_).bind(3, first).bind(4, last).bind(5, limit);
+    while (s.step()) out.push_back({s.column_int(0), s.column_double_or_nan(1), s.column_double(2)});
+    std::reverse(out.begin(), out.end());
+    return out;
+}
+
+std::vector<std::string> Reader::rank_keys(int64_t run, int64_t limit) { return key_names(run, "rank_metrics", limit); }
 
 Reader::RankSeries Reader::rank_series(int64_t run, const std::string& key, int64_t max_points) {
     RankSeries out;
@@ -216,9 +236,15 @@ std::vector<Bucket> Reader::downsample(int64_t run, const std::string& key, int6
     // Buckets are aligned to multiples of width (so, with blocks, to block
     // boundaries); the first and last may be partly outside [first, last].
     int64_t origin = first / width * width;
-    // Alignment can add a bucket; widen until the count is within the limit.
-    while ((last - origin) / width + 1 > buckets) {
-        width += use_blocks ? kBlockSteps : 1;
+    // Alignment can add a bucket. Then the width that fits is computed, not
+    // searched for: a step by step search ran first_step / 64 times (days at
+    // steps near 9e15). With w >= (last - first) / (buckets - 1), the aligned
+    // buckets from first to last number at most buckets; one bucket needs an
+    // origin of 0, so w > last.
+    if ((last - origin) / width + 1 > buckets) {
+        const int64_t unit = use_blocks ? kBlockSteps : 1;
+        const int64_t needed = buckets > 1 ? (last - first + buckets - 2) / (buckets - 1) : last + 1;
+        width = std::max(width + unit, (needed + unit - 1) / unit * unit);
         origin = first / width * width;
     }
     std::vector<BucketBuilder> acc((last - origin) / width + 1);
@@ -269,6 +295,81 @@ std::vector<Event> Reader::events(int64_t run) {
     s.bind(1, run);
     while (s.step()) out.push_back({s.column_text(0), s.column_int(1), s.column_double(2), s.column_text(3)});
     return out;
+}
+
+std::vector<Event> Reader::events_of(int64_t run, const std::vector<std::string>& kinds) {
+    std::vector<Event> out;
+    if (kinds.empty()) return out;
+    std::string marks;
+    for (size_t i = 0; i < kinds.size(); i++) marks += fmt::format("{}?{}", i ? "," : "", i + 2);
+    Statement s = db_.prepare("SELECT kind, step, wall_time, detail FROM events WHERE run_id = ?1 AND kind IN (" +
+                              marks + ") ORDER BY wall_time, id");
+    s.bind(1, run);
+    for (size_t i = 0; i < kinds.size(); i++) s.bind((int)i + 2, kinds[i]);
+    while (s.step()) out.push_back({s.column_text(0), s.column_int(1), s.column_double(2), s.column_text(3)});
+    return out;
+}
+
+std::vector<Event> Reader::events_page(int64_t run, int64_t offset, int64_t limit, size_t max_detail, int64_t* total) {
+    std::vector<Event> out;
+    Statement count = db_.prepare("SELECT count(*) FROM events WHERE run_id = ?1");
+    count.bind(1, run);
+    count.step();
+    *total = count.column_int(0);
+    // substr in SQL: a detail of megabytes is cut before it is copied out.
+    Statement s = db_.prepare("SELECT kind, step, wall_time, CASE WHEN ?4 > 0 THEN substr(detail, 1, ?4) ELSE detail "
+                              "END FROM events WHERE run_id = ?1 ORDER BY wall_time, id LIMIT ?2 OFFSET ?3");
+    s.bind(1, run).bind(2, limit).bind(3, offset).bind(4, (int64_t)max_detail);
+    while (s.step()) out.push_back({s.column_text(0), s.column_int(1), s.column_double(2), s.column_text(3)});
+    return out;
+}
+
+static Alert alert_from_row(Statement& s) {
+    return {s.column_text(0), s.column_text(1), s.column_int(2), s.column_text(3), s.column_text(4),
+            s.column_double(5)};
+}
+
+std::vector<Alert> Reader::latest_alerts(int64_t run, int64_t limit) {
+    std::vector<Alert> out;
+    Statement s = db_.prepare("SELECT kind, severity, step, message, data, wall_time FROM alerts WHERE run_id = ?1 "
+                              "ORDER BY id DESC LIMIT ?2");
+    s.bind(1, run).bind(2, limit);
+    while (s.step()) out.push_back(alert_from_row(s));
+    std::reverse(out.begin(), out.end());
+    return out;
+}
+
+int64_t Reader::alert_count(int64_t run) {
+    Statement s = db_.prepare("SELECT count(*) FROM alerts WHERE run_id = ?1");
+    s.bind(1, run);
+    s.step();
+    return s.column_int(0);
+}
+
+void Reader::for_each_alert(int64_t run, int64_t first_step, const std::function<void(const Alert&)>& visit) {
+    Statement s = db_.prepare("SELECT kind, severity, step, message, data, wall_time FROM alerts WHERE run_id = ?1 "
+                              "AND step >= ?2 ORDER BY step, id");
+    s.bind(1, run).bind(2, first_step);
+    while (s.step()) visit(alert_from_row(s));
+}
+
+std::vector<Alert> Reader::alerts_after(int64_t run, int64_t* after_id) {
+    std::vector<Alert> out;
+    Statement s = db_.prepare("SELECT kind, severity, step, message, data, wall_time, id FROM alerts WHERE id > ?2 "
+                              "AND run_id = ?1 ORDER BY id LIMIT 1000");
+    s.bind(1, run).bind(2, *after_id);
+    while (s.step()) {
+        out.push_back(alert_from_row(s));
+        *after_id = s.column_int(6);
+    }
+    return out;
+}
+
+int64_t Reader::newest_alert_id(int64_t run) {
+    Statement s = db_.prepare("SELECT max(id) FROM alerts WHERE run_id = ?1");
+    s.bind(1, run);
+    if (!s.step() || s.column_is_null(0)) return 0;
+    return s.column_int(0);
 }
 
 std::vector<Alert> Reader::alerts(int64_t run, int64_t skip) {
@@ -348,28 +449,53 @@ static bool ends_segment(const std::string& kind) {
     return kind == "stop" || kind == "crash" || kind == "halt" || kind == "stale";
 }
 
+namespace {
+
+struct Moment {
+    bool opens, restart, ends;
+    double wall_time;
+};
+
+// The newest time in `sorted_times` before `limit`, or `fallback` when none is.
+double newest_before(const std::vector<double>& sorted_times, double after, double limit, double fallback) {
+    auto it = std::lower_bound(sorted_times.begin(), sorted_times.end(), limit);
+    if (it == sorted_times.begin()) return fallback;
+    const double t = *std::prev(it);
+    return t >= after ? std::max(fallback, t) : fallback;
+}
+
+}  // namespace
+
+// The events' kinds and times only (a detail may be megabytes), and, when a
+// segment ended without a word, the metric blocks' times read once for every
+// such segment (a scan of the run's metrics per segment took seconds): a
+// segment cut by SIGKILL ends at its newest block's time, to within the
+// steps of one block (64) written after it in the same block.
 Uptime Reader::uptime(int64_t run) {
     Uptime u;
-    std::vector<Event> ev = events(run);
-    // The newest metric time closes a segment that ended without an event (SIGKILL).
-    Statement m = db_.prepare("SELECT max(wall_time) FROM metrics WHERE run_id = ?1 AND wall_time BETWEEN ?2 AND ?3");
+    std::vector<Moment> ev;
+    Statement e = db_.prepare("SELECT kind, wall_time FROM events WHERE run_id = ?1 ORDER BY wall_time, id");
+    e.bind(1, run);
+    while (e.step()) {
+        const std::string kind = e.column_text(0);
+        ev.push_back({kind == "start" || kind == "restart", kind == "restart", ends_segment(kind), e.column_double(1)});
+    }
+    std::optional<std::vector<double>> block_times;
     double first_start = -1.0, last_end = -1.0;
     for (size_t i = 0; i < ev.size(); i++) {
-        if (ev[i].kind != "start" && ev[i].kind != "restart") continue;
+        if (!ev[i].opens) continue;
         if (first_start < 0) first_start = ev[i].wall_time;
-        if (ev[i].kind == "restart") u.restarts++;
+        if (ev[i].restart) u.restarts++;
         double end = ev[i].wall_time;
         size_t j = i + 1;
-        for (; j < ev.size() && ev[j].kind != "start" && ev[j].kind != "restart"; j++) {
+        for (; j < ev.size() && !ev[j].opens; j++) {
             end = ev[j].wall_time;
-            if (ends_segment(ev[j].kind)) break;
+            if (ev[j].ends) break;
         }
-        bool ended_by_event = j < ev.size() && ends_segment(ev[j].kind);
-        if (!ended_by_event) {
-            double limit = j < ev.size() ? ev[j].wall_time : std::numeric_limits<double>::max();
-            m.bind(1, run).bind(2, ev[i].wall_time).bind(3, limit);
-            if (m.step() && !m.column_is_null(0)) end = std::max(end, m.column_double(0));
-            m.reset();
+        if (!(j < ev.size() && ev[j].ends)) {
+            if (!block_times) block_times = metric_block_times(run);
+            const double limit = j < ev.size() ? ev[j].wall_time : std::numeric_limits<double>::max();
+            end = newest_before(*block_times, ev[i].wall_time, limit, end);
         }
         u.training_seconds += end - ev[i].wall_time;
         last_end = std::max(last_end, end);
@@ -379,6 +505,17 @@ Uptime Reader::uptime(int64_t run) {
         u.ratio = u.wall_seconds > 0 ? u.training_seconds / u.wall_seconds : 1.0;
     }
     return u;
+}
+
+std::vector<double> Reader::metric_block_times(int64_t run) {
+    std::vector<double> out;
+    Statement s = db_.prepare("SELECT first_time, last_time FROM metric_blocks WHERE run_id = ?1");
+    s.bind(1, run);
+    while (s.step())
+        for (int c = 0; c < 2; c++)
+            if (!s.column_is_null(c)) out.push_back(s.column_double(c));
+    std::sort(out.begin(), out.end());
+    return out;
 }
 
 }  // namespace hlat::telemetry

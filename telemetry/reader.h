@@ -7,6 +7,7 @@
 #include "telemetry/sqlite.h"
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -77,14 +78,19 @@ class Reader {
     // read of the runs table, for a sweep every second).
     std::vector<RunRecord> running_runs();
     std::optional<RunRecord> find_run(const std::string& name);
-    std::vector<std::string> keys(int64_t run);
+    // The run's metric keys by name, the first `limit` of them (0: all).
+    std::vector<std::string> keys(int64_t run, int64_t limit = 0);
+    int64_t key_count(int64_t run);
     // Points with step in [first, last]; the first `limit` of them when limit > 0.
     std::vector<SeriesPoint> series(int64_t run, const std::string& key, int64_t first, int64_t last,
                                     int64_t limit = 0);
+    // The newest `limit` points with step in [first, last], in step order.
+    std::vector<SeriesPoint> series_newest(int64_t run, const std::string& key, int64_t first, int64_t last,
+                                           int64_t limit);
     // Per-rank series (rank_metrics): the keys, and one key's points by rank,
     // every stride-th step with the stride that keeps each rank to at most
     // max_points (all steps when they fit).
-    std::vector<std::string> rank_keys(int64_t run);
+    std::vector<std::string> rank_keys(int64_t run, int64_t limit = 0);
     struct RankSeries {
         int64_t stride = 1;
         std::map<int, std::vector<SeriesPoint>> ranks;
@@ -99,14 +105,33 @@ class Reader {
     // and a heatmap of them.
     std::vector<std::string> vector_keys(int64_t run);
     std::vector<std::string> vector_labels(int64_t run, const std::string& key);
-    std::vector<VectorPoint> vector_series(int64_t run, const std::string& key, int64_t first, int64_t last);
+    std::vector<VectorPoint> vector_series(int64_t run, const std::string& key, int64_t first, int64_t last,
+                                           int64_t limit = 0);
     std::optional<int64_t> last_vector_step(int64_t run, const std::string& key);
     Heatmap heatmap(int64_t run, const std::string& key, int64_t first, int64_t last, int buckets,
                     Reduce reduce = Reduce::Max);
     std::vector<Event> events(int64_t run);
-    // Alerts of the run in the order they were raised, skipping the first `skip`
-    // (what a live view already has).
+    // The run's events of these kinds, in the order they happened: a read
+    // that needs a few kinds does not load every event's detail.
+    std::vector<Event> events_of(int64_t run, const std::vector<std::string>& kinds);
+    // At most `limit` events from the `offset`-th on, in the order they
+    // happened, each detail cut to `max_detail` bytes (0: whole); the run's
+    // event count in *total.
+    std::vector<Event> events_page(int64_t run, int64_t offset, int64_t limit, size_t max_detail, int64_t* total);
+    // Alerts of the run in the order they were raised, skipping the first `skip`.
     std::vector<Alert> alerts(int64_t run, int64_t skip = 0);
+    // The newest `limit` alerts, in the order they were raised.
+    std::vector<Alert> latest_alerts(int64_t run, int64_t limit);
+    int64_t alert_count(int64_t run);
+    // The alerts with step >= first_step in step order (the order raised
+    // within a step), one row in memory at a time.
+    void for_each_alert(int64_t run, int64_t first_step, const std::function<void(const Alert&)>& visit);
+    // Alerts raised after the one with id *after_id (0: from the first), in
+    // the order raised; *after_id becomes the newest one's id. What a live
+    // view asks for every tick: an index seek, not a count of all before.
+    std::vector<Alert> alerts_after(int64_t run, int64_t* after_id);
+    // The id of the run's newest alert, 0 when it has none.
+    int64_t newest_alert_id(int64_t run);
     // The newest step of a series, if it has any.
     std::optional<int64_t> last_step(int64_t run, const std::string& key);
     std::vector<CheckpointRecord> checkpoints(int64_t run);
@@ -128,7 +153,9 @@ class Reader {
 
   private:
     std::optional<int64_t> key_id(const std::string& key);
-    std::vector<std::string> key_names(int64_t run, const char* table);
+    std::vector<std::string> key_names(int64_t run, const char* table, int64_t limit);
+    // The first and last wall times of every metric block of the run, sorted.
+    std::vector<double> metric_block_times(int64_t run);
     Database db_;
 };
 

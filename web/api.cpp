@@ -92,6 +92,43 @@ json run_json(const RunSummary& s) {
             {"preflight", preflight_of(s.run)}};
 }
 
+// The newest alerts (at most kMaxAlertsListed) and the episodes of all of
+// them, streamed from the store: a run with 16,000 alerts of 10 KB each held
+// them all in memory for every request (3 GB with four at once).
+Response alerts_reply(Reader& reader, int64_t run) {
+    const int64_t total = reader.alert_count(run);
+    json out = json::array();
+    for (const Alert& a : reader.latest_alerts(run, (int64_t)kMaxAlertsListed))
+        out.push_back({{"kind", a.kind}, {"severity", a.severity}, {"step", a.step}, {"message", a.message},
+                       {"data", parse_or_null(a.data)}, {"time", a.wall_time}});
+    EpisodeBuilder builder;
+    reader.for_each_alert(run, std::numeric_limits<int64_t>::min(), [&](const Alert& a) { builder.add(a); });
+    json episodes = json::array();
+    for (const AlertEpisode& e : builder.episodes()) episodes.push_back(episode_json(e));
+    return reply(200, {{"alerts", out}, {"total", total}, {"omitted", total - (int64_t)out.size()},
+                       {"episodes", episodes}});
+}
+
+// A page of the run's events (offset, limit: at most 100,000), each detail
+// cut to detail_max bytes (0: whole), and the run's uptime.
+Response events_reply(Reader& reader, int64_t run, const Request& r) {
+    const int64_t offset = int_param(r, "offset", 0, 0, std::numeric_limits<int64_t>::max() / 2);
+    const int64_t limit = int_param(r, "limit", 10000, 1, 100000);
+    const int64_t detail_max = int_param(r, "detail_max", 16384, 0, 1 << 20);
+    int64_t total = 0;
+    json out = json::array();
+    for (const Event& e : reader.events_page(run, offset, limit, (size_t)detail_max, &total))
+        out.push_back({{"kind", e.kind}, {"step", e.step}, {"time", e.wall_time}, {"detail", e.detail}});
+    const Uptime u = reader.uptime(run);
+    const int64_t shown = (int64_t)out.size();
+    return reply(200, {{"events", std::move(out)},
+                       {"total", total},
+                       {"offset", offset},
+                       {"truncated", offset + shown < total},
+                       {"uptime", {{"ratio", u.ratio}, {"training_seconds", u.training_seconds},
+                                   {"wall_seconds", u.wall_seconds}, {"restarts", u.restarts}}}});
+}
+
 }  // namespace
 
 std::string new_token() {
@@ -235,7 +272,7 @@ Response Api::handle_run(const Request& r, const std::string& name, const std::s
         w.flush();
         return reply(202, {{"run", name}, {"halt", *route}});
     }
-    if (what == "keys") return keys_reply(reader, run->id);
+    if (what == "keys") return keys_reply(reader, run->id, r);
     if (what == "rank_keys") return reply(200, {{"keys", reader.rank_keys(run->id)}});
     if (what == "rank_series") return rank_series_reply(reader, run->id, r);
     if (what == "series") return series_reply(reader, run->id, r);
@@ -243,28 +280,8 @@ Response Api::handle_run(const Request& r, const std::string& name, const std::s
     if (what == "episodes") return episodes_reply(reader, run->id, r);
     if (what == "csv") return csv_reply(store_, run->id, r);
     if (what == "annotate") return annotate(*run, r.body);
-    if (what == "alerts") {
-        const std::vector<Alert> alerts = reader.alerts(run->id);
-        const size_t omitted = alerts.size() > kMaxAlertsListed ? alerts.size() - kMaxAlertsListed : 0;
-        json out = json::array();
-        for (size_t i = omitted; i < alerts.size(); i++) {
-            const Alert& a = alerts[i];
-            out.push_back({{"kind", a.kind}, {"severity", a.severity}, {"step", a.step}, {"message", a.message},
-                           {"data", parse_or_null(a.data)}, {"time", a.wall_time}});
-        }
-        json episodes = json::array();
-        for (const AlertEpisode& e : alert_episodes(alerts)) episodes.push_back(episode_json(e));
-        return reply(200, {{"alerts", out}, {"total", alerts.size()}, {"omitted", omitted}, {"episodes", episodes}});
-    }
-    if (what == "events") {
-        json out = json::array();
-        for (const Event& e : reader.events(run->id))
-            out.push_back({{"kind", e.kind}, {"step", e.step}, {"time", e.wall_time}, {"detail", e.detail}});
-        Uptime u = reader.uptime(run->id);
-        return reply(200, {{"events", out},
-                           {"uptime", {{"ratio", u.ratio}, {"training_seconds", u.training_seconds},
-                                       {"wall_seconds", u.wall_seconds}, {"restarts", u.restarts}}}});
-    }
+    if (what == "alerts") return alerts_reply(reader, run->id);
+    if (what == "events") return events_reply(reader, run->id, r);
     if (what == "checkpoints") {
         json out = json::array();
         for (const CheckpointRecord& c : reader.checkpoints(run->id))

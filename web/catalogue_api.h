@@ -21,6 +21,6 @@ namespace hlat::web {
 constexpr size_t kMaxCatalogueKeys = 256;
 
 Response catalogue_reply(const Request& r);
-Response keys_reply(telemetry::Reader& reader, int64_t run);
+Response keys_reply(telemetry::Reader& reader, int64_t run, const Request& r);
 
 }  // namespace hlat::web

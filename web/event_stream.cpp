@@ -32,7 +32,7 @@ struct StreamState {
     telemetry::RunRecord run;
     std::vector<std::string> keys;
     std::map<std::string, int64_t> last;  // key -> last step sent
-    size_t alerts_seen = 0;
+    int64_t newest_alert = 0;  // id of the newest alert sent or there at the opening
     std::string status;
     Clock::time_point last_sent = Clock::now();
 
@@ -71,7 +71,7 @@ std::variant<Response, std::shared_ptr<StreamState>> open_stream(const std::stri
         const int64_t after = int_param(r, "after", kNone, -1, std::numeric_limits<int64_t>::max() / 2);
         for (const std::string& k : s->keys)
             s->last[k] = after != kNone ? after : s->reader->last_step(s->run.id, k).value_or(-1);
-        s->alerts_seen = s->reader->alerts(s->run.id).size();
+        s->newest_alert = s->reader->newest_alert_id(s->run.id);
     } catch (const BadRequest& e) {
         return error(400, e.what());
     } catch (const std::invalid_argument& e) {  // a key that is no key name
@@ -102,9 +102,9 @@ StreamState::Poll StreamState::poll() {
 void StreamState::new_points(std::string& out) {
     const int64_t end = std::numeric_limits<int64_t>::max() / 2;
     for (const std::string& k : keys) {
-        auto points = reader->series(run.id, k, last[k] + 1, end);
+        // The newest 5,000 only (a stream opened with after=-1 read every stored point to keep these).
+        auto points = reader->series_newest(run.id, k, last[k] + 1, end, 5000);
         if (points.empty()) continue;
-        if (points.size() > 5000) points.erase(points.begin(), points.end() - 5000);
         nlohmann::json rows = nlohmann::json::array();
         for (const auto& p : points)
             rows.push_back({p.step, json_number(p.value), p.wall_time});  // Inf as "inf", as the series reply has it
@@ -114,10 +114,8 @@ void StreamState::new_points(std::string& out) {
 }
 
 void StreamState::new_alerts(std::string& out) {
-    for (const auto& a : reader->alerts(run.id, (int64_t)alerts_seen)) {
+    for (const auto& a : reader->alerts_after(run.id, &newest_alert))
         add_event(out, "alert", {{"kind", a.kind}, {"severity", a.severity}, {"step", a.step}, {"message", a.message}});
-        alerts_seen++;
-    }
 }
 
 namespace {

@@ -1,0 +1,169 @@
+// Reads of a real `hlat serve` cost what they return: a downsampled series of
+// steps near 9e15 is computed, not searched for; /alerts, /events, /keys and a
+// live stream read with limits, whatever the run's history.
+#include "served_store.h"
+#include "telemetry/reader.h"
+#include "telemetry/writer.h"
+#include "test_http.h"
+#include "test_util.h"
+#include "web/server.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+namespace hlat {
+namespace {
+
+using json = nlohmann::json;
+using namespace telemetry;
+using test::http;
+using test::http_get;
+
+const std::string kToken = "bounded-reads-token-0123456789";
+
+int64_t open_r(Writer& w) {
+    RunRecord r;
+    r.name = "r";
+    r.source = "ingest";
+    return w.open_run(r, false);
+}
+
+json get_json(int port, const std::string& path) {
+    auto r = http_get(port, path);
+    EXPECT_EQ(r.first, 200) << path << ": " << r.second;
+    return json::parse(r.second, nullptr, false);
+}
+
+// Steps numbered in tokens: 0, 9e13, ..., 9e15 (the largest step ingest takes).
+TEST(BoundedReads, ASeriesOfStepsNear9e15DownsamplesAtOnce) {
+    test::ScratchDir dir("bounded_far_steps");
+    {
+        Writer w(dir.file("s.db"));
+        const int64_t id = open_r(w);
+        std::vector<MetricPoint> points;
+        for (int64_t i = 0; i <= 100; i++) points.push_back({"loss", i * 90'000'000'000'000LL, 10.0 - 0.01 * i, 1e9 + i});
+        w.metrics(id, std::move(points));
+    }
+    web::Server server(test::server_options(dir.file("s.db"), kToken));
+    for (int points : {1, 2, 7, 1000})
+        for (int64_t from : {0LL, 4'500'000'000'000'000LL, 8'999'999'999'999'999LL}) {
+            json j = get_json(server.port(), fmt::format("/api/v1/runs/r/series?key=loss&points={}&from={}", points, from));
+            ASSERT_TRUE(j.contains("buckets"));
+            const json& b = j["buckets"];
+            ASSERT_GE(b.size(), 1u);
+            EXPECT_LE(b.size(), (size_t)points) << "points=" << points << " from=" << from;
+            // Every point of the range is in a bucket: the extremes and the last value come back.
+            const int64_t first_i = (from + 89'999'999'999'999LL) / 90'000'000'000'000LL;
+            EXPECT_EQ(b.front()[0].get<int64_t>(), first_i * 90'000'000'000'000LL);
+            EXPECT_EQ(b.back()[1].get<int64_t>(), 9'000'000'000'000'000LL);
+            double lo = INFINITY, hi = -INFINITY;
+            for (const json& row : b) lo = std::min(lo, row[2].get<double>()), hi = std::max(hi, row[3].get<double>());
+            EXPECT_DOUBLE_EQ(lo, 9.0);
+            EXPECT_DOUBLE_EQ(hi, 10.0 - 0.01 * (double)first_i);
+        }
+}
+
+TEST(BoundedReads, AlertsListTheNewestAndGroupAllIntoEpisodes) {
+    test::ScratchDir dir("bounded_alerts");
+    {
+        Writer w(dir.file("s.db"));
+        const int64_t id = open_r(w);
+        const std::string evidence = json{{"ratio", 3.0}, {"pad", std::string(10000, 'x')}}.dump();
+        for (int s = 0; s < 2600; s++)  // two episodes of grad_spike (a gap at 1300), 10 KB of evidence each
+            w.alert(id, {"grad_spike", "warning", s < 1300 ? s : s + 100, "a spike", evidence, 1000.0 + s});
+    }
+    web::Server server(test::server_options(dir.file("s.db"), kToken));
+    json j = get_json(server.port(), "/api/v1/runs/r/alerts");
+    EXPECT_EQ(j["total"], 2600);
+    EXPECT_EQ(j["omitted"], 600);
+    ASSERT_EQ(j["alerts"].size(), 2000u);
+    EXPECT_EQ(j["alerts"].back()["step"], 2699) << "the newest last";
+    EXPECT_EQ(j["alerts"].front()["step"], 600) << "the 601st alert";
+    ASSERT_EQ(j["episodes"].size(), 2u);
+    EXPECT_EQ(j["episodes"][0]["count"], 1300);
+    EXPECT_EQ(j["episodes"][1]["first_step"], 1400);
+}
+
+TEST(BoundedReads, EventsComeInPagesWithDetailsCut) {
+    test::ScratchDir dir("bounded_events");
+    {
+        Writer w(dir.file("s.db"));
+        const int64_t id = open_r(w);
+        w.event(id, {"start", 0, 1000.0, ""});
+        for (int i = 0; i < 40; i++) w.event(id, {"checkpoint", i, 1001.0 + i, std::string(50000, 'd')});
+    }
+    web::Server server(test::server_options(dir.file("s.db"), kToken));
+    json page = get_json(server.port(), "/api/v1/runs/r/events?offset=5&limit=10&detail_max=100");
+    EXPECT_EQ(page["total"], 41);
+    EXPECT_EQ(page["offset"], 5);
+    EXPECT_EQ(page["truncated"], true);
+    ASSERT_EQ(page["events"].size(), 10u);
+    EXPECT_EQ(page["events"][0]["step"], 4) << "the 6th event: checkpoint 4";
+    for (const json& e : page["events"]) EXPECT_EQ(e["detail"].get<std::string>().size(), 100u);
+    json all = get_json(server.port(), "/api/v1/runs/r/events");
+    EXPECT_EQ(all["events"].size(), 41u);
+    EXPECT_EQ(all["truncated"], false);
+    EXPECT_EQ(all["events"][1]["detail"].get<std::string>().size(), 16384u) << "details are cut by default";
+    EXPECT_EQ(http_get(server.port(), "/api/v1/runs/r/events?limit=0").first, 400);
+}
+
+TEST(BoundedReads, KeysOfARunWithManyKeysAreLimited) {
+    test::ScratchDir dir("bounded_keys");
+    {
+        Writer w(dir.file("s.db"));
+        const int64_t id = open_r(w);
+        std::vector<MetricPoint> points;
+        for (int k = 0; k < 300; k++) points.push_back({fmt::format("m/{:04}", k), 0, 1.0, 1000.0});
+        w.metrics(id, std::move(points));
+    }
+    web::Server server(test::server_options(dir.file("s.db"), kToken));
+    json j = get_json(server.port(), "/api/v1/runs/r/keys?limit=50");
+    EXPECT_EQ(j["keys"].size(), 50u);
+    EXPECT_EQ(j["keys"][0], "m/0000");
+    EXPECT_EQ(j["total"], 300);
+    EXPECT_EQ(j["truncated"], true);
+    json whole = get_json(server.port(), "/api/v1/runs/r/keys");
+    EXPECT_EQ(whole["keys"].size(), 300u);
+    EXPECT_EQ(whole["truncated"], false);
+}
+
+// A stream opened with after=-1 sends the newest 5,000 points of a long run,
+// and an alert raised after the opening (none of those before it).
+TEST(BoundedReads, AStreamFromTheStartSendsTheNewestPoints) {
+    test::ScratchDir dir("bounded_stream");
+    const std::string store = test::store_with_a_run(dir, 20000);
+    {
+        Writer w(store);
+        w.alert(1, {"grad_spike", "warning", 5, "before the opening", "{}", 1005.0});
+    }
+    web::Server server(test::server_options(store, kToken));
+    int fd = test::connect_local(server.port(), 5);
+    const std::string req = "GET /api/v1/runs/r/stream?keys=loss&after=-1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+    std::string got;
+    char buf[65536];
+    for (ssize_t n; got.find("\n\n", got.find("event: points")) == std::string::npos &&
+                    (n = ::recv(fd, buf, sizeof buf, 0)) > 0;)
+        got.append(buf, n);
+    {
+        Writer w(store);
+        w.alert(1, {"loss_jump", "warning", 19999, "after the opening", "{}", 2000.0});
+    }
+    for (ssize_t n; got.find("event: alert") == std::string::npos && (n = ::recv(fd, buf, sizeof buf, 0)) > 0;)
+        got.append(buf, n);
+    ::close(fd);
+    const size_t at = got.find("data: ", got.find("event: points"));
+    ASSERT_NE(at, std::string::npos) << got.substr(0, 300);
+    json points = json::parse(got.substr(at + 6, got.find('\n', at) - at - 6), nullptr, false);
+    ASSERT_TRUE(points.contains("points")) << got.substr(0, 300);
+    EXPECT_EQ(points["points"].size(), 5000u);
+    EXPECT_EQ(points["points"].front()[0], 15000);
+    EXPECT_EQ(points["points"].back()[0], 19999);
+    EXPECT_NE(got.find("after the opening"), std::string::npos);
+    EXPECT_EQ(got.find("before the opening"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hlat
