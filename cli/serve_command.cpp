@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -22,7 +23,11 @@ namespace po = boost::program_options;
 
 namespace {
 volatile std::sig_atomic_t g_serve_stop = 0;
-extern "C" void stop_serving(int) { g_serve_stop = 1; }
+std::atomic<bool>* g_server_stopping = nullptr;  // the server's: a read or catch-up in progress ends at once
+extern "C" void stop_serving(int) {
+    g_serve_stop = 1;
+    if (g_server_stopping) g_server_stopping->store(true);
+}
 // --token-file, else HLAT_TOKEN, else --token (which `ps` shows to everyone).
 std::string token_from(const po::variables_map& vm) {
     if (std::string file = vm["token-file"].as<std::string>(); !file.empty()) {
@@ -102,6 +107,8 @@ int serve_command(int argc, char** argv) {
     if (o.bind != "127.0.0.1" && o.bind != "localhost" && o.bind != "::1")
         spdlog::warn("listening on {}: anyone who can reach this address can read the runs", o.bind);
     web::Server server(o);
+    static_assert(std::atomic<bool>::is_always_lock_free);  // stored from the signal handler
+    g_server_stopping = &server.stopping();
     std::signal(SIGINT, stop_serving);
     std::signal(SIGTERM, stop_serving);
     fmt::print("hlat serve: {} on {}\nopen {}\naccess token (for halting and ingesting): {}\n", o.store, o.bind,
@@ -119,6 +126,9 @@ int serve_command(int argc, char** argv) {
             }
         }
     }
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    g_server_stopping = nullptr;
     return 0;
 }
 

@@ -11,6 +11,28 @@ namespace hlat::telemetry {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+thread_local const std::atomic<bool>* t_cancel[2] = {nullptr, nullptr};
+
+int cancelled(void*) {
+    for (const std::atomic<bool>* flag : t_cancel)
+        if (flag && flag->load(std::memory_order_relaxed)) return 1;
+    return 0;
+}
+
+}  // namespace
+
+CancelScope::CancelScope(const std::atomic<bool>* a, const std::atomic<bool>* b) : saved_{t_cancel[0], t_cancel[1]} {
+    t_cancel[0] = a;
+    t_cancel[1] = b;
+}
+
+CancelScope::~CancelScope() {
+    t_cancel[0] = saved_[0];
+    t_cancel[1] = saved_[1];
+}
+
 Database::Database(const std::string& path, Mode mode, int busy_timeout_ms)
     : path_(path), busy_timeout_ms_(busy_timeout_ms) {
     fs::path parent = fs::path(path).parent_path();
@@ -30,6 +52,7 @@ Database::Database(const std::string& path, Mode mode, int busy_timeout_ms)
     }
     sqlite3_extended_result_codes(db_, 1);
     sqlite3_busy_timeout(db_, busy_timeout_ms);
+    if (mode == Mode::ReadOnly) sqlite3_progress_handler(db_, 4000, cancelled, nullptr);
     // The first read is where a file that is not a database shows itself.
     try {
         exec("SELECT count(*) FROM sqlite_master");
@@ -67,6 +90,10 @@ void Database::fail(int rc, const std::string& doing) const {
     if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED)
         throw StoreError(fmt::format("store {} is locked by another connection (waited {} ms) while {}", path_,
                                      busy_timeout_ms_, doing),
+                         rc);
+    if (primary == SQLITE_INTERRUPT)
+        throw StoreError(fmt::format("store {}: cancelled while {} (the client left, or the server is stopping)", path_,
+                                     doing),
                          rc);
     if (primary == SQLITE_READONLY)
         throw StoreError(fmt::format("store {} is read-only (file or folder permissions) while {}", path_, doing), rc);

@@ -5,6 +5,7 @@
 
 #include <sqlite3.h>
 
+#include <atomic>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -32,6 +33,20 @@ struct StoreError : std::runtime_error {
 bool transient_store_error(int code);
 
 class Statement;
+
+// While one lives, reads on this thread's read-only connections end with a
+// StoreError ("cancelled") as soon as either flag is set: a request whose
+// client left, a server that stops. SQLite checks every few thousand steps of
+// its program, so a read of any size stops within milliseconds.
+class CancelScope {
+  public:
+    explicit CancelScope(const std::atomic<bool>* a, const std::atomic<bool>* b = nullptr);
+    ~CancelScope();
+    CancelScope(const CancelScope&) = delete;
+
+  private:
+    const std::atomic<bool>* saved_[2];
+};
 
 class Database {
   public:

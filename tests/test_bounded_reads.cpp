@@ -3,6 +3,7 @@
 // live stream read with limits, whatever the run's history.
 #include "served_store.h"
 #include "telemetry/reader.h"
+#include "telemetry/sqlite.h"
 #include "telemetry/writer.h"
 #include "test_http.h"
 #include "test_util.h"
@@ -11,7 +12,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 namespace hlat {
 namespace {
@@ -163,6 +167,37 @@ TEST(BoundedReads, AStreamFromTheStartSendsTheNewestPoints) {
     EXPECT_EQ(points["points"].back()[0], 19999);
     EXPECT_NE(got.find("after the opening"), std::string::npos);
     EXPECT_EQ(got.find("before the opening"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hlat
+
+namespace hlat {
+namespace {
+
+// A read that would never end (a query without end) stops with a StoreError
+// naming the cancellation once its flag is set from another thread; a
+// connection that writes is never cancelled.
+TEST(BoundedReads, AReadInProgressIsCancelledByItsFlag) {
+    test::ScratchDir dir("bounded_cancel");
+    { telemetry::Writer create(dir.file("s.db")); }
+    telemetry::Database db(dir.file("s.db"), telemetry::Database::Mode::ReadOnly, 1000);
+    std::atomic<bool> gone{false}, stopping{false};
+    std::thread leave([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        gone = true;
+    });
+    std::string error;
+    try {
+        telemetry::CancelScope cancel(&gone, &stopping);
+        db.exec("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c");
+    } catch (const telemetry::StoreError& e) {
+        error = e.what();
+    }
+    leave.join();
+    EXPECT_NE(error.find("cancelled"), std::string::npos) << error;
+    // Outside the scope the flags no longer apply.
+    EXPECT_NO_THROW(db.exec("SELECT count(*) FROM runs"));
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "web/http_connection.h"
 
+#include "telemetry/sqlite.h"
+
 #include "web/event_stream.h"
 #include "web/json_reply.h"
 #include "web/query.h"
@@ -176,10 +178,31 @@ void Connection::dispatch() {
         queued--;
         return reply(error(503, fmt::format("{} requests are waiting already; try again", cap)));
     }
-    net::post(pool, [self = shared_from_this(), &queued] {
-        Response response = self->core_.respond(self->request_, self->raw_path_);
+    net::post(pool, [self = shared_from_this(), &queued, write] {
+        Response response;
+        {
+            // A read stops when its client leaves; anything stops when the server does (SIGTERM
+            // within a second, whatever runs). An ingest is not cut short by its client leaving.
+            telemetry::CancelScope cancel(write ? nullptr : &self->client_gone_, &self->core_.stopping);
+            response = self->core_.respond(self->request_, self->raw_path_);
+        }
         queued--;
         net::post(self->core_.loop, [self, r = std::move(response)]() mutable { self->reply(std::move(r)); });
+    });
+    handling_ = true;
+    watch_while_handling();
+}
+
+// The request is all read; a read on the socket ending (end of stream, a
+// reset) while it is answered means the client left. Bytes after the request
+// are dropped: one request a connection.
+void Connection::watch_while_handling() {
+    auto sink = std::make_shared<std::array<char, 512>>();
+    stream_.socket().async_read_some(net::buffer(*sink), [self = shared_from_this(), sink](boost::system::error_code ec,
+                                                                                         size_t) {
+        if (ec == net::error::operation_aborted || !self->handling_) return;  // the reply goes out
+        if (ec) return self->client_gone_.store(true);
+        self->watch_while_handling();
     });
 }
 
@@ -205,6 +228,10 @@ void Connection::start_stream() {
 
 void Connection::reply(Response r) {
     if (body_reserved_) core_.release_body(std::exchange(body_reserved_, 0));
+    if (std::exchange(handling_, false)) {  // ends the watch: one read at a time on the socket
+        boost::system::error_code ignored;
+        stream_.socket().cancel(ignored);
+    }
     if (r.more) return reply_in_pieces(std::move(r));
     auto res = std::make_shared<http::response<http::string_body>>();
     res->version(11);
@@ -249,6 +276,7 @@ void Connection::write_piece(std::string bytes, bool last) {
             std::optional<std::string> piece;
             bool failed = false;
             try {
+                telemetry::CancelScope cancel(&self->core_.stopping);
                 piece = self->pieces_();
             } catch (const std::exception& e) {
                 failed = true;  // the reply is cut short: the client sees no final chunk

@@ -13,6 +13,7 @@
 #include <boost/beast/http/string_body.hpp>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -46,6 +47,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     void read_body();
     void on_body(boost::beast::error_code ec);
     void dispatch();
+    void watch_while_handling();
     void start_stream();
     void reply_in_pieces(Response r);
     void write_piece(std::string bytes, bool last);
@@ -63,6 +65,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::string raw_path_;
     size_t body_reserved_ = 0;
     bool header_done_ = false;
+    bool handling_ = false;            // a pool thread is answering the request (loop thread only)
+    std::atomic<bool> client_gone_{false};  // it left meanwhile: that answer's reads are cancelled
 };
 
 }  // namespace hlat::web

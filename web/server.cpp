@@ -261,6 +261,7 @@ Server::~Server() {
 
 const std::string& Server::token() const { return core_->options.token; }
 int Server::mark_stale(double after_seconds) { return core_->api->mark_stale(after_seconds); }
+std::atomic<bool>& Server::stopping() { return core_->stopping; }
 std::string Server::url() const { return fmt::format("http://{}:{}/", core_->options.bind, port_); }
 
 }  // namespace hlat::web

@@ -6,6 +6,7 @@
 
 #include "web/api.h"
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -43,6 +44,9 @@ class Server {
     std::string url() const;
     // Marks external runs that sent nothing for `after_seconds` stale.
     int mark_stale(double after_seconds);
+    // Set (from a signal handler too: a lock-free store) to stop: every read
+    // and ingest in progress ends at its next step in SQLite.
+    std::atomic<bool>& stopping();
 
   private:
     std::unique_ptr<ServerCore> core_;
