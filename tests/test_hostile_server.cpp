@@ -478,5 +478,29 @@ TEST(HostileServer, CsvOfAMillionPointsIsStreamedInBoundedMemory) {
     EXPECT_LT(peak, 300) << "peak resident memory of the server, MB";
 }
 
+// A 16 MB ingest body of short values (its records take ~17 bytes a byte
+// when parsed whole: ~300 MB) is parsed a piece at a time: the server's peak
+// memory stays near the body's own size.
+TEST(HostileServer, AnIngestBodyIsParsedInMemoryProportionalToIt) {
+    test::ScratchDir dir("hostile_parse_memory");
+    { Writer create(dir.file("m.db")); }
+    const auto [pid, port] = start_serve(dir, dir.file("m.db"));
+    ASSERT_GT(port, 0);
+    std::string body;
+    for (int64_t step = 0; body.size() < (16u << 20); step++) {
+        body += fmt::format("{{\"step\":{}", step);
+        for (int k = 0; k < 40; k++) body += fmt::format(",\"k{}\":{}", k, k % 10);
+        body += "}\n";
+    }
+    auto reply = test::http(port,
+                            fmt::format("POST /api/v1/runs/big/ingest HTTP/1.1\r\nHost: 127.0.0.1\r\nX-HLAT-Token: {}\r\n"
+                                        "Content-Length: {}\r\n\r\n{}",
+                                        kToken, body.size(), body),
+                            300);
+    const long peak = stop_serve(pid);
+    EXPECT_EQ(reply.first, 200) << reply.second.substr(0, 200);
+    EXPECT_LT(peak, 160) << "peak resident MB for a 16 MB body";
+}
+
 }  // namespace
 }  // namespace hlat

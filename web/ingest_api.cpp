@@ -8,6 +8,7 @@
 #include "telemetry/untrusted_text.h"
 #include "telemetry/writer.h"
 #include "web/json_reply.h"
+#include "web/limits.h"
 
 #include <fmt/format.h>
 #include <signal.h>
@@ -249,37 +250,75 @@ session::RunSession& IngestEndpoints::batch_session(const std::string& name, int
     }
 }
 
+namespace {
+
+// A body cut at line ends into pieces of about kParsePiece bytes (a longer
+// line is a piece of its own).
+std::vector<std::string_view> pieces_of(std::string_view body) {
+    std::vector<std::string_view> out;
+    while (!body.empty()) {
+        const size_t line_end = body.size() <= limits::kParsePiece ? std::string_view::npos
+                                                                    : body.find('\n', limits::kParsePiece);
+        const size_t end = line_end == std::string_view::npos ? body.size() : line_end + 1;
+        out.push_back(body.substr(0, end));
+        body.remove_prefix(end);
+    }
+    return out;
+}
+
+size_t values_in(const ParsedBatch& batch) {
+    size_t values = batch.points.size();
+    for (const VectorPoint& v : batch.vectors) values += v.values.size();
+    return values;
+}
+
+}  // namespace
+
+// Parsed records take ~17 times the bytes of the lines they come from (short
+// values): a body of several pieces is parsed a piece at a time, twice (first
+// every line checked, so a bad line rejects the request whole before anything
+// is written; then each piece parsed again and handed over), so that no more
+// than a piece's records are in memory at once.
 Response IngestEndpoints::ingest(const std::string& name, const std::string& body) {
-    // All lines are parsed before anything is written: a bad line rejects the request whole.
-    LineParser parser("request", LogFormat::Jsonl);
-    ParsedBatch batch = parser.parse(body, now_seconds());
-    if (parser.read_relative_time()) {  // seconds since the run's start: dated from its start, not this batch
+    const std::vector<std::string_view> pieces = pieces_of(body);
+    const double now = now_seconds();
+    LineParser check("request", LogFormat::Jsonl);
+    std::optional<ParsedBatch> only;  // a body of one piece is parsed once
+    for (std::string_view piece : pieces) {
+        ParsedBatch parsed = check.parse(piece, now);
+        if (pieces.size() == 1) only = std::move(parsed);
+    }
+    double origin = 0.0;
+    if (check.read_relative_time()) {  // seconds since the run's start: dated from its start, not this batch
         auto run = Reader(store_).find_run(name);
-        LineParser again("request", LogFormat::Jsonl);
-        again.set_time_origin(run ? run->started_at : now_seconds());
-        batch = again.parse(body, now_seconds());
+        origin = run ? run->started_at : now;
+        only.reset();
     }
     // A failing store takes nothing new: a 503 now, rather than a request
     // waiting behind the others on the lock and queuing lines the client
     // would send again anyway.
     if (const Writer* w = open_writer()) w->check_writable();
     std::unique_lock<std::mutex> run_lock;
-    session::RunSession* s = &batch_session(name, std::max<int64_t>(0, parser.last_step()), &run_lock);
-    size_t values = batch.points.size();
-    for (const VectorPoint& v : batch.vectors) values += v.values.size();
-    std::vector<detectors::Fired> fired = session::ingest_parsed(*s, std::move(batch));
-    writer_->flush();
+    session::RunSession* s = &batch_session(name, std::max<int64_t>(0, check.last_step()), &run_lock);
+    LineParser parser("request", LogFormat::Jsonl);
+    if (origin > 0) parser.set_time_origin(origin);
+    size_t values = 0;
     json alerts = json::array();
-    for (const detectors::Fired& f : fired)
-        alerts.push_back({{"kind", f.alert.kind}, {"step", f.alert.step}, {"severity", f.alert.severity},
-                          {"message", f.alert.message}, {"policy", detectors::policy_name(f.policy)}});
+    for (std::string_view piece : pieces) {
+        ParsedBatch parsed = only ? std::move(*only) : parser.parse(piece, now);
+        values += values_in(parsed);
+        for (const detectors::Fired& f : session::ingest_parsed(*s, std::move(parsed)))
+            alerts.push_back({{"kind", f.alert.kind}, {"step", f.alert.step}, {"severity", f.alert.severity},
+                              {"message", f.alert.message}, {"policy", detectors::policy_name(f.policy)}});
+    }
+    writer_->flush();
     Reader after(store_);
-    auto now = after.find_run(name);
-    if (!now) return error(410, fmt::format("run {} was deleted while this batch was stored", excerpt(name, 100)));
-    json out = run_state(after, *now);
+    auto stored = after.find_run(name);
+    if (!stored) return error(410, fmt::format("run {} was deleted while this batch was stored", excerpt(name, 100)));
+    json out = run_state(after, *stored);
     out["run"] = name;
     out["values"] = values;
-    out["last_step"] = parser.last_step();
+    out["last_step"] = check.last_step();
     out["alerts"] = alerts;
     if (!s->unwatched_notice().empty()) out["unwatched"] = s->unwatched_notice();
     return reply(200, out);

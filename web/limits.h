@@ -37,5 +37,9 @@ constexpr int kMaxStreams = 16;        // open event streams (503 beyond)
 // counting as kMaxBody until it is read.
 constexpr std::size_t kMaxBody = 64 << 20;
 constexpr std::size_t kBodyBudget = 256 << 20;
+// An ingest body is parsed this much at a time: its records (~17 bytes of
+// memory a byte of short values) are at most ~35 MB per write thread, ~140 MB
+// with every write thread parsing, beside the bodies' own budget.
+constexpr std::size_t kParsePiece = 2 << 20;
 
 }  // namespace hlat::web::limits
