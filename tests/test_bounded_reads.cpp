@@ -109,7 +109,7 @@ TEST(BoundedReads, EventsComeInPagesWithDetailsCut) {
     json all = get_json(server.port(), "/api/v1/runs/r/events");
     EXPECT_EQ(all["events"].size(), 41u);
     EXPECT_EQ(all["truncated"], false);
-    EXPECT_EQ(all["events"][1]["detail"].get<std::string>().size(), 16384u) << "details are cut by default";
+    EXPECT_EQ(all["events"][1]["detail"].get<std::string>().size(), 4096u) << "details are cut by default";
     EXPECT_EQ(http_get(server.port(), "/api/v1/runs/r/events?limit=0").first, 400);
 }
 

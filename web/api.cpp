@@ -109,12 +109,13 @@ Response alerts_reply(Reader& reader, int64_t run) {
                        {"episodes", episodes}});
 }
 
-// A page of the run's events (offset, limit: at most 100,000), each detail
-// cut to detail_max bytes (0: whole), and the run's uptime.
+// A page of the run's events (offset; limit, 5,000 unless asked, at most
+// 100,000), each detail cut to detail_max bytes (4,096 unless asked; 0:
+// whole), and the run's uptime: a reply of at most ~20 MB unless asked.
 Response events_reply(Reader& reader, int64_t run, const Request& r) {
     const int64_t offset = int_param(r, "offset", 0, 0, std::numeric_limits<int64_t>::max() / 2);
-    const int64_t limit = int_param(r, "limit", 10000, 1, 100000);
-    const int64_t detail_max = int_param(r, "detail_max", 16384, 0, 1 << 20);
+    const int64_t limit = int_param(r, "limit", 5000, 1, 100000);
+    const int64_t detail_max = int_param(r, "detail_max", 4096, 0, 1 << 20);
     int64_t total = 0;
     json out = json::array();
     for (const Event& e : reader.events_page(run, offset, limit, (size_t)detail_max, &total))
