@@ -4,7 +4,8 @@ while it cannot, and sends the spool first once the server answers again.
 Records are encoded once (records.to_lines); the lines then go to the server or to the spool,
 never both on purpose. Order is kept: while the spool holds lines the server has not
 acknowledged, the queue waits behind them. What the server refuses (400, 413) is dropped one line
-at a time (http.post_lines); what it cannot take now (unreachable, 5xx) is kept.
+at a time (http.post_lines); what it cannot take now (unreachable, 5xx, a reply that is not
+hlat serve's, such as a proxy's login redirect) is kept.
 """
 import collections
 import itertools
@@ -15,7 +16,7 @@ import threading
 import time
 
 from . import _spool
-from ._http import RunExists, quote, post_lines, unreachable
+from ._http import BadReply, RunExists, quote, post_lines, unreachable
 from ._records import MAX_BATCH_STEPS, to_lines
 
 _log = logging.getLogger("hlat")
@@ -249,8 +250,12 @@ class Sender:
             self.outage_said = True
             with self.lock:
                 where = self.spool.path if self._open_spool() else "memory"
-            _log.warning("hlat: %s does not answer (%s: %s); the run goes on, its records are kept in %s and "
-                         "sent when it answers", self.url, type(error).__name__, error, where)
+            # A reply that is not hlat serve's (a proxy's login redirect, a page) is said as what it is:
+            # the server may be up, and the user must change the URL or the proxy, not wait.
+            how = f"does not answer as hlat serve does ({error.message})" if isinstance(error, BadReply) else \
+                f"does not answer ({type(error).__name__}: {error})"
+            _log.warning("hlat: %s %s; the run goes on, its records are kept in %s and sent when it answers",
+                         self.url, how, where)
 
     def _go_local(self, reason):
         with self.lock:

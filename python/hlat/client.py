@@ -454,7 +454,9 @@ def init(name, url=None, token=None, store=None, config=None, precision=None, me
     `python3 -m hlat sync`) or "disabled" (a run that does nothing); default $HLAT_MODE.
     url/token: a running `hlat serve` (defaults: $HLAT_URL or http://127.0.0.1:8080, $HLAT_TOKEN);
     a server that does not answer is tried again in the background while records wait in the
-    spool. dir: the spool folder ($HLAT_DIR, else ./hlat-spool).
+    spool, and so is one whose reply is not hlat serve's documented JSON (a proxy's login
+    redirect or page: said once, naming what came back). dir: the spool folder ($HLAT_DIR, else
+    ./hlat-spool).
     store: a local store file instead, written through `hlat ingest --follow`.
     config: the run's config (shown in the page and `hlat compare`); detectors: its detector
     settings, as the "detectors" section of an hlat config (e.g. {"grad_spike": {"policy": "halt"}}).
@@ -465,7 +467,8 @@ def init(name, url=None, token=None, store=None, config=None, precision=None, me
     raises hlat.RunExists when the server has one.
     rank/world_size: default to torch.distributed's, or $RANK/$WORLD_SIZE.
     options: send_interval (s to gather a step's logs, default 0.02; 0 with max_lag_steps),
-    timeout (s, HTTP), sync_every (steps between should_stop's agreements across ranks,
+    timeout (s: a request to the server whole, connect, send and the full reply; init waits at
+    most 5 s of it for the start), sync_every (steps between should_stop's agreements across ranks,
     default 1), max_lag_steps (log() waits, at most 1 s, while the server answers but has not
     answered step - max_lag_steps - 1: a bound on how late a halt arrives; default None),
     system_interval (s between system metrics samples, default $HLAT_SYSTEM_INTERVAL or 10;
