@@ -264,12 +264,13 @@ class Run:
     def finish(self, status=None, detail="", timeout=30.0):
         """Sends what is queued and ends the run: finished, or halted after a HaltRequested.
 
-        Calling it again does nothing. When the server does not answer, what it lacks and the
-        end go to the spool file, and the command that uploads them is printed. Raises
-        TimeoutError, leaving the run open, when a server that answers has not taken the
-        queue within `timeout` s.
+        Calling it again does nothing, and so does calling it in a forked child (a raw
+        os.fork() leaving a `with hlat.init(...)` block): the run is its parent's. When the
+        server does not answer, what it lacks and the end go to the spool file, and the command
+        that uploads them is printed. Raises TimeoutError, leaving the run open, when a server
+        that answers has not taken the queue within `timeout` s.
         """
-        if self._closed or self._finishing:
+        if self._closed or self._finishing or self._forked():
             return
         status = status or ("halted" if self._halted else "finished")
         self._finishing = True
@@ -287,7 +288,7 @@ class Run:
     def _end_dying(self, status, detail, flush_s=DYING_FLUSH_S):
         """Ends the run from a process on its way out (uncaught exception, SIGTERM, exit): every
         wait bounded, nothing raised; what is unsent goes to the spool."""
-        if self._closed or self._finishing or self._pid != os.getpid():
+        if self._closed or self._finishing or self._forked():
             return
         self._finishing = True
         try:
@@ -304,6 +305,12 @@ class Run:
             self._finishing = False
             self._closed = True
             _ends.forget(self)
+
+    def _forked(self):
+        """Whether this is a forked child of the process that called init (a DataLoader worker, a
+        raw os.fork()): it shares the run's objects but not its sender thread, and ending the run
+        from there would end the parent's."""
+        return self._pid != os.getpid()
 
     def _end_step(self):
         """The step the run's end is recorded at: the last one logged (0 if it was no step)."""
