@@ -7,6 +7,8 @@
 #include "telemetry/writer.h"
 #include "test_http.h"
 #include "test_util.h"
+#include "web/json_reply.h"
+#include "web/series_api.h"
 #include "web/server.h"
 
 #include <gtest/gtest.h>
@@ -198,6 +200,38 @@ TEST(BoundedReads, AReadInProgressIsCancelledByItsFlag) {
     EXPECT_NE(error.find("cancelled"), std::string::npos) << error;
     // Outside the scope the flags no longer apply.
     EXPECT_NO_THROW(db.exec("SELECT count(*) FROM runs"));
+}
+
+}  // namespace
+}  // namespace hlat
+
+namespace hlat {
+namespace {
+
+// Episodes from a step on are read from a little before it, not from step 0,
+// and are those of the whole series in that range.
+TEST(BoundedReads, EpisodesFromAStepAreThoseOfTheWholeSeries) {
+    test::ScratchDir dir("bounded_episodes");
+    std::vector<telemetry::SeriesPoint> all;
+    {
+        telemetry::Writer w(dir.file("s.db"));
+        const int64_t id = open_r(w);
+        std::vector<telemetry::MetricPoint> points;
+        for (int64_t s = 0; s < 60000; s++) {
+            const double v = s % 997 == 0 ? 50.0 : s % 4999 == 0 ? NAN : 1.0 + 0.001 * (double)(s % 13);
+            points.push_back({"grad_norm", s, v, 1000.0 + (double)s});
+            all.push_back({s, v, 1000.0 + (double)s});
+        }
+        w.metrics(id, std::move(points));
+    }
+    web::Server server(test::server_options(dir.file("s.db"), kToken));
+    for (int64_t from : {0, 1, 25000, 59990}) {
+        json j = get_json(server.port(), fmt::format("/api/v1/runs/r/episodes?key=grad_norm&from={}", from));
+        json expected = json::array();
+        for (const web::SpikeEpisode& e : web::spike_episodes(all))
+            if (e.last_step >= from) expected.push_back({e.first_step, e.last_step, e.peak_step, web::json_number(e.peak)});
+        EXPECT_EQ(j["episodes"], expected) << "from " << from;
+    }
 }
 
 }  // namespace

@@ -55,28 +55,27 @@ std::string csv_number(double v) {
 
 }  // namespace
 
-std::vector<SpikeEpisode> spike_episodes(const std::vector<SeriesPoint>& points, size_t window, double margin) {
-    std::vector<SpikeEpisode> out;
-    std::deque<double> recent;
-    double sum = 0.0;
-    bool open = false;
-    for (const SeriesPoint& p : points) {
-        bool spike = !std::isfinite(p.value) || (recent.size() > 0 && p.value > sum / (double)recent.size() + margin);
-        if (spike) {
-            double height = std::isnan(p.value) ? std::numeric_limits<double>::infinity() : p.value;
-            if (!open) out.push_back({p.step, p.step, p.step, height});
-            SpikeEpisode& e = out.back();
-            e.last_step = p.step;
-            if (height > e.peak) e.peak = height, e.peak_step = p.step;
-        }
-        open = spike;
-        if (std::isfinite(p.value)) {
-            recent.push_back(p.value);
-            sum += p.value;
-            if (recent.size() > window) sum -= recent.front(), recent.pop_front();
-        }
+void SpikeEpisodeFinder::add(const SeriesPoint& p) {
+    const bool spike = !std::isfinite(p.value) || (!recent_.empty() && p.value > sum_ / (double)recent_.size() + margin_);
+    if (spike) {
+        const double height = std::isnan(p.value) ? std::numeric_limits<double>::infinity() : p.value;
+        if (!open_) out_.push_back({p.step, p.step, p.step, height});
+        SpikeEpisode& e = out_.back();
+        e.last_step = p.step;
+        if (height > e.peak) e.peak = height, e.peak_step = p.step;
     }
-    return out;
+    open_ = spike;
+    if (std::isfinite(p.value)) {
+        recent_.push_back(p.value);
+        sum_ += p.value;
+        if (recent_.size() > window_) sum_ -= recent_.front(), recent_.pop_front();
+    }
+}
+
+std::vector<SpikeEpisode> spike_episodes(const std::vector<SeriesPoint>& points, size_t window, double margin) {
+    SpikeEpisodeFinder finder(window, margin);
+    for (const SeriesPoint& p : points) finder.add(p);
+    return std::move(finder.episodes());
 }
 
 Response series_reply(Reader& reader, int64_t run, const Request& r) {
@@ -114,11 +113,24 @@ Response rank_series_reply(Reader& reader, int64_t run, const Request& r) {
     return reply(200, {{"key", key}, {"stride", series.stride}, {"ranks", ranks}});
 }
 
+// The range's episodes, read a window at a time from a little before `from`
+// (the 64 points before it give the threshold at `from` its history; an
+// episode under way there starts at the earliest of them), stopping at
+// kMaxEpisodes: it read every stored point from step 0.
 Response episodes_reply(Reader& reader, int64_t run, const Request& r) {
     std::string key = required_key(r, "key");
     auto [from, to] = step_range(r);
-    // From the run's first step, so the threshold at `from` has its history.
-    std::vector<SpikeEpisode> all = spike_episodes(reader.series(run, key, 0, to));
+    SpikeEpisodeFinder finder;
+    if (from > 0)
+        for (const SeriesPoint& p : reader.series_newest(run, key, 0, from - 1, 64)) finder.add(p);
+    std::vector<SpikeEpisode>& all = finder.episodes();
+    auto in_range = [&] { return std::count_if(all.begin(), all.end(), [&](auto& e) { return e.last_step >= from; }); };
+    for (int64_t cursor = from; cursor <= to && (size_t)in_range() <= kMaxEpisodes;) {
+        std::vector<SeriesPoint> window = reader.series(run, key, cursor, to, kCsvWindow);
+        for (const SeriesPoint& p : window) finder.add(p);
+        if ((int64_t)window.size() < kCsvWindow) break;
+        cursor = window.back().step + 1;
+    }
     json episodes = json::array();
     for (const SpikeEpisode& e : all) {
         if (e.last_step < from) continue;

@@ -12,6 +12,7 @@
 #include "web/api.h"
 
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 namespace hlat::web {
@@ -33,5 +34,21 @@ struct SpikeEpisode {
 // Non-finite points are spikes too (a NaN step is never quiet).
 std::vector<SpikeEpisode> spike_episodes(const std::vector<telemetry::SeriesPoint>& points, size_t window = 20,
                                          double margin = 0.1);
+
+// The same rule over points handed over one at a time in step order.
+class SpikeEpisodeFinder {
+  public:
+    explicit SpikeEpisodeFinder(size_t window = 20, double margin = 0.1) : window_(window), margin_(margin) {}
+    void add(const telemetry::SeriesPoint& p);
+    std::vector<SpikeEpisode>& episodes() { return out_; }
+
+  private:
+    size_t window_;
+    double margin_;
+    std::vector<SpikeEpisode> out_;
+    std::deque<double> recent_;
+    double sum_ = 0.0;
+    bool open_ = false;
+};
 
 }  // namespace hlat::web
