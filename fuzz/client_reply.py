@@ -16,8 +16,9 @@ replies (fuzz/corpus/client_reply, captured from hlat serve, and proxies' pages 
 and past crashes (fuzz/regressions/client_reply), which are replayed first. An input that
 reaches a pair of lines of the client not reached before (sys.settrace over python/hlat) joins
 the corpus, as libFuzzer keeps what reaches new edges. The seed of the random choices is
-printed, and each input's own hash decides its endpoint and read sizes, so a saved crash
-replays alone: python3 fuzz/client_reply.py 0 WORK CRASH_FILE.
+printed (SEED=N in the environment makes the same mutations again), and each input's own hash
+decides its endpoint and read sizes, so a saved crash replays alone:
+python3 fuzz/client_reply.py 0 WORK CRASH_FILE.
 
 usage: python3 fuzz/client_reply.py SECONDS [WORK_DIR] [INPUT...]
 Prints one line as fuzz/run.sh does for the libFuzzer targets:
@@ -355,7 +356,7 @@ def load(dirs):
 
 def main(argv):
     if not argv:
-        print(__doc__.split("\n\n")[-2], file=sys.stderr)
+        print(next(p for p in __doc__.split("\n\n") if p.startswith("usage:")), file=sys.stderr)
         return 2
     seconds = float(argv[0])
     work = os.path.abspath(argv[1] if len(argv) > 1 else os.path.join(HERE, "..", "build", "fuzz-work"))
@@ -364,7 +365,7 @@ def main(argv):
     for name in os.listdir(found):  # a fresh copy each run, as fuzz/run.sh makes for libFuzzer
         os.remove(os.path.join(found, name))
     logging.getLogger("hlat").disabled = True  # the client says what it keeps; here, thousands of times
-    seed = int.from_bytes(os.urandom(8), "little")
+    seed = int(os.environ.get("SEED") or int.from_bytes(os.urandom(8), "little"))
     rng = random.Random(seed)
     coverage, executions, crashes = Coverage(), 0, 0
     replay = load(argv[2:] or [os.path.join(HERE, "corpus", TARGET), os.path.join(HERE, "regressions", TARGET)])
