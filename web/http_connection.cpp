@@ -16,6 +16,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <malloc.h>
+
 #include <array>
 #include <cstdint>
 #include <limits>
@@ -187,7 +189,12 @@ void Connection::dispatch() {
             response = self->core_.respond(self->request_, self->raw_path_);
         }
         queued--;
+        const bool large = response.body.size() > (1u << 20);
         net::post(self->core_.loop, [self, r = std::move(response)]() mutable { self->reply(std::move(r)); });
+        // Building a large reply took this thread's arena several times its size; glibc keeps
+        // freed arena memory unless asked, so the server's memory would climb with the
+        // largest replies each thread ever built.
+        if (large) ::malloc_trim(0);
     });
     handling_ = true;
     watch_while_handling();
