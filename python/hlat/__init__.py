@@ -26,8 +26,8 @@ exception or SIGTERM, "stopped" by Ctrl-C, "finished" at a normal exit
 PyTorch probes (gradient norms, replica hashes, TP drift, causality) are in
 `hlat.torch`.
 """
-from ._http import RunExists, ServerError
+from ._http import BadReply, RunExists, ServerError
 from .client import DisabledRun, HaltRequested, Run, init
 
-__all__ = ["DisabledRun", "HaltRequested", "Run", "RunExists", "ServerError", "init"]
+__all__ = ["BadReply", "DisabledRun", "HaltRequested", "Run", "RunExists", "ServerError", "init"]
 __version__ = "0.2.0"
