@@ -119,12 +119,13 @@ Response rank_series_reply(Reader& reader, int64_t run, const Request& r) {
 // kMaxEpisodes: it read every stored point from step 0.
 Response episodes_reply(Reader& reader, int64_t run, const Request& r) {
     std::string key = required_key(r, "key");
-    auto [from, to] = step_range(r);
+    const auto [from, to] = step_range(r);
+    const int64_t first = from;  // a lambda may not capture a structured binding (clang 14)
     SpikeEpisodeFinder finder;
     if (from > 0)
         for (const SeriesPoint& p : reader.series_newest(run, key, 0, from - 1, 64)) finder.add(p);
     std::vector<SpikeEpisode>& all = finder.episodes();
-    auto in_range = [&] { return std::count_if(all.begin(), all.end(), [&](auto& e) { return e.last_step >= from; }); };
+    auto in_range = [&] { return std::count_if(all.begin(), all.end(), [&](auto& e) { return e.last_step >= first; }); };
     for (int64_t cursor = from; cursor <= to && (size_t)in_range() <= kMaxEpisodes;) {
         std::vector<SeriesPoint> window = reader.series(run, key, cursor, to, kCsvWindow);
         for (const SeriesPoint& p : window) finder.add(p);
