@@ -361,6 +361,7 @@ int follow_lines(const Options& o, LineParser& parser, std::ifstream& in) {
         bool at_end = in.eof();
         in.clear();
         bad_line = ingest_complete_lines(o, parser, pending, *s, values, &end_status, &end_detail);
+        writer.check_run(s->run_id());  // its last batch, flushed, may have found it deleted
         if (!bad_line.empty()) {
             status = "stopped";
             break;
@@ -387,6 +388,20 @@ int follow_lines(const Options& o, LineParser& parser, std::ifstream& in) {
         return 1;
     }
     return halted ? kExitHalted : 0;
+}
+
+// A followed run deleted from the store meanwhile (hlat runs --delete): its
+// rows are refused (telemetry/writer.h), so following stops, saying so,
+// rather than read on for nothing; the run has no end to write.
+int follow_until_deleted(const Options& o, LineParser& parser, std::ifstream& in) {
+    try {
+        return follow_lines(o, parser, in);
+    } catch (const RunDeleted&) {
+        spdlog::error("run \"{}\" was deleted from {} (hlat runs --delete) while {} was followed into it; following "
+                      "stops, and nothing more of it is stored",
+                      o.run, o.store, o.file);
+        return 1;
+    }
 }
 
 // The log's format from its first MB (a console log's banner and config dump
@@ -518,7 +533,7 @@ int ingest_command(int argc, char** argv) {
         if (o.format == LogFormat::TensorBoard) return import_tensorboard(o);
     }
     LineParser parser(o.file, o.format, o.pattern, o.rename);
-    return o.follow ? follow_lines(o, parser, in) : import_lines(o, parser, in);
+    return o.follow ? follow_until_deleted(o, parser, in) : import_lines(o, parser, in);
 }
 
 }  // namespace hlat::cli

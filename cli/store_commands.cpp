@@ -57,7 +57,9 @@ int runs_command(int argc, char** argv) {
         std::optional<RunRecord> run = Reader(store).find_run(name);
         if (!run) throw std::runtime_error(fmt::format("store {} has no run \"{}\"", store, name));
         if (run->status == "running")
-            spdlog::warn("run \"{}\" is marked running: if its trainer still writes, it comes back as a new run", name);
+            spdlog::warn("run \"{}\" is marked running: whatever still writes it (hlat ingest --follow, a client "
+                         "through hlat serve, hlat train) is told at its next write that it was deleted, and stops",
+                         name);
         Writer(store).delete_run(run->id);
         fmt::print("deleted run \"{}\" ({}) from {}\n", name, run->status, store);
         return 0;

@@ -174,6 +174,45 @@ const std::vector<const char*> kMigrations = {
         PRIMARY KEY (run_id, ref)
     ) WITHOUT ROWID;
     )sql",
+    // 7 -> 8: a run's id is never given again (issue 52). Without AUTOINCREMENT
+    // SQLite hands out the largest id + 1, so deleting the newest run gave its id
+    // to the next run created, and whatever still wrote the deleted run (a
+    // follower, a client's session) wrote into that one. The runs table is
+    // rebuilt (SQLite cannot add AUTOINCREMENT in place; it is small), and the
+    // counter starts above every run id any table holds: rows a deleted run's
+    // writer left behind before foreign keys were enforced are never adopted.
+    R"sql(
+    CREATE TABLE runs_autoincrement (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL UNIQUE,
+        config TEXT NOT NULL DEFAULT '{}',
+        precision TEXT NOT NULL DEFAULT '',
+        status TEXT NOT NULL,
+        host TEXT NOT NULL DEFAULT '',
+        git_revision TEXT NOT NULL DEFAULT '',
+        source TEXT NOT NULL DEFAULT 'hlat',
+        started_at REAL NOT NULL,
+        ended_at REAL NOT NULL DEFAULT 0,
+        meta TEXT NOT NULL DEFAULT '{}',
+        tags TEXT NOT NULL DEFAULT '[]',
+        note TEXT NOT NULL DEFAULT ''
+    );
+    INSERT INTO runs_autoincrement(id, name, config, precision, status, host, git_revision, source, started_at,
+                                   ended_at, meta, tags, note)
+        SELECT id, name, config, precision, status, host, git_revision, source, started_at, ended_at, meta, tags,
+               note FROM runs;
+    DROP TABLE runs;
+    ALTER TABLE runs_autoincrement RENAME TO runs;
+    DELETE FROM sqlite_sequence WHERE name = 'runs';
+    INSERT INTO sqlite_sequence(name, seq) SELECT 'runs', coalesce(max(id), 0) FROM (
+        SELECT max(id) AS id FROM runs UNION ALL SELECT max(run_id) FROM metrics
+        UNION ALL SELECT max(run_id) FROM rank_metrics UNION ALL SELECT max(run_id) FROM metric_blocks
+        UNION ALL SELECT max(run_id) FROM events UNION ALL SELECT max(run_id) FROM alerts
+        UNION ALL SELECT max(run_id) FROM checkpoints UNION ALL SELECT max(run_id) FROM evals
+        UNION ALL SELECT max(run_id) FROM halt_requests UNION ALL SELECT max(run_id) FROM vectors
+        UNION ALL SELECT max(run_id) FROM vector_labels UNION ALL SELECT max(run_id) FROM batches
+        UNION ALL SELECT max(run_id) FROM documents);
+    )sql",
 };
 
 }  // namespace
@@ -202,16 +241,26 @@ void prepare_schema(Database& db, bool writable) {
     // of the process (a power loss may lose the last commits, never corrupt).
     db.exec("PRAGMA journal_mode=WAL");
     db.exec("PRAGMA synchronous=NORMAL");
-    // Version read again inside each write transaction: two processes may
-    // open a new store at once, and only one may run a migration.
-    for (;;) {
-        Transaction t(db);
-        version = schema_version(db);
-        if (version >= kSchemaVersion) break;
-        db.exec(kMigrations[version]);
-        db.exec(fmt::format("PRAGMA user_version = {}", version + 1));
-        t.commit();
+    // A migration may rebuild a table that others refer to (7 -> 8: runs),
+    // which foreign keys would refuse half way; they are off while it runs
+    // (the pragma is a no-op inside a transaction) and on again after it.
+    db.exec("PRAGMA foreign_keys=OFF");
+    try {
+        // Version read again inside each write transaction: two processes may
+        // open a new store at once, and only one may run a migration.
+        for (;;) {
+            Transaction t(db);
+            version = schema_version(db);
+            if (version >= kSchemaVersion) break;
+            db.exec(kMigrations[version]);
+            db.exec(fmt::format("PRAGMA user_version = {}", version + 1));
+            t.commit();
+        }
+    } catch (...) {
+        db.exec("PRAGMA foreign_keys=ON");
+        throw;
     }
+    db.exec("PRAGMA foreign_keys=ON");
 }
 
 }  // namespace hlat::telemetry

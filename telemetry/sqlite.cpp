@@ -54,8 +54,13 @@ Database::Database(const std::string& path, Mode mode, int busy_timeout_ms)
     sqlite3_busy_timeout(db_, busy_timeout_ms);
     if (mode == Mode::ReadOnly) sqlite3_progress_handler(db_, 4000, cancelled, nullptr);
     // The first read is where a file that is not a database shows itself.
+    // Foreign keys are off in SQLite unless each connection asks: without
+    // them a row of a run deleted meanwhile (hlat runs --delete while a
+    // follower writes it) was stored for no run, and once ids were reused,
+    // for the next one.
     try {
         exec("SELECT count(*) FROM sqlite_master");
+        exec("PRAGMA foreign_keys=ON");
     } catch (...) {
         sqlite3_close(db_);
         db_ = nullptr;

@@ -170,6 +170,31 @@ class Writer::Connection {
                 .bind(1, run).bind(2, now_seconds()).bind(3, h.who).run();
     }
     void write(int64_t run, const DeleteRun&) { delete_run(run); }
+
+    // Writes one queued record unless its run is gone: deleted from the store
+    // while it was written (by another process), which the foreign key on
+    // run_id says by refusing the row (nothing of the record is written: its
+    // first row is refused). The record and every later one of the run are
+    // dropped, and the run is noted in newly_gone. Returns whether it wrote.
+    template <class T>
+    bool write_unless_deleted(int64_t run, const T& record) {
+        if (gone.count(run)) return false;
+        try {
+            write(run, record);
+            return true;
+        } catch (const StoreError& e) {
+            // Any other refusal (a metric key's, a run that does exist) is a bug, and stops the writer.
+            if (e.code != SQLITE_CONSTRAINT_FOREIGNKEY || run_exists(run)) throw;
+        }
+        gone.insert(run);
+        newly_gone.push_back(run);
+        return false;
+    }
+    bool run_exists(int64_t run) {
+        Statement s = db.prepare("SELECT 1 FROM runs WHERE id = ?1");
+        s.bind(1, run);
+        return s.step();
+    }
     void write(int64_t run, const Annotation& a) {
         db.prepare("UPDATE runs SET tags = ?2, note = ?3 WHERE id = ?1").bind(1, run).bind(2, a.tags_json)
             .bind(3, a.note).run();
@@ -239,6 +264,8 @@ class Writer::Connection {
     std::map<std::string, int64_t> keys;
     std::map<std::pair<int64_t, int64_t>, std::shared_ptr<const std::vector<std::string>>> labels_written;
     std::set<std::tuple<int64_t, int64_t, int64_t>> touched;
+    std::set<int64_t> gone;            // runs found deleted: their records are dropped
+    std::vector<int64_t> newly_gone;   // found since the last commit, for Writer::committed
 };
 
 Writer::Writer(const std::string& path, WriterOptions options)
@@ -269,9 +296,17 @@ void Writer::check_wait(Clock::time_point began) const {
         throw not_writable();
 }
 
+RunDeleted Writer::run_deleted(int64_t run) const {
+    return RunDeleted(fmt::format("run {} was deleted from store {} while it was being written (hlat runs --delete?): "
+                                  "nothing more of it is stored",
+                                  run, path_),
+                      run);
+}
+
 void Writer::push(Item item) {
     std::unique_lock<std::mutex> lock(mutex_);
     if (error_) std::rethrow_exception(error_);
+    if (deleted_runs_.count(item.run)) throw run_deleted(item.run);
     auto full = [&] { return queued_rows_ + item.rows > options_.queue_rows && queued_rows_ > 0; };
     if (full()) {
         stats_.queue_full_waits++;
@@ -392,8 +427,8 @@ void Writer::commit(std::deque<Item>& batch, Committed& done) {
                     }
                 } else if constexpr (std::is_same_v<T, Flush>) {
                     done.flushed.push_back(p.done);
-                } else {
-                    c.write(item.run, p);
+                } else if (!c.write_unless_deleted(item.run, p)) {
+                    done.rows -= (long)item.rows;  // dropped, not committed
                 }
             },
             item.payload);
@@ -407,6 +442,8 @@ void Writer::commit(std::deque<Item>& batch, Committed& done) {
 void Writer::committed(Committed& done) {
     std::optional<Failing> recovered;
     size_t rows = 0;
+    std::vector<int64_t> gone;
+    gone.swap(connection_->newly_gone);
     {
         std::lock_guard<std::mutex> lock(mutex_);
         stats_.rows_committed += done.rows;
@@ -414,10 +451,15 @@ void Writer::committed(Committed& done) {
         rows = committing_rows_;
         committing_rows_ = 0;
         recovered.swap(failing_);
+        deleted_runs_.insert(gone.begin(), gone.end());
     }
     if (recovered)
         spdlog::info("store {} is writable again after {:.1f} s and {} failed attempts; {} kept rows committed", path_,
                      now_seconds() - recovered->since, recovered->attempts, rows);
+    for (int64_t run : gone)  // once a run: later records of it are refused before they are queued
+        spdlog::error("store {}: run {} was deleted while it was being written (hlat runs --delete?); its rows are "
+                      "dropped and its writer is told at its next call",
+                      path_, run);
     // After the stats: whoever waited on a flush sees them up to date.
     for (auto& o : done.opened) {
         if (o.error) o.promise->set_exception(o.error);
@@ -548,6 +590,11 @@ void Writer::check_writable() const {
     std::lock_guard<std::mutex> lock(mutex_);
     if (error_) std::rethrow_exception(error_);
     if (failing_ && failing_->retrying) throw not_writable();
+}
+
+void Writer::check_run(int64_t run) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (deleted_runs_.count(run)) throw run_deleted(run);
 }
 
 WriterStats Writer::stats() const {

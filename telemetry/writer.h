@@ -13,6 +13,12 @@
 // gets a StoreError naming the cause (what they asked for stays queued). Any
 // other error (a corrupt file, a constraint bug) stops the writer: everyone
 // waiting gets it, and so does every later call.
+//
+// A run deleted from the store while it is written (`hlat runs --delete`
+// from another process) stops only its own writes: foreign keys refuse its
+// rows, which are dropped (one error logged, naming the run), and every later
+// call for that run throws RunDeleted. Run ids are never reused (schema 8),
+// so its rows cannot land in a run created since.
 #pragma once
 
 #include "telemetry/records.h"
@@ -26,6 +32,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <variant>
@@ -34,6 +42,13 @@
 namespace hlat::telemetry {
 
 struct StoreError;
+
+// A call for a run that a write found deleted from the store (see above):
+// not a StoreError, since no retry brings the run back.
+struct RunDeleted : std::runtime_error {
+    RunDeleted(const std::string& what, int64_t run) : std::runtime_error(what), run(run) {}
+    int64_t run;
+};
 
 struct WriterOptions {
     size_t queue_rows = 1 << 16;  // rows queued before callers wait
@@ -107,6 +122,10 @@ class Writer {
     // Throws at once what flush would throw after its wait, if the store is
     // failing now: for a caller that would rather refuse work than queue it.
     void check_writable() const;
+    // Throws RunDeleted when a write of `run` found it deleted from the
+    // store: for a writer of one run (a follower) to stop after a flush,
+    // rather than at its next record.
+    void check_run(int64_t run) const;
     WriterStats stats() const;
     WriterHealth health() const;
     const std::string& path() const { return path_; }
@@ -162,6 +181,7 @@ class Writer {
     // wait begun at `began` (mutex_ held).
     void check_wait(std::chrono::steady_clock::time_point began) const;
     StoreError not_writable() const;  // what a caller of a failing store gets (mutex_ held)
+    RunDeleted run_deleted(int64_t run) const;
     // The writer thread: wait for a batch, commit it in one transaction, then
     // answer whoever waits on it; on an error that may pass, keep the batch and
     // retry; on any other, fail every waiter and stop.
@@ -185,6 +205,7 @@ class Writer {
     std::chrono::milliseconds retry_delay_{0};
     bool stop_ = false;
     std::exception_ptr error_;                      // what stopped the writer
+    std::set<int64_t> deleted_runs_;                // runs a commit found deleted: calls for them throw
     WriterStats stats_;
     std::thread thread_;
 };

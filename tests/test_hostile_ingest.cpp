@@ -371,5 +371,44 @@ TEST_F(HostileIngest, AnImportOfAnOldLogIsNotStaleWhileItsImporterWrites) {
     EXPECT_EQ(status("old-log"), "stale");
 }
 
+// Issue 52, class 7, as it happened: `hlat ingest --follow` writes run a,
+// `hlat runs --delete a`, a new run b is imported, and a's log grows by ten
+// steps, which went into b (a's id, given again). Now b keeps its own steps
+// only, and the follower stops at once, saying that a was deleted.
+TEST_F(HostileIngest, AFollowerOfADeletedRunStopsAndNeverWritesIntoTheNextRun) {
+    std::ofstream(dir.file("a.jsonl")) << jsonl(0, 50);
+    test::run_command(fmt::format("({} ingest --follow --idle-exit 20 --store {} --run a {}; echo \"exit $?\") > {} 2>&1 &",
+                                  HLAT_BINARY, store(), dir.file("a.jsonl"), dir.file("follow.log")));
+    bool committed = false;
+    for (int i = 0; i < 200 && !committed; i++) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        try {
+            Reader r(store());
+            auto run = r.find_run("a");
+            committed = run && r.series(run->id, "loss", 0, 100).size() == 50;
+        } catch (const std::exception&) {  // the store may not exist yet
+        }
+    }
+    ASSERT_TRUE(committed);
+    auto deleted = test::run_command(fmt::format("{} runs --store {} --delete a", HLAT_BINARY, store()));
+    ASSERT_EQ(deleted.exit_code, 0) << deleted.output;
+    auto b = ingest(jsonl(0, 20, 3.0), "b");
+    ASSERT_EQ(b.exit_code, 0) << b.output;
+    std::ofstream(dir.file("a.jsonl"), std::ios::app) << jsonl(50, 60, 9.0);
+    std::string log;
+    for (int i = 0; i < 250 && log.find("exit ") == std::string::npos; i++) {  // 25 s at most
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        std::ifstream in(dir.file("follow.log"));
+        log.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    EXPECT_NE(log.find("exit 1"), std::string::npos) << log;
+    EXPECT_NE(log.find("run \"a\" was deleted from " + store()), std::string::npos) << log;
+    Reader r(store());
+    const auto points = r.series(r.find_run("b")->id, "loss", 0, 100);
+    EXPECT_EQ(points.size(), 20u) << "a's follower wrote into b";
+    for (const SeriesPoint& p : points) EXPECT_EQ(p.value, 3.0) << "step " << p.step;
+    EXPECT_FALSE(r.find_run("a").has_value()) << "the follower brought a back";
+}
+
 }  // namespace
 }  // namespace hlat

@@ -502,5 +502,47 @@ TEST(HostileServer, AnIngestBodyIsParsedInMemoryProportionalToIt) {
     EXPECT_LT(peak, 160) << "peak resident MB for a 16 MB body";
 }
 
+std::string loss_lines(int from, int to, double time = 0.0) {
+    std::string out;
+    for (int s = from; s < to; s++)
+        out += time > 0 ? fmt::format("{{\"step\": {}, \"loss\": 2.0, \"time\": {:.17g}}}\n", s, time)
+                        : fmt::format("{{\"step\": {}, \"loss\": 2.0}}\n", s);
+    return out;
+}
+
+// Issue 52, class 7, over HTTP: a client's run deleted while its session is
+// open (hlat runs --delete) is told so at its next batch (410), again and
+// again, rather than the run made again under its name; a run created since
+// by another process keeps its own rows, and a new start opens a new run.
+TEST(HostileServer, AClientOfADeletedRunIsToldItIsGone) {
+    test::ScratchDir dir("hostile_deleted_run");
+    const std::string store = store_with_a_run(dir);
+    web::Server server(options(store));
+    const int port = server.port();
+    ASSERT_EQ(test::http_post(port, "/api/v1/runs/gone/start", kToken, R"({"start_id": "s1"})").first, 200);
+    auto first = test::http_post(port, "/api/v1/runs/gone/ingest", kToken, loss_lines(0, 50));
+    ASSERT_EQ(first.first, 200) << first.second;
+    auto deleted = test::run_command(fmt::format("{} runs --store {} --delete gone", HLAT_BINARY, store));
+    ASSERT_EQ(deleted.exit_code, 0) << deleted.output;
+    {
+        Writer other(store);  // another process's new run
+        RunRecord next;
+        next.name = "next";
+        next.source = "client";
+        other.open_run(next, false);
+    }
+    for (int i = 0; i < 2; i++)
+        expect_json_error(test::http_post(port, "/api/v1/runs/gone/ingest", kToken, loss_lines(50, 60)), 410,
+                          "was deleted from the store", "a batch of the deleted run");
+    Reader reader(store);
+    EXPECT_FALSE(reader.find_run("gone").has_value()) << "the deleted run came back";
+    EXPECT_TRUE(reader.series(reader.find_run("next")->id, "loss", 0, 100).empty()) << "its rows went to another run";
+    EXPECT_EQ(test::http_post(port, "/api/v1/runs/next/ingest", kToken, loss_lines(0, 10)).first, 200);
+    EXPECT_EQ(reader.series(reader.find_run("next")->id, "loss", 0, 100).size(), 10u);
+    ASSERT_EQ(test::http_post(port, "/api/v1/runs/gone/start", kToken, R"({"start_id": "s2"})").first, 200);
+    EXPECT_EQ(test::http_post(port, "/api/v1/runs/gone/ingest", kToken, loss_lines(0, 5)).first, 200)
+        << "started again, it is a new run";
+}
+
 }  // namespace
 }  // namespace hlat

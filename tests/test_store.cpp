@@ -376,5 +376,82 @@ TEST(Store, LockedStoreIsRetriedThenReported) {
     EXPECT_GT(w.open_run(run_named("free"), false), 0) << "works once the lock is gone";
 }
 
+// Issue 52, class 7: `hlat runs --delete A` while A's writer (a follower)
+// still writes, then a new run B. Run ids are never given again, so A's next
+// rows cannot land in B; foreign keys refuse them, the writer drops them and
+// A's next call says the run is gone. Other runs of the same writer go on.
+TEST(Store, ADeletedRunsWriterNeverWritesIntoTheNextRun) {
+    test::ScratchDir dir("store_deleted_run");
+    const std::string db = dir.file("s.db");
+    Writer follower(db);  // A's writer, as `hlat ingest --follow` holds it
+    const int64_t other = follower.open_run(run_named("other"), false);
+    const int64_t a = follower.open_run(run_named("a"), false);  // the newest: its id was the one given again
+    for (int s = 0; s < 10; s++) follower.metric(a, "loss", s, 2.0, 1000.0 + s);
+    follower.flush();
+    Writer(db).delete_run(a);  // hlat runs --delete a: its own writer, its own connection
+    const int64_t b = Writer(db).open_run(run_named("b"), false);
+    EXPECT_NE(b, a) << "the deleted run's id was given to the next run";
+    for (int s = 10; s < 20; s++) follower.metric(a, "loss", s, 9.0, 1000.0 + s);
+    follower.metric(other, "loss", 0, 1.0, 1000.0);
+    follower.flush();  // commits: A's rows are refused and dropped, the other run's stored
+    Reader r(db);
+    EXPECT_TRUE(r.series(b, "loss", 0, 100).empty()) << "A's follower wrote into B";
+    EXPECT_EQ(r.series(other, "loss", 0, 100).size(), 1u) << "the writer goes on for its other runs";
+    std::string said;
+    try {
+        follower.metric(a, "loss", 20, 9.0, 1020.0);
+        follower.flush();
+    } catch (const std::exception& e) {
+        said = e.what();
+    }
+    EXPECT_NE(said.find(fmt::format("run {} was deleted", a)), std::string::npos)
+        << "A's writer is told, at its next call: \"" << said << "\"";
+    EXPECT_TRUE(Reader(db).series(b, "loss", 0, 100).empty());
+    EXPECT_TRUE(Reader(db).series(a, "loss", 0, 100).empty()) << "nothing stored for the deleted run either";
+}
+
+// A store of schema 7 (runs without AUTOINCREMENT) migrates: its runs keep
+// their ids and rows, and the next id is above every run id any table holds,
+// so rows a deleted run's writer left behind before foreign keys were on
+// (here: run 3, deleted while its follower wrote) never join a new run.
+TEST(Store, Version7StoresMigrateToRunIdsNeverReused) {
+    test::ScratchDir dir("store_migrate_ids");
+    const std::string db = dir.file("s.db");
+    {
+        Writer w(db);
+        w.open_run(run_named("one"), false);
+        w.metric(w.open_run(run_named("two"), false), "loss", 0, 1.5, 1000.0);
+    }
+    sqlite3* raw;
+    sqlite3_open(db.c_str(), &raw);
+    ASSERT_EQ(sqlite3_exec(raw,
+                           "CREATE TABLE runs7 AS SELECT * FROM runs; DROP TABLE runs; "
+                           "CREATE TABLE runs (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, config TEXT NOT NULL "
+                           "DEFAULT '{}', precision TEXT NOT NULL DEFAULT '', status TEXT NOT NULL, host TEXT NOT NULL "
+                           "DEFAULT '', git_revision TEXT NOT NULL DEFAULT '', source TEXT NOT NULL DEFAULT 'hlat', "
+                           "started_at REAL NOT NULL, ended_at REAL NOT NULL DEFAULT 0, meta TEXT NOT NULL DEFAULT "
+                           "'{}', tags TEXT NOT NULL DEFAULT '[]', note TEXT NOT NULL DEFAULT ''); "
+                           "INSERT INTO runs SELECT * FROM runs7; DROP TABLE runs7; "
+                           "INSERT INTO metrics(run_id, key_id, step, value, wall_time) "
+                           "SELECT 3, id, 5, 7.0, 1000 FROM metric_keys WHERE name = 'loss'; "
+                           "PRAGMA user_version = 7",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK)
+        << sqlite3_errmsg(raw);
+    sqlite3_close(raw);
+    Writer w(db);  // migrates
+    Reader r(db);
+    Database migrated(db, Database::Mode::ReadOnly, 100);
+    EXPECT_EQ(schema_version(migrated), kSchemaVersion);
+    ASSERT_TRUE(r.find_run("two").has_value());
+    EXPECT_EQ(r.find_run("two")->id, 2) << "a run keeps its id";
+    EXPECT_EQ(r.series(2, "loss", 0, 10).size(), 1u) << "and its rows";
+    const int64_t next = w.open_run(run_named("three"), false);
+    EXPECT_GT(next, 3) << "the id the left-behind rows carry is not given again";
+    EXPECT_TRUE(r.series(next, "loss", 0, 10).empty()) << "a new run adopted a deleted run's rows";
+    w.delete_run(next);
+    EXPECT_GT(w.open_run(run_named("four"), false), next) << "the newest run's id, deleted, is not given again";
+}
+
 }  // namespace
 }  // namespace hlat

@@ -32,6 +32,9 @@ json parse_body(const std::string& body) {
     return j;
 }
 
+// A batch for a run deleted while its session was open (batch_session).
+struct RunGone {};
+
 const std::vector<std::string> kEndStatuses = {"finished", "halted", "crashed", "stopped"};
 
 // A request's "step", checked as hlat ingest's lines are (a double beyond
@@ -119,11 +122,25 @@ std::shared_ptr<IngestEndpoints::Live> IngestEndpoints::live_of(int64_t run,
     return live;
 }
 
+Response IngestEndpoints::deleted_while_open(const std::string& name) {
+    if (auto id = session_ids_.find(name); id != session_ids_.end()) {
+        if (auto it = sessions_.find(id->second); it != sessions_.end()) {
+            std::lock_guard<std::mutex> lock(it->second->mutex);  // a batch of it in flight ends first
+            it->second->ended = true;
+            sessions_.erase(it);
+        }
+    }
+    return error(410, fmt::format("run {} was deleted from the store (hlat runs --delete) while this client wrote it; "
+                                  "nothing more of it is stored: start it again to store a new run",
+                                  excerpt(name, 100)));
+}
+
 // Writes a run's end (finished, crashed, stale, ...) through its session,
 // which is then closed (mutex_ held; waits for the run's batch in flight).
 void IngestEndpoints::end_run(const RunRecord& run, const std::string& status, int64_t step, const std::string& detail,
                               double wall_time) {
     starts_.erase(run.name);  // a start retried after its run ended opens it again
+    session_ids_.erase(run.name);
     auto it = sessions_.find(run.id);
     if (it == sessions_.end()) return session::write_end(*writer_, run.id, status, step, detail, wall_time);
     std::shared_ptr<Live> live = it->second;
@@ -200,6 +217,7 @@ Response IngestEndpoints::start(const std::string& name, const std::string& body
     std::unique_lock<std::mutex> run_lock;
     const int64_t id = s->run_id();
     std::shared_ptr<Live> live = live_of(id, std::move(s), &run_lock);
+    session_ids_[name] = id;
     if (start_id.empty())
         starts_.erase(name);  // the session an earlier start_id opened is gone
     else
@@ -221,6 +239,7 @@ session::RunSession& IngestEndpoints::batch_session(const std::string& name, int
         writer_locked().check_writable();  // it may have started failing while this request waited
         Reader reader(store_);
         auto run = reader.find_run(name);
+        if (!run && session_ids_.count(name)) throw RunGone{};
         std::shared_ptr<Live> live;
         if (!run || (run->status != "running" && run->status != "halted")) {
             RunRecord r = run ? *run : RunRecord{};
@@ -233,8 +252,10 @@ session::RunSession& IngestEndpoints::batch_session(const std::string& name, int
             const int64_t id = opened->run_id();
             live = live_of(id, std::move(opened), run_lock);
             live->caught_up = !run.has_value();
+            session_ids_[name] = id;
         } else {
             live = live_of(run->id, nullptr, run_lock);
+            session_ids_[name] = run->id;
         }
         lock.unlock();
         if (!run_lock->owns_lock()) *run_lock = std::unique_lock<std::mutex>(live->mutex);
@@ -274,6 +295,11 @@ size_t values_in(const ParsedBatch& batch) {
 
 }  // namespace
 
+Response IngestEndpoints::gone(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return deleted_while_open(name);
+}
+
 // Parsed records take ~17 times the bytes of the lines they come from (short
 // values): a body of several pieces is parsed a piece at a time, twice (first
 // every line checked, so a bad line rejects the request whole before anything
@@ -299,22 +325,36 @@ Response IngestEndpoints::ingest(const std::string& name, const std::string& bod
     // would send again anyway.
     if (const Writer* w = open_writer()) w->check_writable();
     std::unique_lock<std::mutex> run_lock;
-    session::RunSession* s = &batch_session(name, std::max<int64_t>(0, check.last_step()), &run_lock);
+    session::RunSession* s = nullptr;
+    try {
+        s = &batch_session(name, std::max<int64_t>(0, check.last_step()), &run_lock);
+    } catch (const RunGone&) {
+        return gone(name);
+    }
     LineParser parser("request", LogFormat::Jsonl);
     if (origin > 0) parser.set_time_origin(origin);
     size_t values = 0;
     json alerts = json::array();
-    for (std::string_view piece : pieces) {
-        ParsedBatch parsed = only ? std::move(*only) : parser.parse(piece, now);
-        values += values_in(parsed);
-        for (const detectors::Fired& f : session::ingest_parsed(*s, std::move(parsed)))
-            alerts.push_back({{"kind", f.alert.kind}, {"step", f.alert.step}, {"severity", f.alert.severity},
-                              {"message", f.alert.message}, {"policy", detectors::policy_name(f.policy)}});
+    try {  // the run may be deleted while this batch is written: its rows are refused, not put elsewhere
+        for (std::string_view piece : pieces) {
+            ParsedBatch parsed = only ? std::move(*only) : parser.parse(piece, now);
+            values += values_in(parsed);
+            for (const detectors::Fired& f : session::ingest_parsed(*s, std::move(parsed)))
+                alerts.push_back({{"kind", f.alert.kind}, {"step", f.alert.step}, {"severity", f.alert.severity},
+                                  {"message", f.alert.message}, {"policy", detectors::policy_name(f.policy)}});
+        }
+        writer_->flush();
+        writer_->check_run(s->run_id());
+    } catch (const RunDeleted&) {
+        run_lock.unlock();  // mutex_ is never taken while a run's lock is held
+        return gone(name);
     }
-    writer_->flush();
     Reader after(store_);
-    auto stored = after.find_run(name);
-    if (!stored) return error(410, fmt::format("run {} was deleted while this batch was stored", excerpt(name, 100)));
+    const std::optional<RunRecord> stored = after.find_run(name);
+    if (!stored || stored->id != s->run_id()) {
+        run_lock.unlock();
+        return gone(name);
+    }
     json out = run_state(after, *stored);
     out["run"] = name;
     out["values"] = values;

@@ -12,7 +12,9 @@
 // and says when none of the run's keys feeds a detector ("unwatched"). A run fed from outside that sends nothing for stale_after
 // seconds is marked stale, and running again at its next batch. While the
 // store fails (telemetry/writer.h), an ingest is refused at once (503): its
-// lines are not taken, and the client sends them again.
+// lines are not taken, and the client sends them again. A run deleted while
+// its session is open (hlat runs --delete) refuses its next batches (410)
+// until it is started again.
 #pragma once
 
 #include "web/api.h"
@@ -84,6 +86,10 @@ class IngestEndpoints {
     struct Heard;
     bool end_if_still_quiet(const telemetry::RunRecord& run, int64_t seen_step, bool gone, double after_seconds,
                             std::map<int64_t, Heard>& heard);
+    // The refusal of a batch for a run deleted while its session was open;
+    // the session is closed (mutex_ held).
+    Response deleted_while_open(const std::string& name);
+    Response gone(const std::string& name);  // the same, taking mutex_
 
     std::string store_;
     // Guards the maps below and opening runs; never taken while a run's own
@@ -92,6 +98,10 @@ class IngestEndpoints {
     std::unique_ptr<telemetry::Writer> writer_;
     std::atomic<telemetry::Writer*> opened_{nullptr};  // writer_, once open
     std::map<int64_t, std::shared_ptr<Live>> sessions_;  // by run id
+    // Run name -> the id its session was opened for, until the run ends: a run
+    // deleted meanwhile (hlat runs --delete) is told so (410), not opened
+    // again under its name by the client's next batch.
+    std::map<std::string, int64_t> session_ids_;
     struct Start {
         std::string id;  // the client's start_id
         bool resumed;    // the answer it was given
