@@ -175,7 +175,8 @@ ParsedBatch parse_good_lines(LineParser& parser, std::string_view text, bool ski
     for (size_t pos = 0; pos < text.size();) {
         std::optional<BadLine> bad;
         ParsedBatch b = parser.parse_until_bad(text.substr(pos), now_seconds(), &bad);
-        all.records += b.records, all.skipped += b.skipped, all.stale += b.stale;
+        all.records += b.records, all.skipped += b.skipped, all.stale += b.stale, all.clamped_times += b.clamped_times;
+        if (!b.time_note.empty()) spdlog::warn("{}", b.time_note);  // once: the parser gives it once
         std::move(b.points.begin(), b.points.end(), std::back_inserter(all.points));
         std::move(b.events.begin(), b.events.end(), std::back_inserter(all.events));
         std::move(b.vectors.begin(), b.vectors.end(), std::back_inserter(all.vectors));
@@ -247,6 +248,7 @@ int import_lines(const Options& o, LineParser& parser, std::ifstream& in) {
         std::vector<BadLine> bad_lines;
         ParsedBatch b = parse_good_lines(parser, piece, o.skip_bad_lines, &bad_lines);
         counts.records += b.records, counts.skipped += b.skipped, counts.stale += b.stale;
+        counts.clamped_times += b.clamped_times;
         for (BadLine& bad : bad_lines)
             if (bad.next == piece.size() && piece.back() != '\n')
                 bad.message += " (the file ends without a newline: a write cut short?)";
@@ -266,6 +268,9 @@ int import_lines(const Options& o, LineParser& parser, std::ifstream& in) {
         throw IngestError(fmt::format("{}: no line is a record of format {}{}", o.file, format_name(o.format),
                                       o.format == LogFormat::Pattern ? " (does --pattern match its lines?)" : ""));
     if (counts.skipped) spdlog::info("{}: {} lines are not records and were skipped", o.file, counts.skipped);
+    if (counts.clamped_times)
+        spdlog::warn("{}: {} records had a time out of bounds and are dated when they were read", o.file,
+                     counts.clamped_times);
     if (counts.stale) spdlog::warn("{}: {} records at steps below an earlier one were skipped (a resumed trainer's "
                                    "repeated steps: the first values are kept)", o.file, counts.stale);
     if (g_ingest_stop) {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 
 namespace hlat::telemetry {
@@ -219,11 +220,12 @@ ParsedBatch LineParser::parse(std::string_view text, double default_time) {
     const std::set<std::string> keys = keys_at_last_step_;
     const bool batch = batch_at_last_step_;
     const double origin = time_origin_;
+    const bool noted = time_noted_;
     std::optional<BadLine> bad;
     ParsedBatch out = parse_until_bad(text, default_time, &bad);
     if (bad) {
         csv_header_ = header, last_step_ = last, next_line_ = next, keys_at_last_step_ = keys, time_origin_ = origin;
-        batch_at_last_step_ = batch;
+        batch_at_last_step_ = batch, time_noted_ = noted;
         throw IngestError(bad->message);
     }
     return out;
@@ -297,7 +299,7 @@ void LineParser::parse_record(std::string_view line, long number, double default
     if (!valid_step(r.step))
         throw bad(fmt::format("step {} is not a non-negative integer", r.step));
     if (r.has_time && !std::isfinite(r.time)) throw bad("time is not a finite number");
-    if (r.has_time) r.time = wall_time_of(r.time, default_time);
+    if (r.has_time) r.time = bounded_time(r.time, number, default_time, out);
     for (const auto& [name, v] : r.fields) {
         try {
             check_name(name, "metric key");
@@ -348,6 +350,31 @@ double LineParser::wall_time_of(double time, double default_time) {
     relative_time_ = true;
     if (std::isnan(time_origin_)) time_origin_ = default_time - time;
     return time_origin_ + time;
+}
+
+bool valid_time(double t, double now) { return t >= 1e8 && t <= now + 86400.0; }
+
+// A record's time as wall time, within valid_time's bounds by this
+// machine's clock (default_time may be any time the caller chose). One out
+// of them is dated default_time, when the line is read, not refused: the line's values are
+// real measurements and only their date is wrong, and refusing it would lose
+// them (over HTTP, where a batch is all or nothing, every batch of a client
+// whose clock runs ahead, for as long as it does). The first such line of
+// the parser gets a message naming it, for the caller to warn with once.
+double LineParser::bounded_time(double time, long number, double default_time, ParsedBatch& out) {
+    const double t = wall_time_of(time, default_time);
+    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    if (valid_time(t, now)) return t;
+    out.clamped_times++;
+    if (!time_noted_) {
+        time_noted_ = true;
+        out.time_note = fmt::format(
+            "{}:{}: \"time\" {} reads as {} s since the epoch, {:.3g} days {} this machine's clock (times are kept "
+            "from 1e8 s to now + 1 day): its record is dated when it was read instead, as is every later one out of "
+            "bounds (a clock that is off, or a time in another unit?)",
+            file_, number, time, t, std::abs(t - now) / 86400.0, t > now ? "ahead of" : "behind");
+    }
+    return default_time;
 }
 
 void LineParser::parse_line(std::string_view line, long number, const std::vector<std::string>& header, Record& r) {

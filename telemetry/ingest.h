@@ -5,7 +5,12 @@
 //            nanoseconds since it (above 1e11, 1e14, 1e17), or seconds since
 //            the run's start (below 1e8, i.e. before 1973: dated from when
 //            its first record is read, or from the run's start where the
-//            caller knows it, keeping the spacing). Values may be numbers,
+//            caller knows it, keeping the spacing). A time that reads as
+//            after now + 1 day (a clock ahead, a time in another unit:
+//            1.7e21) or before 1e8 s is out of bounds (valid_time, the rule
+//            of the HTTP start and finish): the record is kept, dated when
+//            it is read, and counted, with a message naming the first such
+//            line (ParsedBatch::time_note). Values may be numbers,
 //            Python's bare NaN / Infinity / -Infinity, or the strings "nan",
 //            "inf", "-inf"; null is a missing value (the field is skipped). A
 //            line {"step": N, "event": KIND, "detail": TEXT} is an event.
@@ -77,6 +82,11 @@ using KeyMap = std::map<std::string, std::string>;
 // endpoint checks steps with this.
 bool valid_step(double step);
 
+// Whether `t` is a time hlat keeps: Unix seconds from 1e8 (1973) up to
+// now + 1 day, by `now`, this machine's clock. Every door that takes a time
+// from outside (an ingested line, a start, a finish) checks it with this.
+bool valid_time(double t, double now);
+
 // "jsonl", "csv", "llmc", "pattern", "tensorboard", "steploss", "torchtitan",
 // "megatron"; throws IngestError otherwise.
 LogFormat format_from_name(const std::string& name);
@@ -110,6 +120,8 @@ struct ParsedBatch {
     long records = 0;  // lines that gave a record
     long skipped = 0;  // console lines the pattern did not match
     long stale = 0;    // records at a step below the last one, skipped (see above)
+    long clamped_times = 0;  // records whose time was out of bounds, dated when read instead
+    std::string time_note;   // the first such line's message, once a parser: for the caller to warn with
 };
 
 // The first bad line of a chunk: its number, the message ("FILE:LINE: why",
@@ -177,6 +189,7 @@ class LineParser {
     template <typename Bad>
     static void check_names(const std::string& key, const std::vector<std::string>& labels, const Bad& bad);
     double wall_time_of(double time, double default_time);
+    double bounded_time(double time, long number, double default_time, ParsedBatch& out);
 
     std::string file_;
     LogFormat format_;
@@ -190,6 +203,7 @@ class LineParser {
     // the wall time its time 0 is read as, set at its first timed record.
     double time_origin_ = NAN;
     bool relative_time_ = false;
+    bool time_noted_ = false;  // a line's time was out of bounds: ParsedBatch::time_note was given
     std::set<std::string> keys_at_last_step_;  // what a record at last_step_ may no longer set
     bool batch_at_last_step_ = false;           // and whether it had its batch ids
     std::map<std::string, std::shared_ptr<const std::vector<std::string>>> vector_labels_;  // last names per key

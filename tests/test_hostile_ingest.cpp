@@ -410,5 +410,27 @@ TEST_F(HostileIngest, AFollowerOfADeletedRunStopsAndNeverWritesIntoTheNextRun) {
     EXPECT_FALSE(r.find_run("a").has_value()) << "the follower brought a back";
 }
 
+// Issue 52, class 6: a line whose time lies past now + 1 day (a clock 2 days
+// ahead, 1.7e21 read as nanoseconds) is kept, dated when it was read, with a
+// warning naming the line and the field; a time within bounds stays as written.
+TEST_F(HostileIngest, LineTimesOutOfBoundsAreDatedWhenRead) {
+    const double now = now_seconds();
+    const std::string text = fmt::format("{{\"step\": 0, \"loss\": 1.0, \"time\": {:.3f}}}\n"
+                                         "{{\"step\": 1, \"loss\": 1.0, \"time\": {:.3f}}}\n"
+                                         "{{\"step\": 2, \"loss\": 1.0, \"time\": 1.7e21}}\n",
+                                         now - 60, now + 2 * 86400.0);
+    auto r = ingest(text, "ahead");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(dir.file("ahead.jsonl") + ":2: \"time\""), std::string::npos) << r.output;
+    Reader reader(store());
+    const auto points = reader.series(reader.find_run("ahead")->id, "loss", 0, 10);
+    ASSERT_EQ(points.size(), 3u) << "no line is lost";
+    EXPECT_NEAR(points[0].wall_time, now - 60, 1e-3) << "a time in bounds is kept";
+    for (int i : {1, 2}) {
+        EXPECT_LE(points[i].wall_time, now_seconds()) << "step " << i;
+        EXPECT_GE(points[i].wall_time, now - 1) << "step " << i;
+    }
+}
+
 }  // namespace
 }  // namespace hlat

@@ -544,5 +544,42 @@ TEST(HostileServer, AClientOfADeletedRunIsToldItIsGone) {
         << "started again, it is a new run";
 }
 
+// Issue 52, class 6: a run is judged stale by the server's clock. Records
+// dated 12 hours ahead (a client's clock ahead; times up to now + 1 day are
+// taken) kept a silent run "running" until then, and 1.7e21 (nanoseconds:
+// year 55,000) for ever; such a time is dated when read now, and the run
+// goes stale once silent for the window, while one that keeps sending stays
+// running whatever its dates.
+TEST(HostileServer, RunsDatedAheadGoStaleByTheServersClock) {
+    test::ScratchDir dir("hostile_stale_ahead");
+    { Writer create(dir.file("s.db")); }
+    web::Server server(options(dir.file("s.db")));
+    const int port = server.port();
+    const double ahead = now_seconds() + 12 * 3600.0;
+    for (const char* run : {"ahead", "wrong-unit", "alive"})
+        ASSERT_EQ(test::http_post(port, fmt::format("/api/v1/runs/{}/start", run), kToken, "{}").first, 200);
+    EXPECT_EQ(test::http_post(port, "/api/v1/runs/ahead/ingest", kToken, loss_lines(0, 5, ahead)).first, 200);
+    EXPECT_EQ(test::http_post(port, "/api/v1/runs/alive/ingest", kToken, loss_lines(0, 5, ahead)).first, 200);
+    auto clamped = test::http_post(port, "/api/v1/runs/wrong-unit/ingest", kToken, loss_lines(0, 5, 1.7e21));
+    ASSERT_EQ(clamped.first, 200) << clamped.second;
+    const json reply = json::parse(clamped.second);
+    EXPECT_EQ(reply.value("times_clamped", 0), 5) << clamped.second;
+    EXPECT_NE(reply.value("warning", "").find("request:1: \"time\" 1.7e+21"), std::string::npos) << clamped.second;
+    EXPECT_EQ(server.mark_stale(1.0), 0) << "all heard from just now";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+    EXPECT_EQ(test::http_post(port, "/api/v1/runs/alive/ingest", kToken, loss_lines(5, 6, ahead)).first, 200);
+    EXPECT_EQ(server.mark_stale(1.0), 2) << "the two silent runs, whatever their dates";
+    Reader reader(dir.file("s.db"));
+    EXPECT_EQ(reader.find_run("ahead")->status, "stale");
+    EXPECT_EQ(reader.find_run("wrong-unit")->status, "stale");
+    EXPECT_EQ(reader.find_run("alive")->status, "running") << "it sent a step within the window";
+    const auto events = reader.events(reader.find_run("ahead")->id);
+    ASSERT_FALSE(events.empty());
+    EXPECT_EQ(events.back().kind, "stale");
+    EXPECT_LE(events.back().wall_time, now_seconds()) << "its end is dated by the server's clock";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+    EXPECT_EQ(server.mark_stale(1.0), 1) << "silent now, the last one too";
+}
+
 }  // namespace
 }  // namespace hlat

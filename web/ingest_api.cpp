@@ -11,6 +11,7 @@
 #include "web/limits.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -54,8 +55,8 @@ double time_of(const json& j) {
     if (!j.contains("time") || j.at("time").is_null()) return 0.0;
     const json& t = j.at("time");
     const double v = t.is_number() ? t.get<double>() : NAN;
-    if (!(v >= 1e8 && v <= now_seconds() + 86400))
-        throw BadRequest(fmt::format("time {} is not Unix seconds up to now", excerpt(t.dump(), 40)));
+    if (!valid_time(v, now_seconds()))
+        throw BadRequest(fmt::format("time {} is not Unix seconds from 1e8 up to now + 1 day", excerpt(t.dump(), 40)));
     return v;
 }
 
@@ -141,6 +142,10 @@ void IngestEndpoints::end_run(const RunRecord& run, const std::string& status, i
                               double wall_time) {
     starts_.erase(run.name);  // a start retried after its run ended opens it again
     session_ids_.erase(run.name);
+    {
+        std::lock_guard<std::mutex> warned(warned_mutex_);
+        times_warned_.erase(run.id);
+    }
     auto it = sessions_.find(run.id);
     if (it == sessions_.end()) return session::write_end(*writer_, run.id, status, step, detail, wall_time);
     std::shared_ptr<Live> live = it->second;
@@ -310,8 +315,12 @@ Response IngestEndpoints::ingest(const std::string& name, const std::string& bod
     const double now = now_seconds();
     LineParser check("request", LogFormat::Jsonl);
     std::optional<ParsedBatch> only;  // a body of one piece is parsed once
+    long clamped_times = 0;
+    std::string time_note;
     for (std::string_view piece : pieces) {
         ParsedBatch parsed = check.parse(piece, now);
+        clamped_times += parsed.clamped_times;
+        if (!parsed.time_note.empty()) time_note = parsed.time_note;
         if (pieces.size() == 1) only = std::move(parsed);
     }
     double origin = 0.0;
@@ -330,6 +339,11 @@ Response IngestEndpoints::ingest(const std::string& name, const std::string& bod
         s = &batch_session(name, std::max<int64_t>(0, check.last_step()), &run_lock);
     } catch (const RunGone&) {
         return gone(name);
+    }
+    if (clamped_times) {
+        std::lock_guard<std::mutex> lock(warned_mutex_);  // not mutex_: this batch holds its run's lock
+        if (times_warned_.insert(s->run_id()).second)     // once a run: its client says it every batch
+            spdlog::warn("run {}: {}", excerpt(name, 100), time_note);
     }
     LineParser parser("request", LogFormat::Jsonl);
     if (origin > 0) parser.set_time_origin(origin);
@@ -361,6 +375,7 @@ Response IngestEndpoints::ingest(const std::string& name, const std::string& bod
     out["last_step"] = check.last_step();
     out["alerts"] = alerts;
     if (!s->unwatched_notice().empty()) out["unwatched"] = s->unwatched_notice();
+    if (clamped_times) out["times_clamped"] = clamped_times, out["warning"] = time_note;
     return reply(200, out);
 }
 
@@ -407,6 +422,14 @@ Follower follower_of(const RunRecord& run) {
     return errno == ESRCH ? Follower::Gone : Follower::Unknown;
 }
 
+// When a run last showed life, by this server's clock: `recorded` (its newest
+// record's time, or its start) unless that lies ahead of `now` (a client's
+// clock ahead, a time in another unit): such a time says nothing of when the
+// record came, so the run counts from `seen`, when the sweep first found it
+// so. Otherwise a run dated 2 days ahead would stay running 2 days after its
+// last record, and one dated 1.7e12 s for ever.
+double heard_at(double recorded, double now, double seen) { return recorded <= now ? recorded : std::min(seen, now); }
+
 }  // namespace
 
 // Ends `run` as stale after reading it again under the lock, which every
@@ -432,7 +455,9 @@ bool IngestEndpoints::end_if_still_quiet(const RunRecord& run, int64_t seen_step
     }
     const Reader::Activity a = reader.last_activity(run.id);
     activity_reads_++;
-    const double at = std::max(a.wall_time, current->started_at);
+    const auto known = last_heard_.find(run.id);
+    const double at = heard_at(std::max(a.wall_time, current->started_at), now,
+                               known != last_heard_.end() ? known->second.at : now);
     if (!gone && (a.step != seen_step || now - at < after_seconds)) {
         heard[run.id] = {a.step != seen_step ? now : at, a.step};
         return false;
@@ -467,7 +492,9 @@ int IngestEndpoints::mark_stale(double after_seconds) {
         }
         const Reader::Activity a = reader.last_activity(run.id);
         activity_reads_++;
-        double at = std::max(a.wall_time, run.started_at);  // a run just opened has shown life
+        // A run just opened has shown life.
+        double at = heard_at(std::max(a.wall_time, run.started_at), now,
+                             known != last_heard_.end() ? known->second.at : now);
         const bool moved = known != last_heard_.end() && a.step != known->second.step;
         if (moved || (known == last_heard_.end() && follower == Follower::Alive)) at = std::max(at, now);
         if (now - at < after_seconds && !gone) {

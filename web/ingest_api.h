@@ -15,6 +15,9 @@
 // lines are not taken, and the client sends them again. A run deleted while
 // its session is open (hlat runs --delete) refuses its next batches (410)
 // until it is started again.
+// A line dated out of bounds (telemetry/ingest.h) is dated when read, and the
+// reply says so ("times_clamped", "warning"). Staleness is judged by this
+// server's clock: a record dated ahead of it counts from when the sweep saw it.
 #pragma once
 
 #include "web/api.h"
@@ -25,6 +28,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 
 namespace hlat::telemetry {
@@ -102,6 +106,8 @@ class IngestEndpoints {
     // deleted meanwhile (hlat runs --delete) is told so (410), not opened
     // again under its name by the client's next batch.
     std::map<std::string, int64_t> session_ids_;
+    std::mutex warned_mutex_;         // guards times_warned_ (taken with a run's lock held)
+    std::set<int64_t> times_warned_;  // runs whose out-of-bounds times were logged, until they end
     struct Start {
         std::string id;  // the client's start_id
         bool resumed;    // the answer it was given
