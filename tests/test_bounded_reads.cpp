@@ -171,12 +171,6 @@ TEST(BoundedReads, AStreamFromTheStartSendsTheNewestPoints) {
     EXPECT_EQ(got.find("before the opening"), std::string::npos);
 }
 
-}  // namespace
-}  // namespace hlat
-
-namespace hlat {
-namespace {
-
 // A read that would never end (a query without end) stops with a StoreError
 // naming the cancellation once its flag is set from another thread; a
 // connection that writes is never cancelled.
@@ -201,12 +195,6 @@ TEST(BoundedReads, AReadInProgressIsCancelledByItsFlag) {
     // Outside the scope the flags no longer apply.
     EXPECT_NO_THROW(db.exec("SELECT count(*) FROM runs"));
 }
-
-}  // namespace
-}  // namespace hlat
-
-namespace hlat {
-namespace {
 
 // Episodes from a step on are read from a little before it, not from step 0,
 // and are those of the whole series in that range.
