@@ -1,6 +1,7 @@
 // Reads of a real `hlat serve` cost what they return: a downsampled series of
-// steps near 9e15 is computed, not searched for; /alerts, /events, /keys and a
-// live stream read with limits, whatever the run's history.
+// steps near 9e15 is computed, not searched for; /alerts, /events, /keys,
+// /episodes and a live stream read with limits, whatever the run's history;
+// a read in progress stops once its client or the server says so.
 #include "served_store.h"
 #include "telemetry/reader.h"
 #include "telemetry/sqlite.h"
