@@ -92,8 +92,12 @@ int serve_command(int argc, char** argv) {
     o.vendor_dir = vm["vendor"].as<std::string>();
     o.token = token_from(vm);
     std::istringstream hosts(vm["allow-host"].as<std::string>());
-    for (std::string h; std::getline(hosts, h, ',');)
-        if (!h.empty()) o.allowed_hosts.push_back(web::host_of(h));
+    for (std::string h; std::getline(hosts, h, ',');) {
+        if (h.empty()) continue;
+        if (web::host_of(h).empty())
+            throw std::runtime_error(fmt::format("--allow-host {} is not a host name (NAME, NAME:PORT or [IPv6])", h));
+        o.allowed_hosts.push_back(web::host_of(h));
+    }
     if (!o.token.empty() && o.token.size() < 16)
         throw std::runtime_error("the access token must be at least 16 characters (leave it out for a random one)");
     double stale_after = vm["stale-after"].as<double>();

@@ -581,5 +581,79 @@ TEST(HostileServer, RunsDatedAheadGoStaleByTheServersClock) {
     EXPECT_EQ(server.mark_stale(1.0), 1) << "silent now, the last one too";
 }
 
+// Issue 52, class 11: a Host header is a host and an optional port, sent
+// once, or the request is refused (400, RFC 9112 3.2): "[::1]evil.com" and
+// "[127.0.0.1" passed the check as ::1 and 127.0.0.1, an empty one as none.
+TEST(HostileServer, HostHeadersThatAreNotHostsAreRefused) {
+    test::ScratchDir dir("hostile_host_syntax");
+    web::Server server(options(store_with_a_run(dir)));
+    auto get = [&](const std::string& headers, const char* version = "1.1") {
+        return http(server.port(), fmt::format("GET /api/v1/runs HTTP/{}\r\n{}Connection: close\r\n\r\n", version, headers));
+    };
+    for (const std::string host : {"[::1]evil.com", "[127.0.0.1", "", "[::1]:80x", "127.0.0.1:80:80", "127.0.0.1:abc",
+                                   "localhost evil", "evil.example@127.0.0.1"}) {
+        auto reply = get("Host: " + host + "\r\n");
+        expect_json_error(reply, 400, "Host", "Host: " + host);
+        EXPECT_EQ(reply.second.find("\"r\""), std::string::npos) << "nothing of the runs in the refusal";
+    }
+    expect_json_error(get("Host: 127.0.0.1\r\nHost: attacker.example\r\n"), 400, "2 Host headers", "two Hosts");
+    expect_json_error(get(""), 400, "needs a Host header", "HTTP/1.1 without Host");
+    for (const std::string host : {"127.0.0.1", "[::1]", "[::1]:8080", "LOCALHOST:80", "127.0.0.1:"})
+        EXPECT_EQ(get("Host: " + host + "\r\n").first, 200) << host;
+    EXPECT_EQ(get("", "1.0").first, 200) << "HTTP/1.0 may leave Host out";
+}
+
+// Issue 52, class 11: a body whose transfer coding is anything but "chunked"
+// alone is refused (400): "chunked, identity" does not end in chunked, so its
+// length is unknown (RFC 9112 6.3), and no other coding is decoded here. The
+// server read "chunked, identity" as a request without a body. Nothing of
+// the refused requests is stored.
+TEST(HostileServer, TransferCodingsOtherThanChunkedAloneAreRefused) {
+    test::ScratchDir dir("hostile_codings");
+    const std::string store = store_with_a_run(dir);
+    web::Server server(options(store));
+    const std::string line = R"({"step": 700, "loss": 1.0})" "\n";
+    const std::string head =
+        fmt::format("POST /api/v1/runs/r/ingest HTTP/1.1\r\nHost: 127.0.0.1\r\nX-HLAT-Token: {}\r\n", kToken);
+    const std::string chunks = fmt::format("{:x}\r\n{}\r\n0\r\n\r\n", line.size(), line);
+    for (const std::string coding : {"chunked, identity", "identity", "gzip, chunked", "chunked, chunked", "x"}) {
+        auto reply = http(server.port(), head + "Transfer-Encoding: " + coding + "\r\n\r\n" + chunks);
+        EXPECT_EQ(reply.first, 400) << coding << ": " << reply.second;
+    }
+    auto split = http(server.port(), head + "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks);
+    expect_json_error(split, 400, "Transfer-Encoding \"gzip, chunked\" is not supported", "two Transfer-Encoding lines");
+    Reader reader(store);
+    EXPECT_TRUE(reader.series(reader.find_run("r")->id, "loss", 700, 700).empty()) << "a refused body was stored";
+    auto good = http(server.port(), head + "Transfer-Encoding: Chunked\r\n\r\n" + chunks);
+    EXPECT_EQ(good.first, 200) << "a coding's name is case-insensitive: " << good.second;
+    EXPECT_EQ(reader.series(reader.find_run("r")->id, "loss", 700, 700).size(), 1u);
+}
+
+// Issue 52, class 11: a request with two tokens is refused (400), whichever
+// comes first: the first one counted, so a wrong token after a right one
+// changed state.
+TEST(HostileServer, RequestsWithTwoTokensAreRefused) {
+    test::ScratchDir dir("hostile_two_tokens");
+    const std::string store = store_with_a_run(dir);
+    web::Server server(options(store));
+    const std::string body = R"({"step": 800, "loss": 1.0})" "\n";
+    auto post = [&](const std::string& tokens) {
+        return http(server.port(), fmt::format("POST /api/v1/runs/r/ingest HTTP/1.1\r\nHost: 127.0.0.1\r\n{}"
+                                               "Content-Length: {}\r\nConnection: close\r\n\r\n{}",
+                                               tokens, body.size(), body));
+    };
+    const std::string right = kToken, wrong = "wrong-token-0123456789";
+    for (const std::string& tokens :
+         {"X-HLAT-Token: " + right + "\r\nX-HLAT-Token: " + wrong + "\r\n",
+          "X-HLAT-Token: " + wrong + "\r\nX-HLAT-Token: " + right + "\r\n",
+          "X-HLAT-Token: " + right + "\r\nAuthorization: Bearer " + wrong + "\r\n",
+          "Authorization: Bearer " + right + "\r\nAuthorization: Bearer " + right + "\r\n"})
+        expect_json_error(post(tokens), 400, "tokens", tokens);
+    Reader reader(store);
+    EXPECT_TRUE(reader.series(reader.find_run("r")->id, "loss", 800, 800).empty()) << "a request with two tokens wrote";
+    EXPECT_EQ(post("X-HLAT-Token: " + right + "\r\n").first, 200);
+    EXPECT_EQ(post("Authorization: Bearer " + right + "\r\n").first, 200);
+}
+
 }  // namespace
 }  // namespace hlat

@@ -1,7 +1,7 @@
 #include "web/http_connection.h"
 
 #include "telemetry/sqlite.h"
-
+#include "telemetry/untrusted_text.h"
 #include "web/event_stream.h"
 #include "web/json_reply.h"
 #include "web/query.h"
@@ -18,11 +18,13 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <limits>
 #include <utility>
 #include <variant>
+#include <vector>
 
 namespace hlat::web {
 
@@ -37,6 +39,59 @@ bool is_stream(const Request& r, const std::string& raw) {
     const std::string prefix = "/api/v1/runs/", suffix = "/stream";
     return r.method == "GET" && raw.rfind(prefix, 0) == 0 && raw.size() > prefix.size() + suffix.size() &&
            raw.compare(raw.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The transfer codings of a request, lower-cased, in order, from every
+// Transfer-Encoding line.
+std::vector<std::string> transfer_codings(const http::request<http::string_body>& req) {
+    std::vector<std::string> codings;
+    for (auto [field, end] = req.equal_range(http::field::transfer_encoding); field != end; ++field) {
+        const std::string value(field->value());
+        for (size_t at = 0; at <= value.size();) {
+            size_t comma = std::min(value.find(',', at), value.size());
+            std::string coding = value.substr(at, comma - at);
+            coding.erase(0, coding.find_first_not_of(" \t"));
+            coding.erase(coding.find_last_not_of(" \t") + 1);
+            for (char& c : coding) c = (char)std::tolower((unsigned char)c);
+            codings.push_back(std::move(coding));
+            at = comma + 1;
+        }
+    }
+    return codings;
+}
+
+// Why a request's header cannot be taken as sent (RFC 9112), or nullopt:
+// - Host missing from HTTP/1.1, repeated, or not a host (3.2): read loosely,
+//   "[::1]evil.com" passed the Host check as ::1;
+// - a transfer coding other than chunked alone: "chunked, identity" does not
+//   end in chunked, so the body's length is unknown (6.3: 400), and no other
+//   coding is understood here (6.1 suggests 501; 400 keeps every refusal of
+//   bad input a 4xx);
+// - more than one token (X-HLAT-Token, Authorization: Bearer): which one
+//   counts must not depend on their order.
+std::optional<std::string> malformed(const http::request<http::string_body>& req) {
+    const auto hosts = req.count(http::field::host);
+    if (hosts > 1) return fmt::format("the request has {} Host headers; send one", hosts);
+    if (hosts == 0 && req.version() >= 11) return std::string("an HTTP/1.1 request needs a Host header");
+    if (const auto host = req.find(http::field::host); host != req.end() && host_of(std::string(host->value())).empty())
+        return fmt::format("Host {} is not a host name with an optional port",
+                           telemetry::excerpt(std::string(host->value()), 100));
+    if (req.count(http::field::transfer_encoding)) {
+        const std::vector<std::string> codings = transfer_codings(req);
+        if (req.version() < 11 || codings.size() != 1 || codings[0] != "chunked") {
+            std::string named;
+            for (const std::string& c : codings) named += (named.empty() ? "" : ", ") + c;
+            return fmt::format("Transfer-Encoding {} is not supported: send the body chunked (\"chunked\" alone) or "
+                               "with a Content-Length",
+                               telemetry::excerpt(named, 100));
+        }
+    }
+    size_t tokens = req.count("X-HLAT-Token");
+    for (auto [a, end] = req.equal_range(http::field::authorization); a != end; ++a)
+        tokens += std::string(a->value()).rfind("Bearer ", 0) == 0;
+    if (tokens > 1)
+        return fmt::format("the request carries {} tokens (X-HLAT-Token, Authorization: Bearer); send one", tokens);
+    return std::nullopt;
 }
 
 std::string token_of(const http::request<http::string_body>& req) {
@@ -105,8 +160,9 @@ void Connection::on_header(beast::error_code ec) {
     core_.ledger.header_done(this);
     if (reject_parse_error(ec)) return;
     const auto& req = parser_.get();
-    const auto host = req.find(http::field::host);
-    if (!core_.host_allowed(host == req.end() ? "" : std::string(host->value())))
+    if (auto why = malformed(req)) return reply(error(400, *why));
+    // An HTTP/1.0 request without a Host passes: no browser sends one.
+    if (const auto host = req.find(http::field::host); host != req.end() && !core_.host_allowed(std::string(host->value())))
         return reply(error(403, fmt::format("this server answers for 127.0.0.1, localhost and {} only (a page "
                                             "elsewhere reading it by DNS rebinding?); behind a proxy, start hlat "
                                             "serve with --allow-host NAME",

@@ -74,10 +74,28 @@ std::string resolve_static(const std::string& root, const std::string& url_path)
     return file.string();
 }
 
+// RFC 9110 7.2 / RFC 3986 3.2.2: a name or IPv4 address, or an IPv6 address
+// in brackets, then an optional port. Anything around them ("[::1]evil.com",
+// an unclosed "[127.0.0.1", a second colon) makes it no host at all: taken
+// loosely, such a header passed for this server's own name.
 std::string host_of(const std::string& header) {
-    std::string host = header;
-    if (!host.empty() && host.front() == '[') host = host.substr(1, host.find(']') - 1);
-    else if (size_t colon = host.rfind(':'); colon != std::string::npos && host.find(':') == colon) host.resize(colon);
+    std::string host, port;
+    if (!header.empty() && header.front() == '[') {
+        const size_t close = header.find(']');
+        if (close == std::string::npos) return "";
+        host = header.substr(1, close - 1);
+        if (close + 1 < header.size() && header[close + 1] != ':') return "";
+        port = close + 1 < header.size() ? header.substr(close + 2) : "";
+        if (host.find_first_not_of("0123456789abcdefABCDEF:.") != std::string::npos) return "";
+    } else {
+        const size_t colon = header.find(':');
+        host = header.substr(0, colon);
+        port = colon == std::string::npos ? "" : header.substr(colon + 1);
+        if (host.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~") !=
+            std::string::npos)
+            return "";
+    }
+    if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) return "";
     for (char& c : host) c = (char)std::tolower((unsigned char)c);
     return host;
 }
@@ -88,9 +106,13 @@ ServerCore::ServerCore(ServerOptions o) : options(std::move(o)) {
 }
 
 bool ServerCore::host_allowed(const std::string& header) const {
-    if (header.empty()) return true;  // HTTP/1.0: no browser sends it
     const std::string host = host_of(header);
-    if (host == "127.0.0.1" || host == "localhost" || host == "::1" || host == host_of(options.bind)) return true;
+    if (host.empty()) return false;
+    // The bound address as --bind gave it: "::" or "0.0.0.0" are no Host a client sends.
+    std::string bound = options.bind.size() > 2 && options.bind.front() == '['
+                            ? options.bind.substr(1, options.bind.size() - 2) : options.bind;
+    for (char& c : bound) c = (char)std::tolower((unsigned char)c);
+    if (host == "127.0.0.1" || host == "localhost" || host == "::1" || host == bound) return true;
     return std::find(options.allowed_hosts.begin(), options.allowed_hosts.end(), host) != options.allowed_hosts.end();
 }
 

@@ -28,7 +28,8 @@ struct ServerOptions {
 };
 
 // The host part of a Host header ("127.0.0.1:8080" -> "127.0.0.1",
-// "[::1]:80" -> "::1"), lower-cased.
+// "[::1]:80" -> "::1"), lower-cased; "" when the header is not a host with an
+// optional port ("", "[::1]evil.com", "[127.0.0.1", "a:b:c").
 std::string host_of(const std::string& header);
 
 struct ServerCore;

@@ -64,7 +64,7 @@ struct ServerCore {
     boost::asio::thread_pool writes{limits::kWriteThreads};
     boost::asio::thread_pool streams{limits::kStreamThreads};
 
-    // Whether a Host header names this server ("" = no header: no browser sent it).
+    // Whether a Host header names this server (a malformed one never does).
     bool host_allowed(const std::string& host_header) const;
     // Reserves room for a body of `bytes`; false when the budget is spent.
     bool reserve_body(size_t bytes);
