@@ -213,6 +213,22 @@ const std::vector<const char*> kMigrations = {
         UNION ALL SELECT max(run_id) FROM vector_labels UNION ALL SELECT max(run_id) FROM batches
         UNION ALL SELECT max(run_id) FROM documents);
     )sql",
+    // 8 -> 9: a value reads back as it was written, -0.0 included (issue 52).
+    // A REAL column stores a double that is a whole number as an integer, and
+    // -0.0 came back as 0, though the CSV export promises values as stored.
+    // metrics.value and rank_metrics.value lose their declared type (no
+    // affinity: a double stays a double). Only the schema's text changes, no
+    // row (SQLite's documented way to change what leaves the file format as
+    // it is: writable_schema); RESET reloads this connection's schema, and
+    // the table made and dropped after it tells every other connection to.
+    // Older rows stored as integers read back as the same doubles.
+    R"sql(
+    PRAGMA writable_schema = ON;
+    UPDATE sqlite_schema SET sql = replace(sql, 'value REAL,', 'value,') WHERE name IN ('metrics', 'rank_metrics');
+    PRAGMA writable_schema = RESET;
+    CREATE TABLE schema_changed (x);
+    DROP TABLE schema_changed;
+    )sql",
 };
 
 }  // namespace

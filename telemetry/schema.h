@@ -6,7 +6,7 @@
 
 namespace hlat::telemetry {
 
-constexpr int kSchemaVersion = 8;
+constexpr int kSchemaVersion = 9;
 
 // Sets WAL mode and brings the schema to kSchemaVersion (for a writable
 // connection), or checks it is readable (read-only). Throws StoreError.

@@ -655,5 +655,24 @@ TEST(HostileServer, RequestsWithTwoTokensAreRefused) {
     EXPECT_EQ(post("Authorization: Bearer " + right + "\r\n").first, 200);
 }
 
+// Issue 52, class 11: -0.0 reads back as -0 from the CSV export, which
+// promises values as stored (it read 0: the store kept the integer 0), and
+// as -0.0 from the series.
+TEST(HostileServer, NegativeZeroReadsBackAsWritten) {
+    test::ScratchDir dir("hostile_negative_zero");
+    web::Server server(options(store_with_a_run(dir)));
+    auto ingested = test::http_post(server.port(), "/api/v1/runs/r/ingest", kToken, R"({"step": 900, "loss": -0.0})" "\n");
+    ASSERT_EQ(ingested.first, 200) << ingested.second;
+    auto csv = http_get(server.port(), "/api/v1/runs/r/csv?keys=loss");
+    ASSERT_EQ(csv.first, 200) << csv.second;
+    const std::string rows = test::dechunk(csv.second);
+    const size_t row = rows.find("\n900,");
+    ASSERT_NE(row, std::string::npos) << rows.substr(rows.size() > 300 ? rows.size() - 300 : 0);
+    const std::string last = rows.substr(row + 1, rows.find('\n', row + 1) - row - 1);
+    EXPECT_EQ(last.substr(last.rfind(',') + 1), "-0") << last;
+    auto series = http_get(server.port(), "/api/v1/runs/r/series?key=loss&from=900&to=900");
+    EXPECT_NE(series.second.find("-0.0"), std::string::npos) << series.second;
+}
+
 }  // namespace
 }  // namespace hlat

@@ -453,5 +453,30 @@ TEST(Store, Version7StoresMigrateToRunIdsNeverReused) {
     EXPECT_GT(w.open_run(run_named("four"), false), next) << "the newest run's id, deleted, is not given again";
 }
 
+// -0.0 reads back as -0.0: it came back 0, for SQLite stored it, a whole
+// number in a REAL column, as the integer 0.
+TEST(Store, NegativeZeroReadsBackWithItsSign) {
+    test::ScratchDir dir("store_negative_zero");
+    const std::string db = dir.file("s.db");
+    int64_t id;
+    {
+        Writer w(db);
+        id = w.open_run(run_named("z"), false);
+        w.metric(id, "loss", 0, -0.0, 1000.0);
+        w.rank_metric(id, {"step_time", 0, 1, -0.0, 1000.0});
+    }
+    auto points = Reader(db).series(id, "loss", 0, 10);
+    ASSERT_EQ(points.size(), 1u);
+    EXPECT_TRUE(std::signbit(points[0].value)) << "stored -0.0 read back as " << points[0].value;
+    sqlite3* raw;
+    sqlite3_open(db.c_str(), &raw);
+    sqlite3_stmt* s;
+    sqlite3_prepare_v2(raw, "SELECT value FROM rank_metrics", -1, &s, nullptr);
+    ASSERT_EQ(sqlite3_step(s), SQLITE_ROW);
+    EXPECT_TRUE(std::signbit(sqlite3_column_double(s, 0))) << "a rank's value keeps its sign too";
+    sqlite3_finalize(s);
+    sqlite3_close(raw);
+}
+
 }  // namespace
 }  // namespace hlat
