@@ -256,14 +256,18 @@ void Connection::dispatch() {
     watch_while_handling();
 }
 
-// The request is all read; a read on the socket ending (end of stream, a
-// reset) while it is answered means the client left. Bytes after the request
-// are dropped: one request a connection.
+// The request is all read; a read on the socket failing (a reset) while it
+// is answered means the client left. The end of its stream does not: a client
+// may close its sending side after the request and still wait for the answer
+// (the http_layer fuzz harness does; so does `nc -N`), and a close cannot be
+// told from that without writing. Bytes after the request are dropped: one
+// request a connection.
 void Connection::watch_while_handling() {
     auto sink = std::make_shared<std::array<char, 512>>();
     stream_.socket().async_read_some(net::buffer(*sink), [self = shared_from_this(), sink](boost::system::error_code ec,
                                                                                          size_t) {
         if (ec == net::error::operation_aborted || !self->handling_) return;  // the reply goes out
+        if (ec == net::error::eof) return;  // half-closed, or closed: it may still read the answer
         if (ec) return self->client_gone_.store(true);
         self->watch_while_handling();
     });
