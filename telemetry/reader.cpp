@@ -372,14 +372,12 @@ int64_t Reader::newest_alert_id(int64_t run) {
     return s.column_int(0);
 }
 
-std::vector<Alert> Reader::alerts(int64_t run, int64_t skip) {
+std::vector<Alert> Reader::alerts(int64_t run) {
     std::vector<Alert> out;
     Statement s = db_.prepare("SELECT kind, severity, step, message, data, wall_time FROM alerts WHERE run_id = ?1 "
-                              "ORDER BY id LIMIT -1 OFFSET ?2");  // append order: a live view asks for what came after
-    s.bind(1, run).bind(2, skip);
-    while (s.step())
-        out.push_back({s.column_text(0), s.column_text(1), s.column_int(2), s.column_text(3), s.column_text(4),
-                       s.column_double(5)});
+                              "ORDER BY id");
+    s.bind(1, run);
+    while (s.step()) out.push_back(alert_from_row(s));
     return out;
 }
 

@@ -118,8 +118,8 @@ class Reader {
     // happened, each detail cut to `max_detail` bytes (0: whole); the run's
     // event count in *total.
     std::vector<Event> events_page(int64_t run, int64_t offset, int64_t limit, size_t max_detail, int64_t* total);
-    // Alerts of the run in the order they were raised, skipping the first `skip`.
-    std::vector<Alert> alerts(int64_t run, int64_t skip = 0);
+    // Alerts of the run in the order they were raised.
+    std::vector<Alert> alerts(int64_t run);
     // The newest `limit` alerts, in the order they were raised.
     std::vector<Alert> latest_alerts(int64_t run, int64_t limit);
     int64_t alert_count(int64_t run);
