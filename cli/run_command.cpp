@@ -5,11 +5,44 @@
 
 #include <boost/program_options.hpp>
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 
 namespace hlat::cli {
 namespace po = boost::program_options;
+
+namespace {
+
+// What follows "--" are `hlat train`'s options. The command spelled whole
+// (`hlat run -- hlat train --config c.json`, or `-- train ...`), as the usage
+// line may be read, is taken for its options; any other program is refused,
+// since the supervisor always launches its own `hlat train` (it must add
+// --resume and read the run's config and store).
+std::vector<std::string> train_options(std::vector<std::string> args) {
+    if (args.empty() || args[0].rfind("-", 0) == 0) return args;
+    const std::filesystem::path program = args[0];
+    size_t words = 0;
+    if (args[0] == "train") {
+        words = 1;
+    } else if (program.filename() == "hlat" && args.size() > 1 && args[1] == "train") {
+        words = 2;
+        const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
+        std::error_code error;  // a bare `hlat` is looked up on PATH, not here: no warning then
+        const bool same = std::filesystem::equivalent(program, self, error);
+        if (!error && !same) spdlog::warn("hlat run launches its own hlat ({}), not {}", self.string(), args[0]);
+    } else {
+        throw std::runtime_error("hlat run launches `hlat train` itself: give only its options after --, e.g. "
+                                 "`hlat run -- --config run.json` (got \"" + args[0] + "\" after --)");
+    }
+    args.erase(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(words));
+    return args;
+}
+
+}  // namespace
 
 int run_command(int argc, char** argv) {
     // Everything after "--" belongs to `hlat train`.
@@ -42,7 +75,7 @@ int run_command(int argc, char** argv) {
     if (!parsed) return 0;
     const po::variables_map& vm = *parsed;
     SupervisorOptions o;
-    for (int i = split + 1; i < argc; i++) o.train_args.push_back(argv[i]);
+    o.train_args = train_options(std::vector<std::string>(argv + std::min(split + 1, argc), argv + argc));
     std::istringstream launcher(vm["launcher"].as<std::string>());
     for (std::string word; launcher >> word;) o.launcher.push_back(word);
     o.max_restarts = vm["max-restarts"].as<int>();

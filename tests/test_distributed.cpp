@@ -327,6 +327,25 @@ TEST_F(DistributedTest, TheSupervisorNeverRestartsAHaltAndGivesUpAfterItsLimit) 
     EXPECT_NE(r.output.find("training options are not valid"), std::string::npos) << r.output;
 }
 
+// `hlat run -- hlat train ...`, the command spelled whole after "--" (as
+// bench/uptime once did), is the same job as `hlat run -- ...`; another
+// program there is refused with the right form, before anything starts.
+TEST_F(DistributedTest, TheSupervisorTakesTheTrainCommandSpelledWholeAndRefusesAnother) {
+    for (const char* spelled : {"{0} train", "train"}) {
+        auto r = test::run_command(fmt::format(fmt::runtime("{0} run --backoff 0.2 -- " + std::string(spelled) +
+                                                            " --config {1} --out-dir {2} --store none --steps 12"),
+                                               HLAT_BINARY, config("b8", 8), dir_->file(spelled[0] == 't' ? "t" : "h")));
+        EXPECT_EQ(r.exit_code, 0) << spelled << ": " << r.output;
+        EXPECT_EQ(r.output.find("unexpected argument"), std::string::npos) << r.output;
+    }
+    auto r = test::run_command(fmt::format("{} run -- python3 train.py --config {}", HLAT_BINARY, config("b8", 8)));
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("give only its options after --, e.g. `hlat run -- --config run.json` (got \"python3\""),
+              std::string::npos)
+        << r.output;
+    EXPECT_EQ(r.output.find("launch 1"), std::string::npos) << r.output;
+}
+
 // A rank that stops responding stalls the whole job in its next collective;
 // the store's heartbeats go quiet and the supervisor kills the job (mpirun
 // and every rank) and relaunches it.
