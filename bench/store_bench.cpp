@@ -2,7 +2,8 @@
 // batched-insert rate into the metrics table, the Writer's sustained rate for
 // the same rows (trainer-shaped: 16 keys per step), and the time to read a
 // 1,000,000-point series downsampled to 2,000 buckets.
-// usage: hlat_store_bench FOLDER   (prints one JSON object)
+// usage: hlat_store_bench FOLDER [--small]   (prints one JSON object; --small
+// writes a tenth of the rows and of the series, to check the path, not measure)
 #include "telemetry/reader.h"
 #include "telemetry/schema.h"
 #include "telemetry/sqlite.h"
@@ -14,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 using namespace hlat::telemetry;
@@ -22,19 +24,22 @@ using Clock = std::chrono::steady_clock;
 static double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 constexpr int kKeys = 16;
-constexpr int kSteps = 40000;  // 640,000 rows
+static int n_steps = 40000;              // 640,000 rows (a tenth with --small)
+static int64_t n_long_points = 1000000;  // the downsampled series
 
 // Best case for SQLite: one prepared INSERT, transactions of 8192 rows, WAL.
 static double raw_rows_per_second(const std::string& path) {
     Database db(path, Database::Mode::Create, 5000);
     prepare_schema(db, true);
     db.exec("INSERT INTO runs(name, status, started_at) VALUES ('raw', 'running', 0)");
+    // The store's foreign keys are on: each key_id must name a metric_keys row.
+    for (int k = 0; k < kKeys; k++) db.exec(fmt::format("INSERT INTO metric_keys(id, name) VALUES ({0}, 'key_{0}')", k));
     Statement insert = db.prepare("INSERT INTO metrics(run_id, key_id, step, value, wall_time) VALUES (1, ?1, ?2, ?3, 0)");
     auto t0 = Clock::now();
     long rows = 0;
-    for (int step = 0; step < kSteps;) {
+    for (int step = 0; step < n_steps;) {
         Transaction t(db);
-        for (int i = 0; i < 8192 / kKeys && step < kSteps; i++, step++)
+        for (int i = 0; i < 8192 / kKeys && step < n_steps; i++, step++)
             for (int k = 0; k < kKeys; k++, rows++) insert.bind(1, k).bind(2, step).bind(3, 1.0 + k * step).run();
         t.commit();
     }
@@ -49,13 +54,13 @@ static double writer_rows_per_second(const std::string& path) {
     std::vector<std::string> keys;
     for (int k = 0; k < kKeys; k++) keys.push_back(fmt::format("key_{}", k));
     auto t0 = Clock::now();
-    for (int step = 0; step < kSteps; step++) {
+    for (int step = 0; step < n_steps; step++) {
         std::vector<MetricPoint> pts;
         for (int k = 0; k < kKeys; k++) pts.push_back({keys[k], step, 1.0 + k * step, 0.0});
         w.metrics(run, std::move(pts));
     }
     w.flush();
-    return (double)kSteps * kKeys / seconds_since(t0);
+    return (double)n_steps * kKeys / seconds_since(t0);
 }
 
 static double downsample_ms(const std::string& path) {
@@ -65,10 +70,10 @@ static double downsample_ms(const std::string& path) {
         RunRecord r;
         r.name = "long";
         run = w.open_run(r, false);
-        for (int chunk = 0; chunk < 100; chunk++) {
+        for (int64_t chunk = 0; chunk < n_long_points / 10000; chunk++) {
             std::vector<MetricPoint> pts;
             for (int i = 0; i < 10000; i++) {
-                int64_t step = chunk * 10000L + i;
+                int64_t step = chunk * 10000 + i;
                 pts.push_back({"loss", step, 2.0 + 1e-6 * (step % 977), 0.0});
             }
             w.metrics(run, std::move(pts));
@@ -79,7 +84,7 @@ static double downsample_ms(const std::string& path) {
     size_t buckets = 0;
     for (int rep = 0; rep < 7; rep++) {
         auto t0 = Clock::now();
-        buckets = reader.downsample(run, "loss", 0, 999999, 2000).size();
+        buckets = reader.downsample(run, "loss", 0, n_long_points - 1, 2000).size();
         times.push_back(seconds_since(t0) * 1000.0);
     }
     std::sort(times.begin(), times.end());
@@ -88,10 +93,12 @@ static double downsample_ms(const std::string& path) {
 }
 
 int main(int argc, char** argv) {
-    if (argc < 2) {
-        std::fprintf(stderr, "usage: hlat_store_bench FOLDER\n");
+    const bool small = argc == 3 && std::string(argv[2]) == "--small";
+    if (argc < 2 || (argc > 2 && !small)) {
+        std::fprintf(stderr, "usage: hlat_store_bench FOLDER [--small]\n");
         return 2;
     }
+    if (small) n_steps /= 10, n_long_points /= 10;
     namespace fs = std::filesystem;
     fs::path dir = argv[1];
     try {
