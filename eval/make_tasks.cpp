@@ -209,9 +209,12 @@ static Built next_sentence_items(const std::vector<Document>& heldout, const Ngr
     for (const Pick& p : picks) {
         const std::string& gold = p.gold;
         // Distractors: sentences of other documents within 15% of the gold's
-        // length (widened until three distinct ones exist).
+        // length (widened to 30% and 60% until three distinct ones exist).
+        // Not past 100%: the lower length would be negative, and the task
+        // files built so far never drew a distractor there (that bound
+        // wrapped to the pool's end, and a small corpus crashed on it).
         std::vector<std::string> distractors;
-        for (double tolerance = 0.15; distractors.size() < 3 && tolerance < 4.0; tolerance *= 2) {
+        for (double tolerance = 0.15; distractors.size() < 3 && tolerance < 1.0; tolerance *= 2) {
             distractors.clear();
             auto lo = std::lower_bound(pool.begin(), pool.end(), (size_t)(gold.size() * (1 - tolerance)),
                                        [](const Pick* a, size_t n) { return a->gold.size() < n; });

@@ -369,6 +369,34 @@ TEST(MakeTasks, SentencesSplitAfterPunctuationNotAfterAbbreviations) {
               (std::vector<std::string>{"Use it, e.g. With care.", "Then stop!", "Why?", "No."}));
 }
 
+// A small held-out split (bench/small_corpus.py's): one gold far shorter than
+// every other has no distractor of its length; it is dropped, not a crash.
+TEST(MakeTasks, AGoldWithNoSentenceOfItsLengthIsDropped) {
+    test::ScratchDir dir("make_tasks_lonely");
+    auto train = std::make_shared<std::vector<Document>>(), heldout = std::make_shared<std::vector<Document>>();
+    train->push_back({"train", "Nothing here is held out, and nothing here overlaps the held-out text at all."});
+    const std::string context = "The context sentence runs well past twenty characters.  ";
+    heldout->push_back({"short", context + "Then a short one ends."});
+    for (int d = 0; d < 4; d++)
+        heldout->push_back({fmt::format("long-{}", d),
+                            context + fmt::format("Then document {} goes on for much longer than that, through clause "
+                                                  "after clause of plain words, until it ends.", d)});
+    // One sentence, no gold of its own: the cloze item, so that every task has one.
+    heldout->push_back({"cloze", "The buffer that the reader fills with every line of the file, one after another "
+                                 "until the end of the input, is the same buffer."});
+    Dataset ds{train, heldout, {}, "fingerprint-lonely"};
+    std::ofstream(dir.file("corpus.jsonl")) << "{}\n";
+    DataConfig data;
+    data.corpus = {dir.file("corpus.jsonl")};
+    eval::MakeTasksOptions options;
+    options.out_dir = dir.file("tasks");
+    eval::TaskFile mc = eval::read_task_file(eval::make_tasks(ds, data, options).at(1));
+    ASSERT_EQ(mc.kind, eval::TaskKind::MultipleChoice);
+    EXPECT_EQ(mc.items.size(), 4u);
+    for (const eval::TaskItem& item : mc.items)
+        for (const std::string& c : item.choices) EXPECT_EQ(c.find("short one"), std::string::npos) << c;
+}
+
 // ---- checkpoints: through the binary, as a user runs them ----
 
 class EvalRun : public ::testing::Test {
