@@ -30,6 +30,8 @@ for t in "${targets[@]}"; do
   corp=$(sed -nE 's/.*corp: ([0-9]+).*/\1/p' <<<"$done_line")
   crashes=$(ls "$work/crashes" | grep -c "^$t-" || true)
   echo "fuzz $t: ${execs:-0} executions in ${seconds} s, cov ${cov:-?} edges, ft ${ft:-?}, corpus ${corp:-?}, crashes $crashes"
+  # A target that never ran (a missing corpus folder, a build without it) found nothing: not a pass.
+  ((${execs:-0} > 0)) || { echo "fuzz $t: did not run"; tail -3 "$work/$t.log"; status=1; }
   if ((rc != 0 || crashes != 0)); then
     status=1
     grep -E "ERROR|SUMMARY|runtime error" "$work/$t.log" | head -5
