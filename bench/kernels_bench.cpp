@@ -1,12 +1,24 @@
 // Google Benchmark of the kernels at config S's shapes (B 8, T 256, C 256,
 // NH 4, H 704, V 8192), with the fast kernels next to the reference loops where
-// the reference is quick enough to time. Run: build/bench/hlat_kernels_bench
+// the reference is quick enough to time. Prints Google Benchmark's table, then
+// a last line of one JSON object: each kernel's time per call in ms, its
+// iterations and its counters, as every bench ends.
+//
+// usage: build/bench/hlat_kernels_bench [--small] [Google Benchmark's --benchmark_* options]
+// --small: every kernel timed once or twice on one thread (a millisecond's
+// minimum time): the whole path in seconds, its figures meaningless (the test
+// suite's check that the bench runs, tests/bench_small.py).
 #include "trainer/model/kernels.h"
 
 #include <benchmark/benchmark.h>
+#include <nlohmann/json.hpp>
 #include <omp.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace {
@@ -26,7 +38,7 @@ void BM_MatmulForward(benchmark::State& state) {
     auto inp = random_vector((long)N * C), w = random_vector((long)QKV * C);
     std::vector<float> out((long)N * QKV);
     for (auto _ : state) hlat::matmul_forward(out.data(), inp.data(), w.data(), N, C, QKV);
-    state.counters["GFLOP/s"] = benchmark::Counter(2.0 * N * C * QKV, benchmark::Counter::kIsIterationInvariantRate,
+    state.counters["FLOP/s"] = benchmark::Counter(2.0 * N * C * QKV, benchmark::Counter::kIsIterationInvariantRate,
                                                    benchmark::Counter::kIs1000);
 }
 
@@ -84,6 +96,55 @@ BENCHMARK(BM_CrossEntropyForward)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RMSNormForward)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SwiGLUForwardBackward)->Unit(benchmark::kMillisecond);
 
+// Google Benchmark's console table (coloured on a terminal, as its own
+// default), each timed run also kept for the last line.
+class SummaryReporter : public benchmark::ConsoleReporter {
+  public:
+    SummaryReporter() : ConsoleReporter(isatty(fileno(stdout)) ? OO_Color : OO_None) {}
+    void ReportRuns(const std::vector<Run>& runs) override {
+        ConsoleReporter::ReportRuns(runs);
+        for (const Run& r : runs) {
+            if (r.error_occurred) failed_ = true;
+            else if (r.run_type == Run::RT_Iteration) summary_["kernels"][r.benchmark_name()] = entry(r);
+        }
+    }
+    bool failed() const { return failed_; }
+    const nlohmann::json& summary() const { return summary_; }
+
+  private:
+    static nlohmann::json entry(const Run& r) {
+        nlohmann::json e = {{"ms", 1e3 * r.real_accumulated_time / (double)r.iterations},
+                            {"cpu_ms", 1e3 * r.cpu_accumulated_time / (double)r.iterations},
+                            {"iterations", r.iterations}};
+        for (const auto& [name, counter] : r.counters) e[name] = counter.value;
+        return e;
+    }
+    nlohmann::json summary_ = {{"kernels", nlohmann::json::object()}};
+    bool failed_ = false;
+};
+
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+    // --small is ours: Google Benchmark's own parser would refuse it.
+    std::vector<char*> args;
+    std::string min_time = "--benchmark_min_time=0.001";
+    bool small = false;
+    for (int i = 0; i < argc; i++) {
+        if (std::strcmp(argv[i], "--small") == 0) small = true;
+        else args.push_back(argv[i]);
+    }
+    if (small) {
+        args.push_back(min_time.data());
+        omp_set_num_threads(1);  // the test suite runs two tests at a time, on as few as 2 cores
+    }
+    int n = (int)args.size();
+    args.push_back(nullptr);  // argv's end, as main's
+    benchmark::Initialize(&n, args.data());
+    if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;
+    SummaryReporter reporter;
+    benchmark::RunSpecifiedBenchmarks(&reporter);
+    benchmark::Shutdown();
+    std::printf("%s\n", reporter.summary().dump().c_str());
+    return reporter.failed() ? 1 : 0;
+}
