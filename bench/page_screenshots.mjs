@@ -19,23 +19,29 @@
 // Builds a store in a temporary folder with `hlat ingest` of generated
 // JSONL, serves it on 127.0.0.1 with a token, opens each page at 1600x1000
 // in Debian's chromium (tests/e2e/harness.mjs), waits for the charts and
-// screenshots it. Prints each PNG's size and any console error. About 10 s.
-// usage: node bench/page_screenshots.mjs build/cli/hlat [OUT_DIR (default docs)]
+// screenshots it. Prints each PNG's size and any console error, then a JSON
+// line: each PNG's bytes, width and height, and the console errors counted.
+// About 10 s. --small checks the path: 2,000-step runs (the planted steps at
+// the same fractions of the run), the PNGs in a temporary folder, removed.
+// usage: node bench/page_screenshots.mjs build/cli/hlat [OUT_DIR (default docs) | --small]
 import { spawn, spawnSync } from "node:child_process";
-import { mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { launchChromium } from "../tests/e2e/harness.mjs";
 
-const [hlat, outArg] = process.argv.slice(2);
-if (!hlat) throw new Error("usage: node bench/page_screenshots.mjs HLAT_BINARY [OUT_DIR]");
+const small = process.argv.includes("--small");
+const [hlat, outArg] = process.argv.slice(2).filter((a) => a !== "--small");
+if (!hlat || (small && outArg)) throw new Error("usage: node bench/page_screenshots.mjs HLAT_BINARY [OUT_DIR | --small]");
 const here = path.dirname(fileURLToPath(import.meta.url));
-const out = outArg ?? path.join(here, "../docs");
 const work = mkdtempSync(path.join(os.tmpdir(), "hlat_screenshots_"));
+const out = small ? work : outArg ?? path.join(here, "../docs");  // --small never writes docs/
 const store = path.join(work, "hlat.db");
 const token = "screenshot-token-0123456789";
-const STEPS = 20000;
+const STEPS = small ? 2000 : 20000;
+const at = (step) => Math.round(step * STEPS / 20000);  // a step of the full run, in --small's shorter one
+const started = Date.now();
 
 let seed = 7;
 const rand = () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648);
@@ -74,7 +80,8 @@ function ingest(name, text, config = {}) {
 }
 
 // The run page's run.
-const MAIN = "gpt-small-lr6e-4", LOSS_SPIKE = 7200, GRAD_SPIKE = 4600, NAN_STEP = 11000, INF_STEP = 14000, DIVERGE = 18600;
+const MAIN = "gpt-small-lr6e-4", LOSS_SPIKE = at(7200), GRAD_SPIKE = at(4600), NAN_STEP = at(11000), INF_STEP = at(14000),
+      DIVERGE = at(18600);
 ingest(MAIN, run({ plant: (s, r) => {
   if (s === LOSS_SPIKE) r.loss += 3.1;
   if (s === GRAD_SPIKE) r.grad_norm = 4.7;
@@ -91,11 +98,11 @@ const SWEEP = [];
   const k = SWEEP.length;
   SWEEP.push(name);
   ingest(name, run({ lr, floor: floor + 0.015 * (sd - 1.5), plant: (s, r) => {
-    if (k === 2 && s >= 9000 && s < 9040 && s % 4 === 0) r.grad_norm = 3.5 + rand();  // a spike episode
-    if (k === 3 && s === 5200) r.loss += 2.4;
-    if (k === 5 && s === 12500) r.grad_norm = "Infinity";
-    if (k === 7 && s >= 16000 && s < 16200) r.grad_norm *= 1 + (s - 16000) / 20;
-    if (k === 7 && s >= 16200) { r.loss = "NaN"; r.grad_norm = "NaN"; }
+    if (k === 2 && s >= at(9000) && s < at(9040) && s % 4 === 0) r.grad_norm = 3.5 + rand();  // a spike episode
+    if (k === 3 && s === at(5200)) r.loss += 2.4;
+    if (k === 5 && s === at(12500)) r.grad_norm = "Infinity";
+    if (k === 7 && s >= at(16000) && s < at(16200)) r.grad_norm *= 1 + (s - at(16000)) / 20;
+    if (k === 7 && s >= at(16200)) { r.loss = "NaN"; r.grad_norm = "NaN"; }
   } }), { model: "gpt-small", optimizer: { name: "adamw", lr, warmup_steps: 1000 }, seed: sd });
 }));
 
@@ -112,12 +119,23 @@ const errors = [];
 page.on("console", (m) => { if (m.type() === "error" || m.type() === "warning") errors.push(`${m.type()}: ${m.text()}`); });
 page.on("pageerror", (e) => errors.push(`pageerror: ${e.message}`));
 // The viewport, or the whole page when it is short (the run page's alert list).
+const shots = {};
 const shot = async (name, fullPage = false) => {
   const file = path.join(out, name);
   await page.waitForTimeout(500);  // the last draw's paint
   await page.screenshot({ path: file, fullPage });
-  console.log(`${file}: ${statSync(file).size} bytes`);
+  const size = shots[path.parse(name).name] = pngSize(file);
+  console.log(`${file}: ${size.bytes} bytes`);
 };
+// A PNG's bytes and its size in pixels (its IHDR chunk), refusing a file that is no PNG or not the page's width.
+function pngSize(file) {
+  const head = readFileSync(file).subarray(0, 24);
+  if (head.toString("latin1", 1, 4) !== "PNG" || head.toString("latin1", 12, 16) !== "IHDR")
+    throw new Error(`${file} is not a PNG`);
+  const size = { bytes: statSync(file).size, width: head.readUInt32BE(16), height: head.readUInt32BE(20) };
+  if (size.width !== 1600 || size.height < 1000) throw new Error(`${file} is ${size.width}x${size.height}, not the page`);
+  return size;
+}
 
 try {
   const keys = ["loss", "grad_norm", "lr", "attn_entropy/layer3"];
@@ -135,4 +153,6 @@ try {
   await browser.close();
 }
 console.log(errors.length ? `console errors:\n  ${errors.join("\n  ")}` : "no console errors");
+console.log(JSON.stringify({ steps: STEPS, runs: 1 + SWEEP.length, screenshots: shots, console_errors: errors.length,
+                             seconds: (Date.now() - started) / 1000 }));
 process.exit(0);
