@@ -3,9 +3,9 @@ its figures meaningless (the test suite's check that the bench still runs,
 tests/bench_small.py).
 
 shrink() cuts a config's model to 2 layers of width 64, its batch to 4 x 64
-tokens and its threads to one. The vocabulary and the heads stay the config's, so the token files a
-bench draws below the vocabulary, and the layouts that split the heads
-(bench/scaling's tensor parallelism), stay valid.
+tokens and its threads to one. The vocabulary and the heads stay the
+config's, so the token files a bench draws below the vocabulary, and the
+layouts that split the heads (bench/scaling's tensor parallelism), stay valid.
 """
 import atexit
 import json
