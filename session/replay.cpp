@@ -77,6 +77,35 @@ class Cursor {
     bool done_ = false;
 };
 
+// The events the detectors read, in step order, their details read 256 at a
+// time: a run whose trainer logs a 2 KB alert every step holds hundreds of
+// MB of them, which a catch-up once read whole (a server's memory rose by
+// that much each time it opened such a run again).
+class EventCursor {
+  public:
+    EventCursor(telemetry::Reader& reader, int64_t run, const std::vector<std::string>& kinds, int64_t first)
+        : reader_(reader), ids_(reader.event_ids_of(run, kinds, first)) {}
+    const telemetry::Event* head() {
+        if (pos_ == buf_.size() && next_id_ < ids_.size()) refill();
+        return pos_ < buf_.size() ? &buf_[pos_] : nullptr;
+    }
+    telemetry::Event take() { return std::move(buf_[pos_++]); }
+
+  private:
+    void refill() {
+        const size_t end = std::min(ids_.size(), next_id_ + 256);
+        buf_ = reader_.events_by_id(std::vector<int64_t>(ids_.begin() + (std::ptrdiff_t)next_id_,
+                                                         ids_.begin() + (std::ptrdiff_t)end));
+        next_id_ = end;
+        pos_ = 0;
+    }
+    telemetry::Reader& reader_;
+    std::vector<int64_t> ids_;
+    size_t next_id_ = 0;
+    std::vector<telemetry::Event> buf_;
+    size_t pos_ = 0;
+};
+
 }  // namespace
 
 // A merge of every key's points in step order: each stored row is read once
@@ -94,17 +123,14 @@ void for_each_stored_step(telemetry::Reader& reader, int64_t run, const detector
         vectors.emplace_back(
             key, [&, key](int64_t from, int64_t n) { return reader.vector_series(run, key, from, kEnd, n); }, first, 256);
     }
-    std::vector<telemetry::Event> events = reader.events_of(run, suite.event_kinds());
-    std::erase_if(events, [&](const telemetry::Event& e) { return e.step < first; });
-    std::stable_sort(events.begin(), events.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
-    size_t next_event = 0;
+    EventCursor events(reader, run, suite.event_kinds(), first);
     for (;;) {
         int64_t step = kEnd;
         for (auto& c : scalars)
             if (auto* p = c.head()) step = std::min(step, p->step);
         for (auto& c : vectors)
             if (auto* p = c.head()) step = std::min(step, p->step);
-        if (next_event < events.size()) step = std::min(step, events[next_event].step);
+        if (auto* e = events.head()) step = std::min(step, e->step);
         if (step == kEnd) return;
         StepView v;
         v.step = step;
@@ -115,7 +141,7 @@ void for_each_stored_step(telemetry::Reader& reader, int64_t run, const detector
                 telemetry::VectorPoint point = c.take();
                 v.vectors[c.key] = {std::move(point.values), std::move(point.labels)};
             }
-        while (next_event < events.size() && events[next_event].step == step) v.events.push_back(events[next_event++]);
+        while (events.head() && events.head()->step == step) v.events.push_back(events.take());
         visit(v);
     }
 }

@@ -19,8 +19,8 @@ std::vector<detectors::StepView> steps_from(const std::vector<telemetry::MetricP
                                             const std::vector<telemetry::VectorPoint>& vectors = {});
 
 // The stored run's views from step `first` on, handed to `visit` in step
-// order: a merge of each key's rows, read a window at a time (the events of
-// the kinds the suite reads are read at once: they are few).
+// order: a merge of each key's rows and of the events of the kinds the suite
+// reads, each read a window at a time (memory bounded whatever the run holds).
 void for_each_stored_step(telemetry::Reader& reader, int64_t run, const detectors::DetectorSuite& suite,
                           const std::function<void(const detectors::StepView&)>& visit, int64_t first = 0);
 

@@ -297,16 +297,28 @@ std::vector<Event> Reader::events(int64_t run) {
     return out;
 }
 
-std::vector<Event> Reader::events_of(int64_t run, const std::vector<std::string>& kinds) {
-    std::vector<Event> out;
+std::vector<int64_t> Reader::event_ids_of(int64_t run, const std::vector<std::string>& kinds, int64_t first_step) {
+    std::vector<int64_t> out;
     if (kinds.empty()) return out;
     std::string marks;
-    for (size_t i = 0; i < kinds.size(); i++) marks += fmt::format("{}?{}", i ? "," : "", i + 2);
-    Statement s = db_.prepare("SELECT kind, step, wall_time, detail FROM events WHERE run_id = ?1 AND kind IN (" +
-                              marks + ") ORDER BY wall_time, id");
-    s.bind(1, run);
-    for (size_t i = 0; i < kinds.size(); i++) s.bind((int)i + 2, kinds[i]);
-    while (s.step()) out.push_back({s.column_text(0), s.column_int(1), s.column_double(2), s.column_text(3)});
+    for (size_t i = 0; i < kinds.size(); i++) marks += fmt::format(",?{}", i + 3);
+    Statement s = db_.prepare("SELECT id FROM events WHERE run_id = ?1 AND step >= ?2 AND kind IN (" + marks.substr(1) +
+                              ") ORDER BY step, wall_time, id");
+    s.bind(1, run).bind(2, first_step);
+    for (size_t i = 0; i < kinds.size(); i++) s.bind((int)i + 3, kinds[i]);
+    while (s.step()) out.push_back(s.column_int(0));
+    return out;
+}
+
+std::vector<Event> Reader::events_by_id(const std::vector<int64_t>& ids) {
+    std::vector<Event> out;
+    out.reserve(ids.size());
+    Statement s = db_.prepare("SELECT kind, step, wall_time, detail FROM events WHERE id = ?1");
+    for (int64_t id : ids) {
+        s.bind(1, id);
+        if (s.step()) out.push_back({s.column_text(0), s.column_int(1), s.column_double(2), s.column_text(3)});
+        s.reset();
+    }
     return out;
 }
 

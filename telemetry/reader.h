@@ -111,9 +111,12 @@ class Reader {
     Heatmap heatmap(int64_t run, const std::string& key, int64_t first, int64_t last, int buckets,
                     Reduce reduce = Reduce::Max);
     std::vector<Event> events(int64_t run);
-    // The run's events of these kinds, in the order they happened: a read
-    // that needs a few kinds does not load every event's detail.
-    std::vector<Event> events_of(int64_t run, const std::vector<std::string>& kinds);
+    // The ids of the run's events of these kinds at `first_step` or later,
+    // in step order (then as they happened): a replay reads their details a
+    // window at a time (events_by_id), since a run may hold gigabytes of them.
+    std::vector<int64_t> event_ids_of(int64_t run, const std::vector<std::string>& kinds, int64_t first_step);
+    // These events, in the order of `ids` (an id not stored is left out).
+    std::vector<Event> events_by_id(const std::vector<int64_t>& ids);
     // At most `limit` events from the `offset`-th on, in the order they
     // happened, each detail cut to `max_detail` bytes (0: whole); the run's
     // event count in *total.
