@@ -32,19 +32,30 @@ data: build
 demo: data
 	HLAT=$(HLAT) bash scripts/demo.sh
 
+# Every bench in full (several hours on 2 cores: docs/benchmarks.md lists
+# each one's time); `bench/NAME --small` runs one in seconds, as the tests do.
+# Not here: bench/side_by_side (two hlat binaries to compare) and
+# bench/page_screenshots.mjs (retakes docs/*.png).
 bench: data
 	bench/train_vs_pytorch
+	$(BUILD)/bench/hlat_kernels_bench
 	bench/loader_vs_trainer
 	bench/eval_vs_pytorch
 	bench/precision_throughput
+	bench/internals_overhead
 	bench/precision_verdict
+	bench/precision_sweep
+	bench/telemetry_store
 	bench/detector_matrix
+	bench/early_warning
+	bench/spike_recovery
 	bench/scaling
 	bench/uptime
-	bench/spike_recovery
+	bench/soak
 	bench/client_overhead
+	bench/web_dashboard
+	node bench/run_page_draw.mjs $(HLAT)
 	bench/fuzz
-	node bench/run_page_draw.mjs build/cli/hlat
 
 clean:
 	rm -rf $(BUILD)
