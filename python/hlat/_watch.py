@@ -27,10 +27,13 @@ import threading
 import types
 import weakref
 
+import logging
+
 import torch
 import torch.nn.functional as F
 
 from ._records import Deferred
+from ._shards import MODEL_PARALLEL_DIMS, Job, is_dtensor, local
 
 BLOCK_LISTS = ("h", "layers", "blocks")            # nanoGPT, HF LLaMA / torchtitan, many others
 LOGITS_NAMES = ("lm_head", "output", "head", "embed_out")
@@ -42,6 +45,7 @@ TENSOR_SAMPLE = 1 << 15          # a larger tensor's weight and update norms and
                                  # (under ATen's grain size: each op on a sample runs inline, no thread wake-up)
 RUN = 64                         # ... in runs of this many neighbours (memory read in whole cache lines)
 
+_log = logging.getLogger("hlat")
 _live = weakref.WeakSet()        # watches whose clip_grad_norm_ wrapper is wanted
 _active = [None]                 # the watch inside a watched forward (one at a time), for the patches
 _patched = {}                    # (owner, name) -> the original, while patched
@@ -59,13 +63,30 @@ def _label(name):
 
 
 def _find_blocks(model):
-    """The residual blocks: the first ModuleList (or ModuleDict, torchtitan) named h, layers or blocks."""
+    """The residual blocks, {layer index: block}: the first ModuleList (or ModuleDict, torchtitan)
+    named h, layers or blocks. A ModuleDict's keys are the indices when they are numbers: a
+    pipeline stage of torchtitan's keeps the layers it holds under their global indices."""
     for name, module in model.named_modules():
         if name.rsplit(".", 1)[-1] in BLOCK_LISTS and isinstance(module, (torch.nn.ModuleList, torch.nn.ModuleDict)):
-            blocks = list(module.values()) if isinstance(module, torch.nn.ModuleDict) else list(module)
+            if isinstance(module, torch.nn.ModuleDict):
+                keys = list(module.keys())
+                numbered = all(k.isdigit() for k in keys)
+                blocks = {int(k) if numbered else i: m for i, (k, m) in enumerate(module.items())}
+            else:
+                blocks = dict(enumerate(module))
             if blocks:
                 return blocks
-    return []
+    return {}
+
+
+def _global_heads(model):
+    """The model's attention head count from its config (Hugging Face, nanoGPT, torchtitan), or None."""
+    for holder in (getattr(model, "config", None), getattr(model, "model_args", None), model):
+        for name in ("num_attention_heads", "n_head", "n_heads"):
+            value = getattr(holder, name, None) if holder is not None else None
+            if isinstance(value, int):
+                return value
+    return None
 
 
 def _vocab_size(model):
@@ -139,7 +160,7 @@ def _sample_index(t, cap=TENSOR_SAMPLE):
     drawn at random once (a fixed seed; evenly strided runs would alias with the rows of a
     matrix and see the same columns only), sorted; None: all of it."""
     n = t.numel()
-    if n <= cap:
+    if cap is None or n <= cap:
         return None
     g = torch.Generator().manual_seed(n)
     runs = n // RUN
@@ -152,6 +173,16 @@ def _sample(t, index):
     if index is None:
         return flat.clone()
     return flat[: flat.numel() // RUN * RUN].view(-1, RUN).index_select(0, index)
+
+
+def _stack(values, device):
+    """0-d tensors (or numbers) as one float64 1-d tensor on `device`."""
+    if not values:
+        return torch.zeros(0, dtype=torch.float64, device=device)
+    try:  # 0-d tensors of one device: one op
+        return torch.stack(list(values)).reshape(-1).to(device=device, dtype=torch.float64)
+    except (RuntimeError, TypeError):
+        return torch.stack([torch.as_tensor(v).reshape(()).to(device=device, dtype=torch.float64) for v in values])
 
 
 def _scaled(norms, factors):
@@ -190,54 +221,117 @@ class _Step:
 
 
 class _Values(Deferred):
-    """The step's numbers, one float32 tensor on the host (ready once `event` has happened), and
-    how to make them the step's keys."""
+    """A watched step's numbers, on their way: every rank's vector (one in a single process), the
+    layouts that say what each holds, and how to finish them into the step's keys. Ranks' parts
+    of one statistic (the same key and label) are summed or, for maxima, the largest kept; then
+    norms are square roots, ratios and means divided (see _shards)."""
 
-    def __init__(self, flat, event, layout):
-        self.flat, self.event, self.layout = flat, event, layout
+    def __init__(self, flat, event, layouts, work=None):
+        self.flat, self.event, self.layouts, self.work = flat, event, layouts, work
 
     def resolve(self):
+        if self.work is not None:
+            self.work.wait()
+            if self.flat.device.type != "cpu":
+                self.flat = self.flat.cpu()
         if self.event is not None:
             self.event.synchronize()
         flat = self.flat.tolist()
-        out = {}
-        for key, kind, at, size, extra in self.layout:
-            part = flat[at:at + size]
-            if kind == "scalar":
-                out[key] = part[0]
-            elif kind == "mean":  # a sum over rows
-                out[key] = part[0] / extra if extra else float("nan")
-            elif kind == "named":
-                out[key] = dict(zip(extra, part))
-            elif kind == "rms":  # per block: sum of squares, count
-                labels, counts = extra
-                out[key] = {n: math.sqrt(x / c) if c else float("nan") for n, x, c in zip(labels, part, counts)}
-            elif kind == "per_row":
-                labels, counts = extra
-                out[key] = {n: x / c if c else float("nan") for n, x, c in zip(labels, part, counts)}
-            elif kind == "ratio":  # part holds numerators then denominators
-                labels = extra
-                n = len(labels)
-                out[key] = {lab: (a / b if b > 0 else float("nan")) for lab, a, b in zip(labels, part[:n], part[n:])}
-            elif kind == "share":  # small counts then counted coordinates
-                labels = extra
-                n = len(labels)
-                out[key] = {lab: (a / b if b > 0 else 0.0) for lab, a, b in zip(labels, part[:n], part[n:])}
-        return out
+        capacity = len(flat) // len(self.layouts)
+        merged = {}   # key -> (kind, {label: [parts]})
+        for r, layout in enumerate(self.layouts):
+            at = r * capacity
+            for key, kind, labels, size in layout:
+                _merge(merged, key, kind, labels, flat[at:at + size])
+                at += size
+        _complete_heads(merged)
+        return {key: _finish(kind, values) for key, (kind, values) in merged.items()}
+
+
+PARTS = {"norm": 1, "ratio": 2, "share": 2, "rms": 2, "per_row": 2, "mean": 2, "max": 1, "scalar_max": 1}
+MAXIMA = ("max", "scalar_max")
+
+
+def _merge(merged, key, kind, labels, part):
+    """Adds one rank's `part` of a key (PARTS[kind] blocks of len(labels) numbers) to merged."""
+    n = len(labels)
+    kind_seen, values = merged.setdefault(key, (kind, {}))
+    for j, label in enumerate(labels):
+        mine = [part[c * n + j] for c in range(PARTS[kind])]
+        have = values.get(label)
+        if have is None:
+            values[label] = mine
+        elif kind in MAXIMA:
+            values[label] = [a if math.isnan(a) or a >= b else b for a, b in zip(have, mine)]
+        else:
+            values[label] = [a + b for a, b in zip(have, mine)]
+
+
+def _head_of(label):
+    """"layers.3.head.5" -> 5."""
+    return int(label.rpartition(".head.")[2])
+
+
+def _block_order(label):
+    """"layers.10" after "layers.9"; labels of other forms after, by name."""
+    number = label.rpartition(".")[2]
+    return (0, int(number), label) if number.isdigit() else (1, 0, label)
+
+
+def _complete_heads(merged):
+    """The attention matrices, layer x head: every layer any rank saw (its residual stream or
+    heads) with every head, NaN where none measured it (a stage that saw no attention)."""
+    if "attn_logit_max" not in merged:
+        return
+    heads = {label for key in ("attn_logit_max", "attn_entropy") for label in merged.get(key, (0, {}))[1]}
+    count = max(_head_of(label) for label in heads) + 1
+    layers = {label.rpartition(".head.")[0] for label in heads}
+    layers |= set(merged.get("residual_rms", (0, {}))[1])
+    order = sorted(layers, key=_block_order)
+    for key in ("attn_logit_max", "attn_entropy"):
+        kind, values = merged.get(key, ("max" if key == "attn_logit_max" else "per_row", {}))
+        nan = [float("nan")] * PARTS[kind]
+        merged[key] = (kind, {f"{b}.head.{h}": values.get(f"{b}.head.{h}", nan) for b in order for h in range(count)})
+
+
+def _finish(kind, values):
+    def one(parts):
+        a = parts[0]
+        b = parts[1] if len(parts) > 1 else None
+        if kind == "norm":
+            return math.sqrt(a) if a >= 0 else a
+        if kind == "ratio":
+            return math.sqrt(a / b) if b > 0 else float("nan")
+        if kind == "share":
+            return a / b if b > 0 else 0.0
+        if kind == "rms":
+            return math.sqrt(a / b) if b else float("nan")
+        if kind in ("per_row", "mean"):
+            return a / b if b else float("nan")
+        return a
+    if kind in ("mean", "scalar_max"):
+        return one(values[None])
+    return {label: one(parts) for label, parts in values.items()}
 
 
 class Watch:
     """See hlat.torch.watch."""
 
     def __init__(self, run, model, optimizer, every=1, step=0, logits_module=None, blocks=None,
-                 attention=True, sdpa_sample=SDPA_SAMPLE_ELEMENTS, entropy_sample=ENTROPY_SAMPLE):
+                 attention=True, sdpa_sample=SDPA_SAMPLE_ELEMENTS, entropy_sample=ENTROPY_SAMPLE,
+                 tensor_sample=TENSOR_SAMPLE, mesh=None, model_parallel_dims=MODEL_PARALLEL_DIMS,
+                 sequence_parallel=False, heads=None, pipeline_stage=None):
         if every < 1:
             raise ValueError(f"hlat.torch.watch: every must be >= 1, not {every}")
         self.run, self.model, self.optimizer, self.every = run, model, optimizer, int(every)
         self.attention_on, self.sdpa_sample, self.entropy_sample = attention, sdpa_sample, entropy_sample
+        self.tensor_sample = tensor_sample
         self._step = int(step)
         self._key = f"\0watch{id(self)}"
-        self.inert = getattr(run, "disabled", False) or getattr(run, "rank", 0) != 0
+        # Every rank measures what it holds; the run's sending rank puts the parts together.
+        self.inert = getattr(run, "disabled", False)
+        self.sends = getattr(run, "rank", 0) == 0
+        self._warned = set()
         self._handles, self._forward_handles = [], []
         self._cur = None
         self._layer = None
@@ -248,9 +342,12 @@ class Watch:
             return
         self.params = [(_label(n), p) for n, p in model.named_parameters() if p.requires_grad]
         self.labels = [n for n, _ in self.params]
-        self.blocks = list(blocks) if blocks is not None else _find_blocks(model)
-        self.block_labels = [f"layers.{i}" for i in range(len(self.blocks))]
-        self._block_index = {id(b): i for i, b in enumerate(self.blocks)}
+        found = _find_blocks(model) if blocks is None else dict(blocks) if isinstance(blocks, dict) else dict(enumerate(blocks))
+        self.blocks = list(found.values())
+        self.block_labels = [f"layers.{i}" for i in found]
+        self._block_index = {id(b): j for j, b in enumerate(self.blocks)}
+        self.heads = heads if heads is not None else _global_heads(model)
+        self.job = Job.of(model, self.labels, mesh, model_parallel_dims, sequence_parallel)
         vocab = _vocab_size(model)
         self.logits_module = logits_module if logits_module is not None else _find_logits_module(model, vocab)
         self.vocab = vocab
@@ -260,6 +357,9 @@ class Watch:
         self._position = {k: j for j, k in enumerate(self._stepped)}
         self._group_of = {id(p): g for g in optimizer.param_groups for p in g["params"]}
         self._handles.append(model.register_forward_pre_hook(self._model_pre))
+        self._probing = False
+        if pipeline_stage is not None:
+            self._skip_metadata_probe(pipeline_stage)
         self._hook_optimizer(optimizer)
         _live.add(self)
         _install_clip_wrapper()
@@ -286,8 +386,30 @@ class Watch:
 
     # -- forward ----------------------------------------------------------------------------
 
+    def _skip_metadata_probe(self, stage):
+        """torch.distributed.pipelining's stage runs a forward of placeholder tensors (the
+        metadata probe) before its first step's real ones: not the step's."""
+        watch = self
+
+        class Probe:
+            def __init__(self, info):
+                self.probe = bool(getattr(info, "is_metadata_inference", False))
+
+            def __enter__(self):
+                watch._probing = self.probe
+
+            def __exit__(self, *exc):
+                watch._probing = False
+
+        try:
+            self._handles.append(stage.register_forward_context(Probe))
+        except (AttributeError, RuntimeError) as e:
+            self._warn_once("probe", f"hlat.torch.watch: pipeline_stage given, but its metadata probe cannot be told "
+                                     f"apart ({e}): the first watched step's activations include it; pass the "
+                                     f"stage's input_args and output_args to skip the probe")
+
     def _model_pre(self, module, args):
-        if not (self.watched() and module.training and torch.is_grad_enabled()):
+        if self._probing or not (self.watched() and module.training and torch.is_grad_enabled()):
             return
         self._begin()
         if not self._forward_handles:
@@ -333,7 +455,7 @@ class Watch:
         x = _first_tensor(out)
         if x is None or i is None:
             return
-        x = x.detach()
+        x = local(x.detach())
         cur = self._cur
         cur.res_sq.setdefault(i, []).append(torch.linalg.vector_norm(x, dtype=torch.float32).square())
         lo, hi = torch.aminmax(x)
@@ -351,6 +473,12 @@ class Watch:
         """log Z per position as max + log sum exp(x - max), the exponentials in place (two
         passes over the logits and one temporary, where logsumexp makes more); the largest
         logit from the rows' maxima."""
+        if is_dtensor(x):
+            if any(p.is_shard() for p in x.placements):
+                self._warn_once("logits", "hlat.torch.watch: the logits are a DTensor sharded over the vocabulary "
+                                "(loss_parallel): log Z and the largest logit are not measured")
+                return
+            x = x.to_local()
         x = x.detach().float()
         row_max = x.amax(dim=-1, keepdim=True)
         shift = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))  # rows of -inf, inf
@@ -372,7 +500,7 @@ class Watch:
         if layer is None or not self._in_forward():
             return
         with torch.no_grad():
-            s = attention_logits(query, key, scale, is_causal, attn_mask, sample)
+            s = attention_logits(local(query), local(key), scale, is_causal, attn_mask, sample)
             self._logit_stats(layer, s, None)
 
     def _logit_stats(self, layer, logits, probs, sample=None):
@@ -413,7 +541,8 @@ class Watch:
         given = dict(zip(names, args))
         given.update(kwargs)
         with torch.no_grad():
-            s = attention_logits(given["query"], given["key"], given.get("scale"), bool(given.get("is_causal", False)),
+            s = attention_logits(local(given["query"]), local(given["key"]), given.get("scale"),
+                                 bool(given.get("is_causal", False)),
                                  given.get("attn_mask"), self.sdpa_sample)
             self._logit_stats(self._layer, s, None)
 
@@ -432,18 +561,26 @@ class Watch:
 
     def _read_grad_norms(self):
         """The gradient norms into the step; {id(parameter): its norm, the gradient's dtype} for
-        a clip_grad_norm_ that follows at once (the gradients unchanged)."""
+        a clip_grad_norm_ that follows at once (the gradients unchanged); none in a job of several
+        ranks, where a shard's norm is not the tensor's (torch's clip_grad_norm_ then reduces its own)."""
         cur = self._begin()
         grads = [p.grad for _, p in self.params]
-        present = [g.detach() for g in grads if g is not None]
+        present = [local(p.grad.detach(), like=p) for _, p in self.params if p.grad is not None]
         norms = torch._foreach_norm(present) if present else []
         device = self._device()
         it = iter(norms)
         cur.grad_norms = [next(it).float() if g is not None else torch.zeros((), device=device) for g in grads]
+        if self.job is not None:
+            return {}
         return {id(p): n for (_, p), n in zip((q for q in self.params if q[1].grad is not None), norms)}
 
     def _device(self):
-        return self.params[0][1].device if self.params else torch.device("cpu")
+        return local(self.params[0][1]).device if self.params else torch.device("cpu")
+
+    def _warn_once(self, what, message):
+        if what not in self._warned:
+            self._warned.add(what)
+            _log.warning(message)
 
     def _hook_optimizer(self, optimizer):
         if hasattr(optimizer, "register_step_pre_hook"):
@@ -471,9 +608,9 @@ class Watch:
         cur = self._begin()
         if cur.grad_norms is None:
             self.before_clip()
-        params = [self.params[i][1].detach() for i in self._stepped]
+        params = [local(self.params[i][1].detach()) for i in self._stepped]
         if self._index is None:
-            self._index = [_sample_index(p) for p in params]
+            self._index = [_sample_index(p, self.tensor_sample) for p in params]
         self._bufs = [_sample(p, i) for p, i in zip(params, self._index)]
         # A large tensor's weight norm from its sample, scaled (within ~1% of the whole, see the
         # test): reading 110M weights twice a step would cost more than everything else here.
@@ -495,48 +632,74 @@ class Watch:
         device = self._device()
         zero = torch.zeros((), device=device)
         n = len(self.params)
-        params = [self.params[i][1].detach() for i in self._stepped]
+        params = [local(self.params[i][1].detach()) for i in self._stepped]
         views = [_sample(p, i) for p, i in zip(params, self._index)]
         after_norms = _scaled(torch._foreach_norm(views), self._scale) if params else []
         torch._foreach_sub_(self._bufs, views)                     # before - after, at the sampled coordinates
         update = dict(zip(self._stepped, _scaled(torch._foreach_norm(self._bufs), self._scale) if params else []))
         after = dict(zip(self._stepped, after_norms))
         before = dict(zip(self._stepped, cur.before_norms))
-        parts, layout = [], []
+        entries = []   # (key, kind, labels, [part: a 1-d tensor of len(labels)], weight(s))
+        job = self.job
+        tensor_w = torch.tensor(job.tensor_weights, dtype=torch.float64, device=device) if job else 1.0
+        act_w = job.activation_weight if job else 1.0
 
-        def add(key, kind, tensors, extra=None, size=None):
-            at = sum(t.numel() for t in parts)
-            if isinstance(tensors, torch.Tensor):
-                flat = tensors.reshape(-1).float().to(device)
-            elif tensors:
-                try:  # 0-d tensors of one device: one op
-                    flat = torch.stack(tensors).reshape(-1).float().to(device)
-                except (RuntimeError, TypeError):
-                    flat = torch.stack([t.reshape(()).float().to(device) for t in tensors])
-            else:
-                return
-            parts.append(flat)
-            layout.append((key, kind, at, size or flat.numel(), extra))
+        def square(norms):
+            return _stack(norms, device).square()
 
-        add("tensor_grad_norm", "named", cur.grad_norms, self.labels)
-        add("tensor_param_norm", "named", [after.get(i, zero) for i in range(n)], self.labels)
         upd = [update.get(i, zero) for i in range(n)]
-        add("tensor_update_norm", "named", upd, self.labels)
-        add("update_ratio", "ratio", upd + [before.get(i, zero) for i in range(n)], self.labels)
+        entries.append(("tensor_grad_norm", "norm", self.labels, [square(cur.grad_norms)], tensor_w))
+        entries.append(("tensor_param_norm", "norm", self.labels, [square([after.get(i, zero) for i in range(n)])],
+                        tensor_w))
+        entries.append(("tensor_update_norm", "norm", self.labels, [square(upd)], tensor_w))
+        entries.append(("update_ratio", "ratio", self.labels,
+                        [square(upd), square([before.get(i, zero) for i in range(n)])], tensor_w))
         eps = self._eps_counts(zero)
         if eps is not None:
-            add("eps_share", "share", eps[0] + eps[1], self.labels)
+            entries.append(("eps_share", "share", self.labels, [_stack(eps[0], device), _stack(eps[1], device)],
+                            tensor_w))
         blocks = sorted(cur.res_sq)
         if blocks and len(blocks) == len(self.blocks):
-            add("residual_rms", "rms", [torch.stack(cur.res_sq[i]).sum() for i in blocks],
-                (self.block_labels, [cur.res_n[i] for i in blocks]))
-            add("residual_max", "named", [torch.stack(cur.res_max[i]).amax() for i in blocks], self.block_labels)
-        self._add_attention(cur, add)
+            labels = [self.block_labels[i] for i in blocks]
+            sums = _stack([torch.stack(cur.res_sq[i]).sum() for i in blocks], device)
+            counts = torch.tensor([float(cur.res_n[i]) for i in blocks], dtype=torch.float64, device=device)
+            entries.append(("residual_rms", "rms", labels, [sums, counts], act_w))
+            entries.append(("residual_max", "max", labels, [_stack([torch.stack(cur.res_max[i]).amax() for i in blocks],
+                                                                   device)], 1.0))
+        self._add_attention(cur, entries, device, act_w)
         if cur.lz_rows:
-            add("logz_mean", "mean", [torch.stack(cur.lz_sum).sum()], cur.lz_rows)
-            add("logz_max", "scalar", [torch.stack(cur.lz_max).amax()])
-            add("logit_max", "scalar", [torch.stack(cur.logit_max).amax()])
-        flat = torch.cat(parts)
+            rows = torch.tensor([float(cur.lz_rows)], dtype=torch.float64, device=device)
+            entries.append(("logz_mean", "mean", [None], [_stack([torch.stack(cur.lz_sum).sum()], device), rows], act_w))
+            entries.append(("logz_max", "scalar_max", [None], [_stack([torch.stack(cur.lz_max).amax()], device)], 1.0))
+            entries.append(("logit_max", "scalar_max", [None], [_stack([torch.stack(cur.logit_max).amax()], device)],
+                            1.0))
+        self._send(entries, device)
+
+    def _send(self, entries, device):
+        """One vector of the step's parts (weighted), gathered from every rank in a job, and
+        queued where this rank sends; the sender thread finishes it (_Values)."""
+        if self.job is not None and self.job.layouts is None:
+            self.job.exchange([(key, kind, labels, PARTS[kind] * len(labels)) for key, kind, labels, _, _ in entries])
+        layout = [(key, kind, labels, PARTS[kind] * len(labels)) for key, kind, labels, _, _ in entries]
+        by_key = {e[0]: e for e in entries}
+        if self.job is not None and layout != self.job.layouts[self.job.rank]:
+            by_key = self._as_first_layout(by_key)
+            layout = self.job.layouts[self.job.rank]
+        pieces = []
+        for key, kind, labels, size in layout:
+            _, _, _, parts, weight = by_key[key]
+            flat = torch.cat([p.reshape(-1).to(torch.float64) for p in parts])
+            if kind not in MAXIMA:
+                flat = flat * (weight.repeat(PARTS[kind]) if isinstance(weight, torch.Tensor) else weight)
+            pieces.append(flat)
+        flat = torch.cat(pieces) if pieces else torch.zeros(0, dtype=torch.float64, device=device)
+        if self.job is not None:
+            out, work = self.job.gather(flat)
+            if not self.sends:
+                self.job.keep(work)
+                return
+            self.run.record({self._key: _Values(out, None, self.job.layouts, work)}, step=self._step)
+            return
         event = None
         if flat.is_cuda:
             host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
@@ -546,27 +709,49 @@ class Watch:
             flat = host
         elif flat.device.type != "cpu":
             flat = flat.cpu()
-        self.run.record({self._key: _Values(flat, event, layout)}, step=self._step)
+        self.run.record({self._key: _Values(flat, event, [layout])}, step=self._step)
 
-    def _add_attention(self, cur, add):
+    def _as_first_layout(self, by_key):
+        """This step's entries in the layout exchanged at the first watched step (every rank's
+        vector must keep its shape): a statistic not measured this step is NaN (maxima) or 0."""
+        out = {}
+        for key, kind, labels, size in self.job.layouts[self.job.rank]:
+            e = by_key.get(key)
+            if e is not None and list(e[2]) == list(labels):
+                out[key] = e
+                continue
+            self._warn_once(("layout", key), f"hlat.torch.watch: {key} changed shape after the first watched step in "
+                                             f"a job of several ranks; its first shape is kept")
+            fill = float("nan") if kind in MAXIMA else 0.0
+            out[key] = (key, kind, labels, [torch.full((len(labels),), fill, dtype=torch.float64)
+                                            for _ in range(PARTS[kind])], 0.0)
+        return out
+
+    def _add_attention(self, cur, entries, device, act_w):
+        """Per layer and head: the largest logit, the summed entropy and its rows. Under TP a rank
+        holds heads tp_rank * local .. of each layer: labelled by their global index."""
         layers = sorted(cur.att_max)
         if not layers:
             return
         heads = cur.att_max[layers[0]][0].numel()
         if any(t.numel() != heads for i in layers for t in cur.att_max[i]):
             return  # layers with different head counts: no layer x head matrix
-        L = max(len(self.blocks), layers[-1] + 1)
-        nan = torch.full((heads,), float("nan"), device=cur.att_max[layers[0]][0].device)
-        labels = [f"layers.{i}.head.{h}" for i in range(L) for h in range(heads)]
-        maxes = [torch.stack(cur.att_max[i]).amax(0) if i in cur.att_max else nan for i in range(L)]
-        ents = [torch.stack(cur.att_ent[i]).sum(0) if i in cur.att_ent else nan for i in range(L)]
-        rows = [cur.att_rows.get(i, 0) for i in range(L) for _ in range(heads)]
-        add("attn_logit_max", "named", torch.cat(maxes), labels)
-        add("attn_entropy", "per_row", torch.cat(ents), (labels, rows))
+        first, weight = 0, act_w
+        job = self.job
+        if job is not None and job.tp_size > 1 and (self.heads is None or heads * job.tp_size == self.heads):
+            first, weight = job.tp_rank * heads, 1.0   # this rank's own heads
+        labels = [f"{self.block_labels[i]}.head.{first + h}" for i in layers for h in range(heads)]
+        maxes = torch.cat([torch.stack(cur.att_max[i]).amax(0) for i in layers])
+        ents = torch.cat([torch.stack(cur.att_ent[i]).sum(0) for i in layers])
+        rows = torch.tensor([float(cur.att_rows.get(i, 0)) for i in layers for _ in range(heads)],
+                            dtype=torch.float64, device=device)
+        entries.append(("attn_logit_max", "max", labels, [maxes], 1.0))
+        entries.append(("attn_entropy", "per_row", labels, [ents, rows], weight))
 
     def _eps_counts(self, zero):
-        """Per tensor: Adam coordinates with sqrt(v_hat) < eps (v > 0), and those with v > 0;
-        None for an optimizer without Adam's second moment."""
+        """Per tensor: Adam coordinates with sqrt(v_hat) < eps (v > 0), and those with v > 0 (a
+        sampled tensor's counts scaled to its size); None for an optimizer without Adam's second
+        moment."""
         state = self.optimizer.state
         small, counted, any_adam = [], [], False
         for k, (_, p) in enumerate(self.params):
@@ -582,18 +767,22 @@ class Watch:
             any_adam = True
             step = s.get("step", 1)
             beta2, eps = group["betas"][1], group["eps"]
+            if is_dtensor(step):
+                step = step.to_local()
             if isinstance(step, torch.Tensor) and step.device.type != "cpu":
                 threshold = (1 - beta2 ** step.float()) * eps * eps  # stays on the device
             else:
                 threshold = (1 - beta2 ** float(step)) * eps * eps
-            v = v.detach()
-            if v.numel() > TENSOR_SAMPLE:
+            v = local(v.detach())
+            whole = v.numel()
+            if self.tensor_sample is not None and whole > self.tensor_sample:
                 j = self._position.get(k)
-                v = _sample(v, self._index[j] if j is not None and self._index else _sample_index(v))
+                v = _sample(v, self._index[j] if j is not None and self._index else _sample_index(v, self.tensor_sample))
             nonzero = torch.count_nonzero(v)
             below = (v < threshold).sum()                     # the zeros among them too
-            small.append(below - (v.numel() - nonzero))
-            counted.append(nonzero)
+            factor = whole / max(v.numel(), 1)
+            small.append((below - (v.numel() - nonzero)) * factor)
+            counted.append(nonzero * factor)
         return (small, counted) if any_adam else None
 
     # -- the end ---------------------------------------------------------------------------
@@ -625,6 +814,8 @@ class Watch:
             if self.optimizer.step != self._original_step:
                 self.optimizer.step = self._original_step
         self._bufs = None
+        if self.job is not None:
+            self.job.close()
         _live.discard(self)
 
     def __enter__(self):
