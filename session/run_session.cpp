@@ -1,5 +1,7 @@
 #include "session/run_session.h"
 
+#include "detectors/stragglers.h"
+
 #include "session/divergence.h"
 
 #include "session/moved_first.h"
@@ -85,6 +87,7 @@ void RunSession::rename_aliases(std::vector<telemetry::MetricPoint>& points) {
 
 std::vector<Fired> RunSession::ingest(std::vector<telemetry::MetricPoint> points, std::vector<telemetry::Event> events,
                                       std::vector<telemetry::VectorPoint> vectors) {
+    take_rank_vectors(points, vectors);
     rename_aliases(points);
     note_keys(points);
     resolve_labels(vectors);
@@ -313,6 +316,37 @@ void RunSession::halt(int64_t step, const std::string& reason) {
     writer_->mark_halt_handled(run_.id);
     store_event({"halt", step, now_seconds(), reason});
     halt_event_written_ = true;
+}
+
+void RunSession::take_rank_vectors(std::vector<telemetry::MetricPoint>& points,
+                                   std::vector<telemetry::VectorPoint>& vectors) {
+    const size_t before = points.size();
+    std::erase_if(vectors, [&](const telemetry::VectorPoint& v) {
+        if (!v.key.starts_with("rank/")) return false;
+        if (v.labels) {  // by rank, in order: "0", "1", ... (a dict a client built by rank)
+            for (size_t r = 0; r < v.labels->size(); r++)
+                if ((*v.labels)[r] != std::to_string(r)) {
+                    if (refused_keys_.insert(v.key).second)
+                        spdlog::warn("run \"{}\": \"{}\" at step {} is a value per rank, but its names are not the "
+                                     "ranks 0, 1, ... in order (\"{}\"); such points of it are dropped",
+                                     run_.name, v.key, v.step, (*v.labels)[r]);
+                    return true;
+                }
+        }
+        std::vector<double> by_rank(v.values.begin(), v.values.end());
+        if (writer_)
+            for (size_t r = 0; r < by_rank.size(); r++)
+                if (!std::isnan(by_rank[r])) writer_->rank_metric(run_.id, {v.key, v.step, (int)r, by_rank[r], v.wall_time});
+        if (v.key == "rank/compute_s" && std::none_of(by_rank.begin(), by_rank.end(), [](double x) { return std::isnan(x); })) {
+            const StragglerSummary worst = summarize_stragglers(by_rank);
+            points.push_back({"straggler_ratio", v.step, worst.ratio, v.wall_time});
+            points.push_back({"straggler_rank", v.step, (double)worst.rank, v.wall_time});
+            if (worst.rank >= 0) points.push_back({"straggler_compute_s", v.step, by_rank[worst.rank], v.wall_time});
+        }
+        return true;
+    });
+    if (points.size() != before)  // the summaries join their steps: a batch's points stay in step order
+        std::stable_sort(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
 }
 
 void RunSession::rank_values(int64_t step, const std::string& key, const std::vector<double>& per_rank) {

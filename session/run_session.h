@@ -115,7 +115,12 @@ class RunSession {
     // layers, heads or tensors: stored, detected, alerts routed. Returns the
     // alerts raised. Flushes nothing. A vector without labels takes the
     // key's labels from earlier in the run; one whose length does not match
-    // them is dropped with a warning naming the key.
+    // them is dropped with a warning naming the key. A vector whose key
+    // begins "rank/" is a value per rank (element r: rank r's, NaN: none):
+    // stored as rank points, and "rank/compute_s" also summarised for the
+    // straggler detector (straggler_ratio, _rank, _compute_s at its step),
+    // as the embedded trainer does: an external job's client sends its
+    // ranks' numbers so (docs/external-trainers.md).
     std::vector<Fired> ingest(std::vector<telemetry::MetricPoint> points, std::vector<telemetry::Event> events = {},
                               std::vector<telemetry::VectorPoint> vectors = {});
     // One whole step, stamped now.
@@ -201,6 +206,7 @@ class RunSession {
     void plan_rewind(const telemetry::Alert& a);
     void note_keys(const std::vector<telemetry::MetricPoint>& points);
     void resolve_labels(std::vector<telemetry::VectorPoint>& vectors);
+    void take_rank_vectors(std::vector<telemetry::MetricPoint>& points, std::vector<telemetry::VectorPoint>& vectors);
     // Stores the flight recorder's window with an alert and names it in its
     // data, with the tensor that moved first (data.attribution.moved_first).
     void attach_window(telemetry::Alert& a);

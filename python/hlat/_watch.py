@@ -330,7 +330,7 @@ class Watch:
         self._key = f"\0watch{id(self)}"
         # Every rank measures what it holds; the run's sending rank puts the parts together.
         self.inert = getattr(run, "disabled", False)
-        self.sends = getattr(run, "rank", 0) == 0
+        self.sends = getattr(run, "rank", 0) == getattr(run, "main_rank", 0)
         self._warned = set()
         self._handles, self._forward_handles = [], []
         self._cur = None

@@ -17,6 +17,7 @@ A run not finished by the program is ended for it (_ends.py): "crashed" by an un
 exception or SIGTERM, "stopped" by Ctrl-C, "halted" by an uncaught HaltRequested, "finished" at
 a normal interpreter exit; each first sends (or spools) what is queued.
 """
+import json
 import logging
 import os
 import secrets
@@ -88,7 +89,7 @@ class Run:
     def __init__(self, name, url=None, token=None, store=None, mode="online", dir=None, config=None,
                  precision=None, meta=None, detectors=None, resume=False, rank=None, world_size=None,
                  send_interval=None, timeout=10.0, sync_every=1, max_lag_steps=None, system_interval=None,
-                 hlat_binary=None):
+                 hlat_binary=None, main_rank=None):
         if not isinstance(name, str) or not name:
             raise ValueError(f"hlat.init: the run's name must be a non-empty string, not {name!r}")
         self.name = name
@@ -96,6 +97,10 @@ class Run:
         self.rank = rank if rank is not None else (dist.get_rank() if dist else int(os.environ.get("RANK", 0)))
         self.world_size = world_size if world_size is not None else (
             dist.get_world_size() if dist else int(os.environ.get("WORLD_SIZE", 1)))
+        self.main_rank = int(main_rank if main_rank is not None else os.environ.get("HLAT_MAIN_RANK", 0))
+        if not 0 <= self.main_rank < max(self.world_size, 1):
+            raise ValueError(f"hlat.init: main_rank={self.main_rank} is not a rank of this job of {self.world_size}")
+        self._rank_values = {}     # step -> {key: value} of this rank's, until should_stop's agreement
         self.sync_every = max(1, int(sync_every))
         self.max_lag_steps = max_lag_steps
         # One process stops at log(); in a job of several ranks one rank leaving alone would hang
@@ -115,9 +120,9 @@ class Run:
         self._sender = self._sampler = None
         precision = _meta.precision_name(precision)  # on every rank: a typo fails everywhere alike
         resume = _resume_flag(resume)
-        if self.rank != 0:
+        if self.rank != self.main_rank:
             self.log = self._log_elsewhere
-            return  # only rank 0 talks to hlat; the others take part in should_stop's agreement
+            return  # only the main rank talks to hlat; the others' numbers travel in should_stop's agreement
         self._open(name, url, token, store, mode, dir, config, precision, meta, detectors, resume,
                    send_interval, timeout, system_interval, hlat_binary)
 
@@ -192,8 +197,25 @@ class Run:
             self._after(step)
 
     def _log_elsewhere(self, values, step, batch=None):
-        """log() on a rank that does not send (only rank 0 does): the step, for should_stop()."""
+        """log() on a rank that does not send the run's own values (only the main rank does): its
+        numbers are this rank's (log_rank), and the step is should_stop()'s."""
         self._last_step = step
+        self.log_rank(values, step)
+
+    def log_rank(self, values, step):
+        """Values of this rank at `step` (its step time, memory, data wait, the loss of its pipeline
+        stage), on any rank: the main rank sends every rank's as one value per rank under
+        "rank/<key>" (the page's per-rank charts; "rank/compute_s", seconds of compute, is the
+        straggler detector's). Numbers and 0-d tensors; read at should_stop()'s agreement, which
+        carries them (a collective then; never here), so a job that never calls should_stop()
+        sends none of another rank's."""
+        if self._closed:
+            return
+        mine = self._rank_values.setdefault(step, {})
+        for key, value in values.items():
+            if isinstance(key, str) and key and not key.startswith("rank/"):
+                key = "rank/" + key
+            mine[key] = value
 
     def record(self, values, step):
         """Queues values like log() without the halt check: for probes and threads. Every rank
@@ -350,18 +372,60 @@ class Run:
                          self._halt_reason, self.world_size)
 
     def _agree(self, dist, reason):
-        """Rank 0 knows; every rank learns at the same step (one small broadcast), and with the
-        reason a rewind_skip halt's plan."""
+        """The main rank knows whether to halt; every rank learns at the same step (one small
+        all_gather: the flag and how many bytes of per-rank values each rank holds), with the
+        reason a rewind_skip halt's plan. When some rank logged values of its own, a second
+        all_gather brings them all to the main rank, which sends them."""
         import torch
         device = "cuda" if dist.get_backend() == "nccl" else "cpu"
-        flag = torch.tensor([1 if reason else 0], dtype=torch.int32, device=device)
-        dist.broadcast(flag, src=0)
-        if not int(flag.item()):
+        payload = self._rank_payload()
+        flag = 1 if reason and self.rank == self.main_rank else 0
+        headers = [torch.zeros(2, dtype=torch.int64, device=device) for _ in range(self.world_size)]
+        dist.all_gather(headers, torch.tensor([flag, len(payload)], dtype=torch.int64, device=device))
+        headers = [h.tolist() for h in headers]
+        longest = max(n for _, n in headers)
+        if longest:
+            mine = torch.zeros(longest, dtype=torch.uint8, device=device)
+            if payload:
+                mine[:len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8).to(device)
+            parts = [torch.empty(longest, dtype=torch.uint8, device=device) for _ in range(self.world_size)]
+            dist.all_gather(parts, mine)
+            if self.rank == self.main_rank:
+                self._queue_rank_values([bytes(p[:n].cpu().tolist()) for p, (_, n) in zip(parts, headers)])
+        if not headers[self.main_rank][0]:
             return None
         box = [(reason, self._rewind)]
-        dist.broadcast_object_list(box, src=0)
+        dist.broadcast_object_list(box, src=self.main_rank)
         reason, self._rewind = box[0]
         return reason
+
+    def _rank_payload(self):
+        """This rank's values since the last agreement, as JSON bytes ({step: {key: number}})."""
+        if not self._rank_values:
+            return b""
+        out = {}
+        for step, values in self._rank_values.items():
+            numbers = {}
+            for key, value in values.items():
+                try:
+                    numbers[key] = float(value)
+                except (TypeError, ValueError, RuntimeError):
+                    pass  # a vector or text: not a per-rank number
+            out[str(step)] = numbers
+        self._rank_values = {}
+        return json.dumps(out).encode()
+
+    def _queue_rank_values(self, payloads):
+        """Every rank's values, by step and key: one value per rank (NaN: that rank had none)."""
+        steps = {}
+        for rank, payload in enumerate(payloads):
+            if not payload:
+                continue
+            for step, values in json.loads(payload).items():
+                for key, value in values.items():
+                    steps.setdefault(int(step), {}).setdefault(key, [float("nan")] * self.world_size)[rank] = value
+        for step in sorted(steps):
+            self.record(steps[step], step)
 
     # -- called by the sender thread ---------------------------------------
 
@@ -415,13 +479,16 @@ class DisabledRun:
     spool_path = None
 
     def __init__(self, name, rank=0, world_size=1):
-        self.name, self.rank, self.world_size = name, rank, world_size
+        self.name, self.rank, self.world_size, self.main_rank = name, rank, world_size, 0
         self.stats = {}
 
     def log(self, values, step, batch=None):
         pass
 
     def record(self, values, step):
+        pass
+
+    def log_rank(self, values, step):
         pass
 
     def event(self, kind, detail, step):

@@ -142,7 +142,7 @@ def check_replicas(run, model, step, grads=None, group_key=0):
     if d is not None:
         rows = [None] * d.get_world_size()
         d.all_gather_object(rows, (group_key, hashes))
-    if run.rank != 0:
+    if run.rank != getattr(run, "main_rank", 0):
         return 0
     reference, bad = {}, []
     for rank, (key, h) in enumerate(rows):
@@ -248,7 +248,7 @@ def probe_causality(run, model_fn, vocab_size, seq_len, step=0, batch=1, device=
         return 0.0
     leak, position = causality_probe(model_fn, vocab_size, seq_len, batch, device)
     value = leak if leak > tolerance else 0.0
-    if run.rank == 0:
+    if run.rank == getattr(run, "main_rank", 0):
         run.record({"causality_leak": value, "causality_leak_position": float(position)}, step=step)
         run.flush(timeout)
     if run.should_stop(step):

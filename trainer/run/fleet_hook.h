@@ -7,6 +7,7 @@
 // all-reduce; failures go to the health_check detector with the step.
 #pragma once
 
+#include "detectors/stragglers.h"
 #include "trainer/run/run_context.h"
 #include "trainer/run/step_hook.h"
 
@@ -28,13 +29,5 @@ class FleetHook : public StepHook {
     RunContext& run_;
     std::vector<std::string> hosts_;  // by world rank, at rank 0
 };
-
-// The slowest rank's compute time over the median of the other ranks', and
-// its rank; ratio NaN for fewer than 2 ranks.
-struct StragglerSummary {
-    double ratio;
-    int rank;
-};
-StragglerSummary summarize_stragglers(const std::vector<double>& compute_seconds);
 
 }  // namespace hlat
