@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from ._watch import Watch, attention_logits  # noqa: F401  (attention_logits: the helper's arithmetic)
+from ._shards import is_dtensor, local
 from .client import HaltRequested, _dist
 
 
@@ -93,33 +94,36 @@ def tensor_hashes(tensors):
 
 
 def _replica_tensors(model, grads):
-    """[(kind, [(name, tensor)])] to hash: gradients, parameters, or both (grads=None)."""
+    """[(kind, [(name, parameter, tensor)])] to hash: gradients, parameters, or both (grads=None)."""
     named = _named(model)
-    gradients = [(n, p.grad) for n, p in named if p.grad is not None]
+    gradients = [(n, p, p.grad) for n, p in named if p.grad is not None]
     kinds = []
     if grads is True or (grads is None and gradients):
         kinds.append(("gradient", gradients))
     if grads is not True:
-        kinds.append(("parameter", [(n, p) for n, p in named]))
+        kinds.append(("parameter", [(n, p, p) for n, p in named]))
     return kinds
 
 
-def _differences(kinds, mine, reference):
-    """'1 gradient tensor(s), first "h.1.mlp.c_fc.weight"' for each kind that differs."""
-    parts = []
-    for (kind, named), a, b in zip(kinds, reference, mine):
-        differ = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
-        if differ or len(a) != len(b):
-            first = named[differ[0]][0] if differ else "(a different set of tensors)"
-            parts.append(f"{len(differ)} {kind} tensor(s), first \"{first}\"")
-    return parts
+def _shard_key(p):
+    """Which part of a parameter a rank holds: the same key on two ranks means the same bits are
+    due. A DTensor's coordinates on the mesh dimensions it is sharded on (FSDP2's dp, TP's tp;
+    none on those it is replicated on); a plain tensor's: the whole."""
+    if not is_dtensor(p):
+        return ()
+    coordinate = p.device_mesh.get_coordinate() or []
+    return tuple((d, coordinate[d]) for d, pl in enumerate(p.placements) if not pl.is_replicate())
 
 
 def check_replicas(run, model, step, grads=None, group_key=0):
-    """Data-parallel replica check, a collective: every rank hashes its reduced gradients and
-    its parameters; rank 0 compares each rank with the first rank of the same group_key (the
-    TP rank, when TP shards differ) and logs replica_mismatch (ranks that differ) with an event
-    naming, for each, the first tensor that differs.
+    """Replica check, a collective: every rank hashes its reduced gradients and its parameters
+    (a DTensor's local shard: FSDP2, TP); the main rank compares, tensor by tensor, each rank with
+    the lowest rank that holds the same part of the same tensor (a plain tensor: DDP's replicas,
+    TP's unsharded norms; a DTensor: the ranks with the same shard, e.g. HSDP's replicas or a norm
+    weight TP replicates; group_key tells apart hand-made TP shards of plain tensors) and logs
+    replica_mismatch (ranks that differ) with an event naming, for each, the first tensor that
+    differs. A tensor no other rank holds the same part of (FSDP2's shards) has nothing to be
+    compared with.
 
     Call it between backward and gradient clipping. Under global-norm clipping one tensor's
     wrong gradient changes the clip factor of all, so after the step every parameter differs
@@ -133,29 +137,41 @@ def check_replicas(run, model, step, grads=None, group_key=0):
         return 0
     d = _dist()
     kinds = _replica_tensors(model, grads)
-    flat = tensor_hashes([t for _, named in kinds for _, t in named]).cpu().tolist()
-    hashes, at = [], 0
-    for _, named in kinds:
-        hashes.append(flat[at:at + len(named)])
+    flat = tensor_hashes([local(t, like=p) for _, named in kinds for _, p, t in named]).cpu().tolist()
+    mine, at = [], 0
+    for kind, named in kinds:
+        mine.extend((kind, n, _shard_key(p), group_key, h) for (n, p, _), h in zip(named, flat[at:at + len(named)]))
         at += len(named)
-    rows = [(group_key, hashes)]
+    rows = [mine]
     if d is not None:
         rows = [None] * d.get_world_size()
-        d.all_gather_object(rows, (group_key, hashes))
+        d.all_gather_object(rows, mine)
     if run.rank != getattr(run, "main_rank", 0):
         return 0
-    reference, bad = {}, []
-    for rank, (key, h) in enumerate(rows):
-        ref_rank = reference.setdefault(key, rank)
-        parts = [] if ref_rank == rank else _differences(kinds, h, rows[ref_rank][1])
-        if parts:
-            bad.append(f"rank {rank} differs from rank {ref_rank} in " + " and ".join(parts))
+    bad = _replica_report(rows)
     # The event first: a batch cut between the two still gives the detector the
     # ranks and tensor with (or before) the value.
     if bad:
         run.event("replica_mismatch", "; ".join(bad), step)
     run.record({"replica_mismatch": float(len(bad))}, step=step)
     return len(bad)
+
+
+def _replica_report(rows):
+    """'rank 1 differs from rank 0 in 1 gradient tensor(s), first "h.1.mlp.c_fc.weight"' for each
+    rank with a tensor whose hash is not its reference rank's."""
+    reference = {}                 # (kind, name, shard, group) -> (rank, hash)
+    differing = {}                 # (rank, reference rank) -> {kind: [names]}
+    for rank, entries in enumerate(rows):
+        for kind, name, shard, group, h in entries:
+            ref_rank, ref_hash = reference.setdefault((kind, name, tuple(map(tuple, shard)), group), (rank, h))
+            if ref_rank != rank and h != ref_hash:
+                differing.setdefault((rank, ref_rank), {}).setdefault(kind, []).append(name)
+    bad = []
+    for (rank, ref_rank), by_kind in sorted(differing.items()):
+        parts = [f"{len(names)} {kind} tensor(s), first \"{names[0]}\"" for kind, names in by_kind.items()]
+        bad.append(f"rank {rank} differs from rank {ref_rank} in " + " and ".join(parts))
+    return bad
 
 
 def tp_drift(run, tensors, group, step):
@@ -165,7 +181,7 @@ def tp_drift(run, tensors, group, step):
     drifts = []
     src = dist.get_global_rank(group, 0) if hasattr(dist, "get_global_rank") else dist.distributed_c10d._get_global_rank(group, 0)
     for n in names:
-        t = tensors[n].detach()
+        t = local(tensors[n].detach())  # a DTensor replicated over the group: its local copy
         ref = t.clone()
         dist.broadcast(ref, src=src, group=group)
         drifts.append((t.float() - ref.float()).abs().max())

@@ -38,7 +38,12 @@ class Recorder:
     disabled = False
 
     def __init__(self, rank):
-        self.rank, self.records = rank, []
+        self.rank, self.records, self.events = rank, [], []
+        self.mismatches = {}
+
+    def event(self, kind, detail, step):
+        if self.rank == 0:
+            self.events.append([kind, step, detail])
 
     def record(self, values, step):
         if self.rank == 0:
@@ -131,6 +136,8 @@ def train(args, run, rank, world, counter):
         if schedule is None:
             loss = loss_fn(model(x), y)
             loss.backward()
+            if args.check_replicas:
+                replicas(args, model, run, step, rank)
         elif rank == 0:
             schedule.step(x)
         elif rank == world - 1:
@@ -155,6 +162,16 @@ def train(args, run, rank, world, counter):
     return {"collectives": collectives, "stopped_at": None}
 
 
+def replicas(args, model, run, step, rank):
+    """hlat.torch.check_replicas between backward and the step; with --corrupt R, rank R's
+    gradient of a weight TP keeps whole (a replica on every tp rank) is off by 1e-3 at step 1."""
+    if step == 1 and rank == args.corrupt:
+        grad = dict(model.named_parameters())["layers.0.attention_norm.weight"].grad
+        local = grad.to_local() if hasattr(grad, "to_local") else grad
+        local.add_(1e-3)
+    run.mismatches[step] = hlat.torch.check_replicas(run, model, step)
+
+
 def save(model, opt, folder):
     """A halted run's checkpoint, as torchtitan writes one: torch.distributed.checkpoint, every
     rank its shards."""
@@ -175,6 +192,8 @@ def main():
     parser.add_argument("--token")
     parser.add_argument("--runs", default="")
     parser.add_argument("--checkpoint", help="where a halted run saves its checkpoint")
+    parser.add_argument("--check-replicas", action="store_true")
+    parser.add_argument("--corrupt", type=int, default=-1, help="the rank whose replica goes wrong at step 1")
     args = parser.parse_args()
     args.fault = None
     torch.set_num_threads(1)
@@ -198,6 +217,7 @@ def main():
         out.update(train(args, run, rank, world, counter))
         if rank == 0:
             out["steps"] = run.steps()
+            out["events"], out["mismatches"] = run.events, run.mismatches
     path = args.out if rank == 0 else f"{args.out}.rank{rank}.json"
     with open(path, "w") as f:
         json.dump(out, f)

@@ -11,6 +11,9 @@ torchtitan's, the same weights, the same global batch of the same data.
 - In each layout an lr x30 fault for 20 steps is flagged by update_ratio within 2 steps of its
   start; 4 clean seeds raise nothing at warn or above.
 - A halt pressed on the page stops both ranks of an FSDP2 job at the same step, with a checkpoint.
+- hlat.torch.check_replicas on DTensors: under FSDP2 x TP a norm weight's dp shard is a replica on
+  both tp ranks; one rank's gradient of it off by 1e-3 is named at its step (the gradient), and
+  the next (the parameter); a clean TP job raises nothing.
 
 Set HLAT_WATCH_LAYOUTS (e.g. "fsdp:2,tp:2") to run some layouts only.
 """
@@ -88,6 +91,20 @@ class SameStatistics(unittest.TestCase):
                     first, *rest = out["collectives"]
                     self.assertLessEqual(first, 2, f"rank {rank}: collectives in the first watched step")
                     self.assertTrue(all(c <= 1 for c in rest), f"rank {rank}: collectives a watched step: {rest}")
+
+
+class Replicas(unittest.TestCase):
+    def test_a_replica_gone_wrong_is_named_and_clean_replicas_are_not(self):
+        tmp = tempfile.mkdtemp(prefix="hlat-watch-dist-")
+        out = launch("fsdp_tp", 4, os.path.join(tmp, "bad.json"), "--check-replicas", "--corrupt", "1")[0]
+        self.assertEqual(out["mismatches"], {"0": 0, "1": 1, "2": 1})
+        self.assertEqual([e[:2] for e in out["events"]], [["replica_mismatch", 1], ["replica_mismatch", 2]])
+        name = '"layers.0.attention_norm.weight"'
+        self.assertEqual(out["events"][0][2], f"rank 1 differs from rank 0 in 1 gradient tensor(s), first {name}")
+        self.assertEqual(out["events"][1][2], f"rank 1 differs from rank 0 in 1 parameter tensor(s), first {name}")
+        clean = launch("tp", 2, os.path.join(tmp, "clean.json"), "--check-replicas")[0]
+        self.assertEqual(clean["mismatches"], {"0": 0, "1": 0, "2": 0})
+        self.assertEqual(clean["events"], [])
 
 
 class FaultsAndHalts(unittest.TestCase):
