@@ -13,8 +13,8 @@ PACKAGES=(
   libsentencepiece-dev sentencepiece libre2-dev
   libzstd-dev zstd zlib1g-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3-torch python3-numpy libopenblas0-pthread
-  libprotobuf-dev protobuf-compiler python3-protobuf python3-crcmod
+  python3-venv
+  libprotobuf-dev protobuf-compiler
   chromium
   clang libclang-rt-dev
 )
@@ -45,5 +45,37 @@ web="$(cd "$(dirname "$0")/../web" && pwd)"
 if [[ ! -f "$web/node_modules/.package-lock.json" || "$web/package-lock.json" -nt "$web/node_modules/.package-lock.json" ]]; then
   echo "setup: installing web/node_modules from package-lock.json"
   (cd "$web" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+# The Python environment of the client's tests, the PyTorch references and the
+# benches (scripts/python runs it): a venv of python/requirements.lock, outside
+# the work tree, named by the lock's hash. Its wheels are kept beside it (pip's
+# own cache keeps nothing where PyPI's files come without Cache-Control), so a
+# new lock downloads only what changed. Built in a sibling folder and renamed
+# into place once complete, so an interrupted install never looks done. Venvs of
+# other locks and their wheels are left alone (another checkout may use them):
+# remove unused ones by hand.
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+venv="$(bash "$repo/scripts/venv_path.sh")"
+wheels="$(dirname "$venv")/wheels"
+make_venv() {
+  echo "setup: creating $venv from python/requirements.lock (the first time on a machine this downloads ~2.8 GB: PyTorch's CUDA build)"
+  rm -rf "$venv".partial-*  # a killed set-up's: this one holds the lock
+  partial="$(mktemp -d "$venv.partial-XXXXXX")" && chmod 755 "$partial"
+  trap 'rm -rf "$partial"' EXIT
+  /usr/bin/python3 -m venv --prompt hlat "$partial"
+  local pip=("$partial/bin/pip" --quiet --disable-pip-version-check)
+  "${pip[@]}" download --require-hashes --no-deps --only-binary=:all: -d "$wheels" -r "$repo/python/requirements.lock"
+  "${pip[@]}" install --require-hashes --no-deps --no-index --find-links "$wheels" -r "$repo/python/requirements.lock"
+  # A venv's scripts name its python by absolute path: point them at the final place.
+  grep -rlI --null -F "$partial" "$partial/bin" "$partial/pyvenv.cfg" | xargs -0 -r sed -i "s|$partial|$venv|g"
+  mv -T "$partial" "$venv"
+  trap - EXIT
+}
+if [[ ! -x "$venv/bin/python" ]]; then
+  mkdir -p "$wheels"
+  exec 9>"$venv.lock"
+  flock 9  # a set-up started meanwhile waits here, then finds the venv made
+  [[ -x "$venv/bin/python" ]] || make_venv
+  exec 9>&-
 fi
 echo "setup: all dependencies present"
