@@ -5,7 +5,7 @@ only: json and a line-buffered file); `hlat ingest --follow` tails that file
 into the store while the loop runs:
 
     hlat ingest --store runs/hlat.db --run my-run --follow --idle-exit 30 metrics.jsonl &
-    /usr/bin/python3 examples/pytorch_to_hlat.py metrics.jsonl
+    scripts/python examples/pytorch_to_hlat.py metrics.jsonl
 
 Each record: {"step": N, "loss": ..., "grad_norm": ..., "lr": ..., "time": unix seconds}.
 Non-finite values are written as the strings "nan", "inf", "-inf", which

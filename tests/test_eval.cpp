@@ -467,7 +467,7 @@ TEST_F(EvalRun, AgreesWithThePyTorchReferenceOnLogLikelihoods) {
     auto r = test::run_command(fmt::format("{} eval --checkpoint {} --tasks {} --log-samples {} --rolling-context 8",
                                            HLAT_BINARY, checkpoint(8), tasks(), samples));
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    r = test::run_command(fmt::format("/usr/bin/python3 {}/tests/reference/eval_loglik.py {} {}", HLAT_SOURCE_DIR,
+    r = test::run_command(fmt::format("{} {}/tests/reference/eval_loglik.py {} {}", HLAT_PYTHON, HLAT_SOURCE_DIR,
                                       checkpoint(8), samples));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     auto j = nlohmann::json::parse(r.output.substr(r.output.rfind('{')));

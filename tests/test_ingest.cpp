@@ -427,7 +427,7 @@ TEST_F(IngestCli, PyTorchExampleStreamsIntoTheStore) {
                                      HLAT_BINARY, db, log, dir.file("follow.txt"));
     ASSERT_EQ(std::system(follow.c_str()), 0);
     auto r = test::run_command(
-        fmt::format("/usr/bin/python3 {}/examples/pytorch_to_hlat.py {} 40", HLAT_SOURCE_DIR, log));
+        fmt::format("{} {}/examples/pytorch_to_hlat.py {} 40", HLAT_PYTHON, HLAT_SOURCE_DIR, log));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     for (int i = 0; i < 300; i++) {  // the follower leaves 8 s after the last line
         std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -123,7 +123,7 @@ const Reference& reference_for(bool gqa, const std::string& precision = "fp64", 
     std::vector<int32_t> tokens = make_tokens(c);
     std::ofstream(dir.file("tokens.i32"), std::ios::binary)
         .write((const char*)tokens.data(), tokens.size() * sizeof(int32_t));
-    std::string cmd = fmt::format("OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 {}/tests/reference/parity.py {} {}",
+    std::string cmd = fmt::format("OMP_WAIT_POLICY=PASSIVE {} {}/tests/reference/parity.py {} {}", HLAT_PYTHON,
                                   HLAT_SOURCE_DIR, dir.path().string(), precision);
     test::CommandResult r = test::run_command(cmd);
     EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;

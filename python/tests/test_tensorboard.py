@@ -1,6 +1,6 @@
 """hlat ingest of TensorBoard event files written here by an independent writer: Python's
-protobuf (python3-protobuf) from the public schema's field numbers, TFRecord framing with
-crcmod's CRC-32C. A log directory gives one run per folder; a flipped byte or a cut-short
+protobuf from the public schema's field numbers, TFRecord framing with a bitwise CRC-32C
+(checked against the Castagnoli check value). A log directory gives one run per folder; a flipped byte or a cut-short
 file is an error naming the file and offset, and writes nothing."""
 import json
 import os
@@ -11,11 +11,28 @@ import sys
 import tempfile
 import unittest
 
-import crcmod.predefined
-
 HLAT = os.environ.get("HLAT_BINARY", "hlat")
 PROTO_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "telemetry", "proto")
-crc32c = crcmod.predefined.mkCrcFun("crc-32c")
+
+
+def _crc32c_table():
+    table = []
+    for byte in range(256):
+        c = byte
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1  # the Castagnoli polynomial, reflected
+        table.append(c)
+    return table
+
+
+_CRC32C = _crc32c_table()
+
+
+def crc32c(data):
+    c = 0xFFFFFFFF
+    for b in data:
+        c = _CRC32C[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
 
 
 def masked(data):

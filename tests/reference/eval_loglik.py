@@ -3,7 +3,7 @@ reference model, in float64, each sequence from scratch (no key/value cache),
 and prints the largest absolute difference as JSON.
 
 usage: eval_loglik.py CHECKPOINT_DIR SAMPLES_JSONL
-Run with Debian's /usr/bin/python3, which has python3-torch.
+Run with scripts/python (the venv with PyTorch).
 """
 import json
 import os

@@ -1,7 +1,7 @@
 """Logits of a Hugging Face LLaMA folder (as `hlat export` writes it), computed
 by the PyTorch reference model in float64 after loading it by HF names.
 
-usage: /usr/bin/python3 hf_logits.py HF_DIR TOKENS.i32 B T OUT.safetensors
+usage: scripts/python hf_logits.py HF_DIR TOKENS.i32 B T OUT.safetensors
 
 The reference keeps q/k/v and gate/up coalesced, so this is also a check of
 the export's split: the HF tensors are concatenated back in HF order.

@@ -6,7 +6,7 @@ attention, SwiGLU, RMSNorm, untied lm_head, no biases; with model.qk_norm an
 RMSNorm over each query and key head before RoPE (Qwen3's q_norm, k_norm), and
 z_loss_term for model.z_loss. Used by the parity test
 (float64, as ground truth) and by bench/train_vs_pytorch (float32, for speed).
-Run with Debian's /usr/bin/python3, which has python3-torch.
+Run with scripts/python (the venv with PyTorch).
 """
 import json
 import math

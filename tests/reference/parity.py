@@ -1,6 +1,6 @@
 """Computes what hlat's parity test compares against, in float64.
 
-usage: /usr/bin/python3 parity.py DIR [fp64|autocast|bf16]
+usage: scripts/python parity.py DIR [fp64|autocast|bf16]
 
 Reads DIR/config.json (a full hlat config), DIR/weights.safetensors (hlat's
 initial weights) and DIR/tokens.i32 (int32, shape (steps, grad_accum, 2, B, T):
