@@ -208,8 +208,9 @@ void RunTest::expect_pytorch_logits_from_export(const std::string& ckpt, const s
     for (int i = 0; i < B * T; i++) tokens[i] = (i * 37 + 11) % config.model.vocab_size;
     model.forward(tokens.data(), nullptr);
     std::ofstream(dir.file("tokens.i32"), std::ios::binary).write((const char*)tokens.data(), tokens.size() * 4);
-    auto r = test::run_command(fmt::format("{} {}/tests/reference/hf_logits.py {} {} {} {} {}",
-                                      HLAT_PYTHON, HLAT_SOURCE_DIR, hf, dir.file("tokens.i32"), B, T, dir.file("logits.safetensors")));
+    auto r = test::run_command(fmt::format("{} {}/tests/reference/hf_logits.py {} {} {} {} {}", HLAT_PYTHON,
+                                           HLAT_SOURCE_DIR, hf, dir.file("tokens.i32"), B, T,
+                                           dir.file("logits.safetensors")));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     SafetensorsFile torch_out(dir.file("logits.safetensors"));
     const long V = config.model.vocab_size;
