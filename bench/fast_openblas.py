@@ -1,5 +1,10 @@
 """Gives Debian's PyTorch its fastest BLAS, and refuses to measure it on a slow one.
 
+The benches' reference now runs on scripts/python, the venv with PyPI's torch,
+which does its float32 GEMMs in MKL linked into libtorch_cpu.so, never through
+libblas.so.3: there ensure_fast_openblas() does nothing and blas_in_use() names
+MKL. What follows is for Debian's python3-torch, which set-up no longer installs.
+
 Debian's PyTorch does its float32 matmuls through libblas.so.3, whichever
 BLAS the alternatives system points that at: OpenBLAS (libopenblas0-pthread,
 which scripts/setup.sh installs) or, on a machine that skipped recommends,
@@ -17,6 +22,7 @@ refuse_reference_blas() exits with REFERENCE_BLAS_EXIT and a message naming
 the library when it is the reference BLAS.
 """
 import ctypes
+import importlib.util
 import os
 import subprocess
 import sys
@@ -55,11 +61,17 @@ def openblas_core():
         return ""
 
 
+def _torch_is_debians():
+    spec = importlib.util.find_spec("torch")
+    return spec is not None and spec.origin.startswith("/usr/lib/python3/dist-packages/")
+
+
 def ensure_fast_openblas():
     """Re-runs this script with the faster of OpenBLAS's current kernels (its
     own choice, or OPENBLAS_CORETYPE as the environment set it) and SkylakeX's,
-    on a CPU with AVX-512; says which on stderr."""
-    if os.environ.get("HLAT_BLAS_CHOSEN"):
+    on a CPU with AVX-512; says which on stderr. Only for Debian's torch: any
+    other does not do its GEMMs in the system's OpenBLAS."""
+    if os.environ.get("HLAT_BLAS_CHOSEN") or not _torch_is_debians():
         return
     os.environ["HLAT_BLAS_CHOSEN"] = "1"
     core = openblas_core()
@@ -81,7 +93,8 @@ def ensure_fast_openblas():
 
 def blas_in_use():
     """{"library": the BLAS torch's libblas.so.3 resolved to in this process,
-    "coretype": OpenBLAS's kernels or ""}, from the process's memory maps."""
+    "coretype": OpenBLAS's kernels or ""}, from the process's memory maps; for a
+    torch built with MKL linked in (PyPI's), "MKL (in libtorch_cpu.so)"."""
     mapped = set()
     with open("/proc/self/maps") as f:
         for line in f:
@@ -91,6 +104,9 @@ def blas_in_use():
     # torch needs libblas.so.3: which file that is decides where its GEMMs run.
     blas = sorted(p for p in mapped if os.path.basename(p).startswith("libblas"))
     library = blas[0] if blas else (sorted(mapped)[0] if mapped else "none")
+    torch = sys.modules.get("torch")
+    if not blas and torch is not None and "BLAS_INFO=mkl" in torch.__config__.show():
+        library = "MKL (in libtorch_cpu.so)"
     return {"library": library, "coretype": openblas_core() if "openblas" in library else ""}
 
 

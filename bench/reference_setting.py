@@ -54,11 +54,14 @@ def sweep_settings(threads):
 
 
 def _openblas():
-    """OpenBLAS's kernels, pool size and build, {} when it is not loaded."""
-    try:
-        lib = ctypes.CDLL("libopenblas.so.0")
-    except OSError:
+    """OpenBLAS's kernels, pool size and build, {} when this process has not
+    loaded it (PyPI's torch has MKL linked in; its numpy's OpenBLAS is another
+    library, named libscipy_openblas)."""
+    with open("/proc/self/maps") as f:
+        loaded = sorted({line.split()[-1] for line in f if "/libopenblas" in line})
+    if not loaded:
         return {}
+    lib = ctypes.CDLL(loaded[0])
     info = {}
     for name, key, restype in (("openblas_get_corename", "core", ctypes.c_char_p),
                                ("openblas_get_num_threads", "threads", ctypes.c_int),

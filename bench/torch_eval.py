@@ -1,7 +1,7 @@
 """Times the PyTorch reference scoring the requests of `hlat eval --log-samples`,
 for bench/eval_vs_pytorch.
 
-usage: /usr/bin/python3 torch_eval.py CHECKPOINT_DIR SAMPLES_JSONL THREADS
+usage: scripts/python bench/torch_eval.py CHECKPOINT_DIR SAMPLES_JSONL THREADS
 
 float32, each request from scratch as lm-evaluation-harness sends a Hugging
 Face model one: context + continuation through the whole model (every

@@ -1,6 +1,6 @@
 """Times training steps of the PyTorch reference model, for bench/train_vs_pytorch.
 
-usage: /usr/bin/python3 torch_train_steps.py CONFIG.json TOKENS.u16 STEPS THREADS [fp32|autocast|bf16]
+usage: scripts/python bench/torch_train_steps.py CONFIG.json TOKENS.u16 STEPS THREADS [fp32|autocast|bf16]
 
 Trains the reference model on the same windows of the same token file as
 `hlat train`, with the same optimizer, clipping and schedule, and prints one
