@@ -326,34 +326,52 @@ class Statistics(unittest.TestCase):
         close(self, got["eps_share"]["0.weight"], want, rel=0, abs_=0.02, what="eps share")
 
     def test_scaled_dot_product_attention_is_measured(self):
-        """A model calling F.scaled_dot_product_attention (here a reference one on torch 1.13,
-        which has none) gets the same attention statistics as the explicit softmax."""
-        had = hasattr(F, "scaled_dot_product_attention")
-        original = getattr(F, "scaled_dot_product_attention", None)
-
-        def reference(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
-            s = (q @ k.transpose(-2, -1)) * (scale or 1 / math.sqrt(q.shape[-1]))
-            if is_causal:
-                s = s.masked_fill(torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool).triu(1), float("-inf"))
-            e = (s - s.amax(-1, keepdim=True)).exp()  # no softmax call: the watch would count that too
-            return (e / e.sum(-1, keepdim=True)) @ v
-        if not had:
-            F.scaled_dot_product_attention = reference
-        try:
-            torch.manual_seed(0)
-            explicit = GPT()
-            torch.manual_seed(0)
-            fused = GPT(sdpa=True)
-            a = self.one_step(explicit)[0].steps()[2]
-            b = self.one_step(fused)[0].steps()[2]
-        finally:
-            if not had:
-                del F.scaled_dot_product_attention
-            else:
-                F.scaled_dot_product_attention = original
+        """nanoGPT's flash path (PyTorch's own F.scaled_dot_product_attention, causal) gets the
+        same attention statistics as its explicit softmax path."""
+        torch.manual_seed(0)
+        explicit = GPT()
+        torch.manual_seed(0)
+        fused = GPT(sdpa=True)
+        a = self.one_step(explicit)[0].steps()[2]
+        b = self.one_step(fused)[0].steps()[2]
         for key in ("attn_logit_max", "attn_entropy"):
+            self.assertEqual(sorted(a[key]), sorted(b[key]))
             for label, value in a[key].items():
-                close(self, b[key][label], value, rel=1e-3, what=f"{key} {label}")
+                close(self, b[key][label], value, rel=1e-4, what=f"{key} {label}")
+
+    def test_a_compiled_model_gives_the_same_statistics(self):
+        """torch.compile (inductor, on the CPU) of nanoGPT's flash path: every statistic of 3
+        watched steps equals the eager model's (the compiled graph breaks at the watch's hooks on
+        a watched step: docs/external-trainers.md says what that costs)."""
+        def run_steps(compiled):
+            torch.manual_seed(0)
+            model = GPT(vocab=96, dim=64, heads=4, layers=2, seq=64, sdpa=True)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            run = FakeRun()
+            hlat.torch.watch(run, model, opt, tensor_sample=None)
+            forward = torch.compile(model) if compiled else model
+            data = text_batches(64, 4, seed=1)
+            for _ in range(3):
+                x, y = next(data)
+                _, loss = forward(x, y)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+            return run.steps()
+        eager, compiled = run_steps(False), run_steps(True)
+        self.assertEqual(sorted(eager), sorted(compiled))
+        for step in eager:
+            self.assertEqual(sorted(eager[step]), sorted(compiled[step]), f"step {step}")
+            for key, want in eager[step].items():
+                if key == "step":
+                    continue
+                got = compiled[step][key]
+                pairs = [(lab, want[lab], got[lab]) for lab in want] if isinstance(want, dict) else [(key, want, got)]
+                for label, x, y in pairs:
+                    if math.isnan(x):  # a zero-initialised bias's update ratio at step 0: 0 / 0
+                        self.assertTrue(math.isnan(y), f"step {step} {key} {label}: {y}, eager NaN")
+                        continue
+                    close(self, y, x, rel=1e-4, abs_=1e-7, what=f"step {step} {key} {label}")
 
     def test_sampled_sdpa_logits_keep_the_mask(self):
         """attention_logits with a sample bound: the first sequence, every r-th query, the causal
