@@ -26,7 +26,10 @@ def watch(run, model, optimizer, every=1, step=0, **options):
     its name in named_parameters, DDP's "module." left out) the gradient norm before clipping,
     the weight norm, the update norm, the update-to-weight ratio and Adam's epsilon share.
 
-    Call it once, after the optimizer is made, on every rank (only rank 0 measures). Steps are
+    Call it once, after the optimizer is made, on every rank: a collective in a job of several
+    ranks, where every rank measures what it holds (FSDP2 and TP shards, its pipeline stage's
+    blocks, its heads, its batch) and the parts meet in one all_gather a watched step, sent by
+    the run's main rank (docs/external-trainers.md, "Sharded models"). Steps are
     counted by optimizer.step() calls from `step` (set watch.step to follow the loop's numbering).
     Reductions stay on the device; the numbers of a step go to the host in one copy, read by
     the sender thread. Returns the Watch (close() removes its hooks). Options: logits_module
@@ -34,7 +37,13 @@ def watch(run, model, optimizer, every=1, step=0, **options):
     attention statistics), sdpa_sample (attention logits materialised per
     scaled_dot_product_attention call, at most; default 4M), entropy_sample (a model's own
     softmax of more probabilities than this in one call gives the entropy at every r-th query;
-    default 256K; None: all)."""
+    default 256K; None: all), tensor_sample (a tensor of more coordinates has its weight and
+    update norms and epsilon share from a sample of this many; default 32,768; None: all),
+    mesh (the DeviceMesh, when the parameters' own does not name its dimensions),
+    model_parallel_dims (the mesh dimensions whose ranks see the same batch; default ("tp",)),
+    sequence_parallel (the tp ranks hold shares of the sequence: their activations all count),
+    heads (the model's attention head count, when its config does not say), pipeline_stage
+    (a torch.distributed.pipelining stage: its metadata probe's forward is not counted)."""
     return Watch(run, model, optimizer, every=every, step=step, **options)
 
 
