@@ -323,6 +323,10 @@ class Watch:
                  sequence_parallel=False, heads=None, pipeline_stage=None):
         if every < 1:
             raise ValueError(f"hlat.torch.watch: every must be >= 1, not {every}")
+        # A trainer's wrapper (Accelerate's AcceleratedOptimizer, Lightning's LightningOptimizer)
+        # steps the torch optimizer inside it: its hooks are that one's.
+        while isinstance(getattr(optimizer, "optimizer", None), torch.optim.Optimizer):
+            optimizer = optimizer.optimizer
         self.run, self.model, self.optimizer, self.every = run, model, optimizer, int(every)
         self.attention_on, self.sdpa_sample, self.entropy_sample = attention, sdpa_sample, entropy_sample
         self.tensor_sample = tensor_sample
