@@ -24,10 +24,30 @@ A run the script does not finish() is ended for it: "crashed" by an uncaught
 exception or SIGTERM, "stopped" by Ctrl-C, "finished" at a normal exit
 (docs/external-trainers.md, "How a run ends").
 PyTorch probes (gradient norms, replica hashes, TP drift, causality) are in
-`hlat.torch`.
+`hlat.torch`; trainers' adapters in `hlat.transformers`, `hlat.lightning` and
+`hlat.accelerate`.
+W&B's habits: `import hlat as wandb` runs a wandb script: hlat.init(project=,
+name=, config=, mode=), hlat.log(dict) with the step counted, hlat.config,
+hlat.summary, hlat.define_metric, hlat.watch(model, optimizer=), hlat.alert,
+hlat.finish(exit_code=) act on the current run (docs/trainers/wandb.md).
 """
 from ._http import BadReply, RunExists, ServerError
+from ._wandb import alert, define_metric, finish, log, watch
 from .client import DisabledRun, HaltRequested, Run, init
 
-__all__ = ["BadReply", "DisabledRun", "HaltRequested", "Run", "RunExists", "ServerError", "init"]
+__all__ = ["BadReply", "DisabledRun", "HaltRequested", "Run", "RunExists", "ServerError", "alert", "config",
+           "define_metric", "finish", "init", "log", "run", "summary", "watch"]
+
+
+def __getattr__(name):
+    """hlat.run, hlat.config and hlat.summary: the current run's (as wandb.run, wandb.config)."""
+    from . import _wandb
+    if name == "run":
+        return _wandb.current[0]
+    if name in ("config", "summary"):
+        run = _wandb.current[0]
+        if run is None:
+            return _wandb.Config(started=False) if name == "config" else _wandb.Summary()
+        return getattr(run, name)
+    raise AttributeError(f"module 'hlat' has no attribute {name!r}")
 __version__ = "0.2.0"

@@ -25,7 +25,7 @@ import socket
 import sys
 import time
 
-from . import _ends, _meta, _spool, _system
+from . import _ends, _meta, _spool, _system, _wandb
 from ._http import HttpTransport
 from ._local import HALT_EXIT_CODE, LocalStore  # noqa: F401  (HALT_EXIT_CODE: the documented name)
 from ._records import MAX_STEP, short, with_batch
@@ -110,6 +110,7 @@ class Run:
         self._halted = None        # the reason every rank agreed on
         self._rewind = None        # a rewind_skip halt's plan (the server's reply; every rank's after should_stop)
         self._last_step = 0
+        self._next_step = 0        # log() without a step: W&B's counter
         self._queue = None  # rank 0: the sender's queue
         self._after = None  # what log() does after queueing: max_lag_steps's wait, or a halt's check
         self._closed = self._finishing = False
@@ -173,8 +174,10 @@ class Run:
 
     # -- the training thread ------------------------------------------------
 
-    def log(self, values, step, batch=None):
-        """Queues values (numbers or 0-d tensors, NaN and inf kept) for `step`.
+    def log(self, values, step=None, batch=None, commit=None):
+        """Queues values (numbers or 0-d tensors, NaN and inf kept) for `step`; without a step,
+        at the step after the last one logged (the first: 0), as wandb.log counts (commit=False:
+        the next log() without a step is at this step again).
 
         batch: what the step trained on, a string or a list of strings (one per rank or
         micro-batch; integers are sent as strings), e.g. a hash of the token ids or
@@ -191,14 +194,22 @@ class Run:
         # bytecode costs (a call that does nothing takes ~2 us there), so this is all there is:
         # other ranks, max_lag_steps and a halt come in through self.log and self._after.
         # The dict is copied: the caller may reuse or change it after log() returns.
+        if step is None:
+            step = self._next_step
+        if commit is not False and type(step) is int:
+            self._next_step = step + 1
         self._last_step = step
         self._queue.append((step, dict(values) if batch is None else with_batch(values, batch)))
         if self._after is not None:
             self._after(step)
 
-    def _log_elsewhere(self, values, step, batch=None):
+    def _log_elsewhere(self, values, step=None, batch=None, commit=None):
         """log() on a rank that does not send the run's own values (only the main rank does): its
         numbers are this rank's (log_rank), and the step is should_stop()'s."""
+        if step is None:
+            step = self._next_step
+        if commit is not False and type(step) is int:
+            self._next_step = step + 1
         self._last_step = step
         self.log_rank(values, step)
 
@@ -283,8 +294,10 @@ class Run:
         if self._sender is not None:
             self._sender.flush(timeout)
 
-    def finish(self, status=None, detail="", timeout=30.0):
-        """Sends what is queued and ends the run: finished, or halted after a HaltRequested.
+    def finish(self, status=None, detail="", timeout=30.0, exit_code=None, quiet=None):
+        """Sends what is queued and ends the run: finished, or halted after a HaltRequested;
+        crashed with exit_code other than 0 (wandb's finish). A W&B-style summary (run.summary)
+        goes first, as a "summary" event.
 
         Calling it again does nothing, and so does calling it in a forked child (a raw
         os.fork() leaving a `with hlat.init(...)` block): the run is its parent's. When the
@@ -294,6 +307,10 @@ class Run:
         """
         if self._closed or self._finishing or self._forked():
             return
+        if exit_code:
+            status, detail = status or "crashed", detail or f"exit code {exit_code}"
+        if getattr(self, "summary", None) and self._queue is not None:
+            self.event("summary", json.dumps(self.summary, default=str), self._last_step)
         status = status or ("halted" if self._halted else "finished")
         self._finishing = True
         try:
@@ -482,7 +499,7 @@ class DisabledRun:
         self.name, self.rank, self.world_size, self.main_rank = name, rank, world_size, 0
         self.stats = {}
 
-    def log(self, values, step, batch=None):
+    def log(self, values, step=None, batch=None, commit=None):
         pass
 
     def record(self, values, step):
@@ -509,7 +526,7 @@ class DisabledRun:
     def flush(self, timeout=30.0):
         pass
 
-    def finish(self, status=None, detail="", timeout=30.0):
+    def finish(self, status=None, detail="", timeout=30.0, exit_code=None, quiet=None):
         pass
 
     def __enter__(self):
@@ -519,7 +536,7 @@ class DisabledRun:
         return False
 
 
-def init(name, url=None, token=None, store=None, config=None, precision=None, meta=None, detectors=None,
+def init(name=None, url=None, token=None, store=None, config=None, precision=None, meta=None, detectors=None,
          resume=False, rank=None, world_size=None, mode=None, dir=None, **options):
     """Starts (or with resume=True continues) a run; call it on every rank, after
     torch.distributed.init_process_group.
@@ -546,17 +563,26 @@ def init(name, url=None, token=None, store=None, config=None, precision=None, me
     default 1), max_lag_steps (log() waits, at most 1 s, while the server answers but has not
     answered step - max_lag_steps - 1: a bound on how late a halt arrives; default None),
     system_interval (s between system metrics samples, default $HLAT_SYSTEM_INTERVAL or 10;
-    0 turns them off), hlat_binary (for store=).
+    0 turns them off), hlat_binary (for store=), main_rank (the rank that sends the run's own
+    values, default $HLAT_MAIN_RANK or 0).
+    W&B's init: project= (kept in meta; the name's default is PROJECT-DATE-TIME), id= (the
+    name when none is given), resume="must"/"auto", $WANDB_MODE when $HLAT_MODE is not set;
+    its other keywords are accepted and said once. The run is then the module's current one
+    (hlat.log, hlat.config, hlat.summary, hlat.finish: docs/trainers/wandb.md).
     """
-    mode = (mode or os.environ.get("HLAT_MODE") or "online").strip().lower()
+    name, meta = _wandb.init_arguments(name, options, meta)
+    mode = _wandb.mode_of(mode, os.environ)
+    resume = _wandb.resume_of(resume)
     if mode not in MODES:
         raise ValueError(f"hlat.init: mode (or HLAT_MODE) {mode!r} is not one of {', '.join(MODES)}")
     if mode == "disabled":
         _meta.precision_name(precision)
         dist = _dist()
-        return DisabledRun(name, rank if rank is not None else (dist.get_rank() if dist else 0),
-                           world_size if world_size is not None else (dist.get_world_size() if dist else 1))
+        run = DisabledRun(name, rank if rank is not None else (dist.get_rank() if dist else 0),
+                          world_size if world_size is not None else (dist.get_world_size() if dist else 1))
+        return _wandb.attach(run, config)
     if mode == "offline" and store:
         raise ValueError("hlat.init: store= writes a local store already; offline mode is for a server's run")
-    return Run(name, url=url, token=token, store=store, mode=mode, dir=dir, config=config, precision=precision,
-               meta=meta, detectors=detectors, resume=resume, rank=rank, world_size=world_size, **options)
+    run = Run(name, url=url, token=token, store=store, mode=mode, dir=dir, config=config, precision=precision,
+              meta=meta, detectors=detectors, resume=resume, rank=rank, world_size=world_size, **options)
+    return _wandb.attach(run, config)

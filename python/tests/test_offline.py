@@ -191,7 +191,7 @@ class Modes(unittest.TestCase):
 
     def test_a_mode_hlat_does_not_know_is_an_error_naming_the_modes(self):
         with self.assertRaisesRegex(ValueError, "online, offline, disabled"):
-            hlat.init("x", mode="dryrun")
+            hlat.init("x", mode="sideways")  # ("dryrun" is wandb's old name of offline)
 
     def test_sync_says_what_is_wrong_with_a_file_that_is_no_spool(self):
         bad = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False)
