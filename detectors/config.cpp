@@ -99,16 +99,32 @@ std::string known_sections() {
     std::string names;
     DetectorsConfig c;
     c.sections([&](const char* name, auto&) { names += std::string(names.empty() ? "" : ", ") + name; });
-    return names + ", webhook";
+    return names + ", webhook, webhook_format, webhook_ca";
 }
 
 std::string read_webhook(const json& j) {
     if (!j.contains("webhook")) return "";
     const json& w = j.at("webhook");
-    if (!w.is_string() || (!w.get<std::string>().empty() && w.get<std::string>().rfind("http://", 0) != 0))
-        throw DetectorConfigError(
-            fmt::format("config field \"detectors.webhook\" is {}; expected \"\" or an http:// URL", w.dump()));
+    const bool url = w.is_string() && (w.get<std::string>().empty() || w.get<std::string>().rfind("http://", 0) == 0 ||
+                                       w.get<std::string>().rfind("https://", 0) == 0);
+    if (!url)  // the value is not quoted: a webhook URL's path is its secret
+        throw DetectorConfigError("config field \"detectors.webhook\" is not \"\" or an http:// or https:// URL");
     return w.get<std::string>();
+}
+
+std::string read_text(const json& j, const char* key, const std::string& fallback,
+                      std::initializer_list<const char*> allowed = {}) {
+    if (!j.contains(key)) return fallback;
+    const json& v = j.at(key);
+    bool ok = v.is_string();
+    if (ok && allowed.size()) {
+        ok = false;
+        for (const char* a : allowed) ok = ok || v.get<std::string>() == a;
+    }
+    if (!ok)
+        throw DetectorConfigError(fmt::format("config field \"detectors.{}\" is {}; expected {}", key, v.dump(),
+                                              allowed.size() ? "\"json\", \"slack\" or \"discord\"" : "a path"));
+    return v.get<std::string>();
 }
 
 }  // namespace
@@ -117,7 +133,7 @@ DetectorsConfig detectors_from_json(const json& j) {
     DetectorsConfig c;
     if (j.is_null()) return c;
     if (!j.is_object()) throw DetectorConfigError("config field \"detectors\" must be an object");
-    std::set<std::string> known = {"webhook"};
+    std::set<std::string> known = {"webhook", "webhook_format", "webhook_ca"};
     c.sections([&](const char* name, auto&) { known.insert(name); });
     for (auto it = j.begin(); it != j.end(); ++it)
         if (!known.count(it.key()))
@@ -129,6 +145,8 @@ DetectorsConfig detectors_from_json(const json& j) {
         f.done();
     });
     c.webhook = read_webhook(j);
+    c.webhook_format = read_text(j, "webhook_format", "json", {"json", "slack", "discord"});
+    c.webhook_ca = read_text(j, "webhook_ca", "");
     return c;
 }
 
@@ -141,6 +159,8 @@ json detectors_to_json(const DetectorsConfig& config) {
         out[name] = std::move(w.out);
     });
     out["webhook"] = c.webhook;
+    out["webhook_format"] = c.webhook_format;
+    out["webhook_ca"] = c.webhook_ca;
     return out;
 }
 

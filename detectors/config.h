@@ -2,7 +2,8 @@
 // parameters; validated in one place. JSON section "detectors" of a training
 // config, every field optional: a section per detector (DetectorsConfig::
 // sections() names them), its fields as its fields() lists them, and
-// "webhook": "http://host:port/path" or "". Each section's fields() lists its
+// "webhook": "http(s)://host[:port]/path" or "", "webhook_format" and
+// "webhook_ca" (session/webhook.h). Each section's fields() lists its
 // fields once, with their bounds: reading a config and writing one
 // (config.cpp) both go through it, so a new field is one line there.
 #pragma once
@@ -291,7 +292,9 @@ struct DetectorsConfig {
     LogzDriftConfig logz_drift;
     FlightRecorderConfig flight_recorder;
     RewindConfig rewind;
-    std::string webhook;
+    std::string webhook;                 // http(s)://host[:port]/path or ""
+    std::string webhook_format = "json";  // or "slack", "discord": the payload those take
+    std::string webhook_ca;               // a CA file for an https webhook's certificate ("" : the system's)
 
     // Every detector's section by its name in the config: the one list that
     // reads, writes and names them.

@@ -42,7 +42,8 @@ RunSession::RunSession(telemetry::Writer* writer, telemetry::RunRecord run, Sess
       suite_(config),
       recorder_(config.flight_recorder.steps, config.flight_recorder.store_every),
       rewind_config_(config.rewind) {
-    if (!config.webhook.empty()) webhook_ = std::make_unique<Webhook>(config.webhook, run_.name);
+    if (!config.webhook.empty())
+        webhook_ = std::make_unique<Webhook>(config.webhook, run_.name, config.webhook_format, config.webhook_ca);
 }
 
 RunSession::~RunSession() = default;

@@ -1,6 +1,5 @@
 #include "session/webhook.h"
 
-#include <civetweb.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -10,24 +9,20 @@
 
 namespace hlat::session {
 
-Webhook::Webhook(const std::string& url, std::string run_name) : run_name_(std::move(run_name)) {
-    const std::string scheme = "http://";
-    if (url.rfind(scheme, 0) != 0) throw std::runtime_error(fmt::format("webhook {} is not an http:// URL", url));
-    std::string rest = url.substr(scheme.size());
-    size_t slash = rest.find('/');
-    std::string authority = rest.substr(0, slash);
-    path_ = slash == std::string::npos ? "/" : rest.substr(slash);
-    size_t colon = authority.rfind(':');
-    host_ = authority.substr(0, colon);
-    if (colon != std::string::npos) {
-        try {
-            port_ = std::stoi(authority.substr(colon + 1));
-        } catch (const std::exception&) {
-            throw std::runtime_error(fmt::format("webhook {} has no valid port", url));
-        }
-    }
-    if (host_.empty() || port_ <= 0 || port_ > 65535) throw std::runtime_error(fmt::format("webhook {} is malformed", url));
-    mg_init_library(0);
+namespace {
+
+constexpr std::chrono::milliseconds kDeadline{10000};
+constexpr int kTries = 3;
+constexpr std::chrono::seconds kFirstWait{1};  // then 4x that
+constexpr std::chrono::seconds kDrain{5};      // what the run's end waits for the queue, at most
+
+}  // namespace
+
+Webhook::Webhook(const std::string& url, std::string run_name, const std::string& format, const std::string& ca_file)
+    : target_(parse_post_url(url)), run_name_(std::move(run_name)), format_(format) {
+    if (format_ != "json" && format_ != "slack" && format_ != "discord")
+        throw std::runtime_error(fmt::format("webhook format \"{}\" is not json, slack or discord", format_));
+    target_.ca_file = ca_file;
     thread_ = std::thread(&Webhook::run, this);
 }
 
@@ -35,6 +30,7 @@ Webhook::~Webhook() {
     {
         std::lock_guard<std::mutex> lock(mutex_);
         stop_ = true;
+        drain_until_ = std::chrono::steady_clock::now() + kDrain;
     }
     cv_.notify_all();
     thread_.join();
@@ -49,15 +45,31 @@ void Webhook::post(const telemetry::Alert& a) {
         std::lock_guard<std::mutex> lock(mutex_);
         if (!episodes_.add(a, &closed)) return;
     }
-    nlohmann::json data = nlohmann::json::parse(a.data, nullptr, false);
-    if (data.is_discarded()) data = nullptr;
-    nlohmann::json body = {{"run", run_name_},      {"kind", a.kind},       {"severity", a.severity},
-                           {"step", a.step},        {"message", a.message}, {"wall_time", a.wall_time},
-                           {"data", data}};
-    if (closed.count > 1) body["previous_episode"] = telemetry::episode_json(closed);
+    std::string body = payload(a, closed);
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(body.dump());
+    queue_.push_back(std::move(body));
     cv_.notify_all();
+}
+
+// hlat's JSON (every field), or the one line a chat shows: Slack's incoming
+// webhooks take {"text"} (mrkdwn), Discord's {"content"} (at most 2,000
+// characters).
+std::string Webhook::payload(const telemetry::Alert& a, const telemetry::AlertEpisode& closed) const {
+    if (format_ == "json") {
+        nlohmann::json data = nlohmann::json::parse(a.data, nullptr, false);
+        if (data.is_discarded()) data = nullptr;
+        nlohmann::json body = {{"run", run_name_},      {"kind", a.kind},       {"severity", a.severity},
+                               {"step", a.step},        {"message", a.message}, {"wall_time", a.wall_time},
+                               {"data", data}};
+        if (closed.count > 1) body["previous_episode"] = telemetry::episode_json(closed);
+        return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    }
+    std::string line = fmt::format("hlat: run {} — {} {} at step {}: {}", run_name_, a.severity, a.kind, a.step,
+                                   a.message);
+    if (closed.count > 1) line += fmt::format(" (the previous {} episode: {} alerts)", a.kind, closed.count);
+    if (format_ == "discord" && line.size() > 2000) line = line.substr(0, 1997) + "...";
+    const nlohmann::json body = {{format_ == "slack" ? "text" : "content", line}};
+    return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 void Webhook::run() {
@@ -70,22 +82,39 @@ void Webhook::run() {
             body = std::move(queue_.front());
             queue_.pop_front();
         }
-        char error[256] = {0};
-        std::string request = fmt::format(
-            "POST {} HTTP/1.0\r\nHost: {}:{}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{}", path_,
-            host_, port_, body.size(), body);
-        mg_connection* conn = mg_download(host_.c_str(), port_, 0, error, sizeof error, "%s", request.c_str());
-        int status = 0;
-        if (conn) {
-            const mg_response_info* info = mg_get_response_info(conn);
-            status = info ? info->status_code : 0;
-            mg_close_connection(conn);
-        }
-        if (status < 200 || status >= 300) {
-            spdlog::warn("webhook {}:{}{} did not take the alert: {}", host_, port_, path_,
-                         conn ? fmt::format("HTTP {}", status) : std::string(error));
-        }
+        deliver(body);
     }
+}
+
+// Up to kTries posts, kFirstWait then 4x that apart; once the run has ended,
+// one post within what is left of kDrain, so a dead endpoint holds the run's
+// end (a finish request, a server's shutdown) that long at most.
+void Webhook::deliver(const std::string& body) {
+    std::chrono::seconds wait = kFirstWait;
+    PostResult r;
+    for (int attempt = 1; attempt <= kTries; attempt++) {
+        std::chrono::milliseconds deadline = kDeadline;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (stop_) {
+                auto left = std::chrono::duration_cast<std::chrono::milliseconds>(drain_until_ -
+                                                                                  std::chrono::steady_clock::now());
+                if (left.count() <= 0) {
+                    r = {0, "the run ended and the webhook had not answered within 5 s"};
+                    break;
+                }
+                deadline = std::min(deadline, left);
+            }
+        }
+        r = post_json(target_, body, deadline);
+        if (r.status >= 200 && r.status < 300) return;
+        std::unique_lock<std::mutex> lock(mutex_);
+        if (stop_ || attempt == kTries) break;  // at the end of the run: once, no waiting
+        cv_.wait_for(lock, wait, [&] { return stop_; });
+        wait *= 4;
+    }
+    spdlog::warn("webhook {} did not take the alert: {}", redacted_url(target_),
+                 r.status ? fmt::format("HTTP {}", r.status) : r.error);
 }
 
 }  // namespace hlat::session

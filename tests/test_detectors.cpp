@@ -304,6 +304,12 @@ TEST(DetectorConfig, BadSettingsAreNamed) {
               std::string::npos);
     EXPECT_NE(config_error({{"webhook", "ftp://x"}}).find("detectors.webhook"), std::string::npos);
     EXPECT_EQ(config_error({{"grad_spike", {{"policy", "halt"}, {"window", 5}}}, {"webhook", "http://127.0.0.1:9/x"}}), "");
+    // HTTPS, the chats' payloads, a CA file; a URL refused without being quoted (its path is a secret).
+    EXPECT_EQ(config_error({{"webhook", "https://hooks.slack.com/services/T0/B0/secret"}, {"webhook_format", "slack"},
+                            {"webhook_ca", "/etc/ssl/certs/ca-certificates.crt"}}),
+              "");
+    EXPECT_NE(config_error({{"webhook_format", "teams"}}).find("detectors.webhook_format"), std::string::npos);
+    EXPECT_EQ(config_error({{"webhook", "hxxps://h/secret"}}).find("secret"), std::string::npos);
 }
 
 // The trainer with injected faults, through the binary.
