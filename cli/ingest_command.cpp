@@ -409,6 +409,58 @@ int follow_until_deleted(const Options& o, LineParser& parser, std::ifstream& in
     }
 }
 
+// A TensorBoard log directory a running job writes (torchtitan, Megatron,
+// SummaryWriter): its new records read every 200 ms through the session, with
+// the halt, --on-halt, --idle-exit and the signals of a followed text log. A
+// corrupt record stops following (every record before it is stored).
+int follow_tensorboard(const Options& o) {
+    TensorBoardTail tail(o.file, o.rename);
+    Writer writer(o.store);
+    auto s = session::RunSession::open(&writer, run_record(o, o.run), {o.resume, "", 0, 0.0, "ingest --follow " + o.file});
+    std::signal(SIGINT, stop_ingesting);
+    std::signal(SIGTERM, stop_ingesting);
+    std::string status = "finished", halt_reason, error;
+    auto last_growth = std::chrono::steady_clock::now();
+    long values = 0;
+    int64_t last_step = 0;
+    for (;;) {
+        std::vector<MetricPoint> points = tail.read_new();
+        if (!points.empty()) {
+            last_growth = std::chrono::steady_clock::now();
+            values += (long)points.size();
+            last_step = std::max(last_step, points.back().step);
+            ParsedBatch b;
+            b.records = (long)points.size();
+            b.points = std::move(points);
+            session::ingest_parsed(*s, std::move(b));
+            s->flush();
+        }
+        writer.check_run(s->run_id());
+        if (!tail.error().empty()) {
+            error = tail.error();
+            status = "stopped";
+            break;
+        }
+        if (act_on_halt(o, *s, last_step, halt_reason)) break;
+        if (!halt_reason.empty() && o.on_halt.how == "signal" && ::kill(o.on_halt.pid, 0) != 0) break;
+        if (g_ingest_stop) {
+            status = "stopped";
+            break;
+        }
+        double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_growth).count();
+        if (o.idle_exit > 0 && idle >= o.idle_exit) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    const bool halted = !halt_reason.empty() && o.on_halt.how != "none";
+    s->finish(halted ? "halted" : status, last_step, "ingest " + status);
+    spdlog::info("ingested {} values up to step {} into run \"{}\" of {}", values, last_step, o.run, o.store);
+    if (!error.empty()) {
+        spdlog::error("{}: following stopped here; every record before it is stored", error);
+        return 1;
+    }
+    return halted ? kExitHalted : 0;
+}
+
 // The log's format from its first MB (a console log's banner and config dump
 // come first). A followed log whose lines do not tell yet (empty, or a
 // trainer still printing its banner) is read again every 200 ms until they
@@ -528,14 +580,13 @@ int ingest_command(int argc, char** argv) {
     if (o.auto_format && (std::filesystem::is_directory(o.file) || o.file.find("tfevents") != std::string::npos))
         o.format = LogFormat::TensorBoard, o.auto_format = false;
     if (o.format == LogFormat::TensorBoard) {
-        if (o.follow) throw std::runtime_error("--follow reads text logs; import TensorBoard event files once they are written");
-        return import_tensorboard(o);
+        return o.follow ? follow_tensorboard(o) : import_tensorboard(o);
     }
     std::ifstream in(o.file, std::ios::binary);
     if (!in) throw std::runtime_error(fmt::format("cannot open {}", o.file));
     if (o.auto_format) {
         o.format = format_of(o, in);
-        if (o.format == LogFormat::TensorBoard) return import_tensorboard(o);
+        if (o.format == LogFormat::TensorBoard) return o.follow ? follow_tensorboard(o) : import_tensorboard(o);
     }
     LineParser parser(o.file, o.format, o.pattern, o.rename);
     return o.follow ? follow_until_deleted(o, parser, in) : import_lines(o, parser, in);

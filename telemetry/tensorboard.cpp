@@ -60,25 +60,31 @@ void collect_scalar(void* ctx, const char* tag, size_t tag_size, double value) {
     static_cast<EventScalars*>(ctx)->emplace_back(std::string(tag, tag_size), value);
 }
 
-void read_event_file(const std::string& path, const KeyMap& rename, std::vector<MetricPoint>& out) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw IngestError(fmt::format("cannot open {}", path));
-    std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    size_t offset = 0;
+// The records of `data` from `offset` on, their scalars into `out`; returns
+// where the records read end. With `partial_ok` (a file still being written)
+// a record not yet whole ends the reading there; otherwise it is an error, as
+// is a bad CRC or protobuf anywhere.
+size_t read_records(const std::string& data, size_t offset, const std::string& path, size_t file_offset,
+                    const KeyMap& rename, std::vector<MetricPoint>& out, bool partial_ok) {
     auto decode = event_decoder();
     EventScalars scalars;
     while (offset < data.size()) {
         auto bad = [&](const std::string& why) {
-            return IngestError(fmt::format("{}: record at byte offset {}: {}", path, offset, why));
+            return IngestError(fmt::format("{}: record at byte offset {}: {}", path, file_offset + offset, why));
         };
-        if (data.size() - offset < 12) throw bad("cut short in its header (a truncated file?)");
+        if (data.size() - offset < 12) {
+            if (partial_ok) break;
+            throw bad("cut short in its header (a truncated file?)");
+        }
         uint64_t length;
         std::memcpy(&length, data.data() + offset, 8);
         if (masked_crc32c(data.data() + offset, 8) != read_u32(data.data() + offset + 8))
             throw bad("the CRC of its length does not match (a corrupt file?)");
-        if (length > data.size() - offset - 12 || data.size() - offset - 12 - length < 4)
+        if (length > data.size() - offset - 12 || data.size() - offset - 12 - length < 4) {
+            if (partial_ok) break;
             throw bad(fmt::format("cut short: {} bytes announced, {} left (a truncated file?)", length,
                                   data.size() - offset - 12));
+        }
         const char* record = data.data() + offset + 12;
         if (masked_crc32c(record, length) != read_u32(record + length))
             throw bad("the CRC of its data does not match (a corrupt file?)");
@@ -99,6 +105,18 @@ void read_event_file(const std::string& path, const KeyMap& rename, std::vector<
         }
         offset += 12 + length + 4;
     }
+    return offset;
+}
+
+std::string read_from(const std::string& path, size_t offset) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw IngestError(fmt::format("cannot open {}", path));
+    in.seekg((std::streamoff)offset);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void read_event_file(const std::string& path, const KeyMap& rename, std::vector<MetricPoint>& out) {
+    read_records(read_from(path, 0), 0, path, 0, rename, out, false);
 }
 
 }  // namespace
@@ -135,6 +153,34 @@ std::vector<TensorBoardRun> read_tensorboard(const std::string& path, const KeyM
         runs.push_back(std::move(run));
     }
     return runs;
+}
+
+TensorBoardTail::TensorBoardTail(std::string path, KeyMap rename) : path_(std::move(path)), rename_(std::move(rename)) {
+    if (!fs::exists(path_)) throw IngestError(fmt::format("cannot open {}", path_));
+}
+
+std::vector<MetricPoint> TensorBoardTail::read_new() {
+    std::vector<std::string> files;
+    if (fs::is_directory(path_)) {
+        std::error_code ec;  // a folder the writer is still making: read again at the next call
+        for (auto it = fs::recursive_directory_iterator(path_, ec); !ec && it != fs::recursive_directory_iterator();
+             it.increment(ec))
+            if (it->is_regular_file() && is_event_file(it->path())) files.push_back(it->path().string());
+        std::sort(files.begin(), files.end());  // by the writer's start time, as the import reads them
+    } else {
+        files.push_back(path_);
+    }
+    std::vector<MetricPoint> out;
+    try {
+        for (const std::string& f : files) {
+            size_t& at = offsets_[f];
+            at += read_records(read_from(f, at), 0, f, at, rename_, out, true);
+        }
+    } catch (const IngestError& e) {
+        error_ = e.what();  // the records before it are returned: a follower stores them
+    }
+    std::stable_sort(out.begin(), out.end(), [](const MetricPoint& a, const MetricPoint& b) { return a.step < b.step; });
+    return out;
 }
 
 }  // namespace hlat::telemetry

@@ -9,6 +9,7 @@
 #include "telemetry/ingest.h"
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,25 @@ struct TensorBoardRun {
 // event files (events.out.tfevents.*) is a run, in name order. Throws
 // IngestError (bad framing, bad CRC, bad protobuf, no event files).
 std::vector<TensorBoardRun> read_tensorboard(const std::string& path, const KeyMap& rename = {});
+
+// A TensorBoard log being written (`hlat ingest --follow`): each call reads
+// the records whole since the last one, of every event file of a folder (new
+// ones too, below it) or of one file, and returns their scalars in step order.
+// A record still being written waits for the next call; a bad CRC or protobuf
+// in a whole one ends the reading there: error() then names the file and byte
+// offset, and the call returned the records before it.
+class TensorBoardTail {
+  public:
+    TensorBoardTail(std::string path, KeyMap rename = {});
+    std::vector<MetricPoint> read_new();
+    const std::string& error() const { return error_; }
+
+  private:
+    std::string path_;
+    KeyMap rename_;
+    std::string error_;
+    std::map<std::string, size_t> offsets_;  // by file: bytes read
+};
 
 // TFRecord's masked CRC-32C, as TensorFlow computes it.
 uint32_t masked_crc32c(const void* data, size_t size);
