@@ -45,8 +45,10 @@ const std::vector<std::pair<std::string, std::string>>& alias_table() {
         {"eval_loss", "heldout_loss"},             // Hugging Face's log_history
         {"validation/loss", "heldout_loss"},
         {"lm loss validation", "heldout_loss"},    // Megatron-LM
+        {"validation_metrics/loss", "heldout_loss"},  // torchtitan's validator
         // tokens and speed
         {"tokens", "tokens_seen"},
+        {"n_tokens_seen", "tokens_seen"},          // torchtitan
         {"num_tokens", "tokens_seen"},
         {"train/num_input_tokens_seen", "tokens_seen"},  // Hugging Face Trainer
         {"num_input_tokens_seen", "tokens_seen"},
