@@ -2,7 +2,8 @@
 run unchanged but for `import hlat as wandb` against `hlat serve` (HLAT_URL, HLAT_TOKEN): every
 value it logs is stored at the step wandb would count, its config is the run's, the summary and
 the alert arrive, define_metric is accepted (said once), finish(exit_code=1) ends a run
-"crashed", and WANDB_MODE=offline keeps the run in the spool."""
+"crashed", and WANDB_MODE=offline keeps the run in the spool; the same script under the real
+wandb (the lock's, offline) logs the same keys at the same steps with the same values."""
 import glob
 import json
 import os
@@ -36,6 +37,36 @@ wandb.summary["best_acc"] = 0.95
 wandb.alert(title="done", text="the quickstart ran", level="INFO")
 wandb.finish(exit_code=EXIT)
 """
+
+
+def wandb_history(path):
+    """The history rows ({key: value, "_step": n}) of an offline wandb run's .wandb file: W&B's
+    header (":W&B", 2 magic bytes, a version), then LevelDB's log format (32 KiB blocks of
+    records, each a 4-byte checksum, a 2-byte length, a type: 1 whole, 2 first, 3 middle, 4
+    last), each record a wandb_internal Record protobuf."""
+    from wandb.proto import wandb_internal_pb2
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:4] == b":W&B", data[:8]
+    block, pos, pieces, rows = 32768, 7, b"", []
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block's tail too short for a header is padding
+            pos += block - pos % block
+            continue
+        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
+        payload, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind in (2, 3):
+            pieces += payload
+            continue
+        if kind not in (1, 4):
+            continue
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(pieces + payload)
+        pieces = b""
+        if record.WhichOneof("record_type") == "history":
+            rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                         for item in record.history.item})
+    return rows
 
 
 class WandbScript(ServerTestCase):
@@ -73,6 +104,30 @@ class WandbScript(ServerTestCase):
         self.assertEqual(json.loads(summary[0]["detail"]), {"best_acc": 0.95})
         alerts = self.server.get("/api/v1/runs/wb-quickstart/alerts")["alerts"]
         self.assertIn("done: the quickstart ran", [a["message"] for a in alerts])
+
+    def test_the_same_script_under_wandb_logs_the_same_keys_and_steps(self):
+        """The quickstart under the real wandb (offline, its .wandb file read back) and under
+        hlat: the same keys at the same steps, the same values."""
+        folder = tempfile.mkdtemp(prefix="hlat-real-wandb-")
+        out = os.path.join(folder, "values")
+        script = (f"NAME, OUT, EXIT = 'real', {out!r}, 0\n" + QUICKSTART.replace("import hlat as wandb", "import wandb"))
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, WANDB_MODE="offline", WANDB_DIR=folder, WANDB_SILENT="true"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        under_wandb = {}
+        for history in wandb_history(glob.glob(os.path.join(folder, "wandb", "offline-run-*", "run-*.wandb"))[0]):
+            step = int(history.pop("_step"))
+            for key, value in history.items():
+                if not key.startswith("_"):
+                    under_wandb.setdefault(key, []).append((step, value))
+        self.run_script("wb-same")
+        under_hlat = {key: self.series("wb-same", key) for key in self.server.get("/api/v1/runs/wb-same/keys")["keys"]}
+        self.assertEqual(sorted(under_wandb), ["acc", "loss", "val_acc", "val_ppl"])
+        self.assertEqual(sorted(under_wandb), sorted(under_hlat))
+        for key, points in under_wandb.items():
+            self.assertEqual([s for s, _ in points], [s for s, _ in under_hlat[key]], key)
+            for (_, a), (_, b) in zip(points, under_hlat[key]):
+                self.assertAlmostEqual(a, b, places=9, msg=key)
 
     def test_finish_with_an_exit_code_ends_the_run_crashed(self):
         self.run_script("wb-exit", exit_code=1)
