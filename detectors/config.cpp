@@ -99,7 +99,7 @@ std::string known_sections() {
     std::string names;
     DetectorsConfig c;
     c.sections([&](const char* name, auto&) { names += std::string(names.empty() ? "" : ", ") + name; });
-    return names + ", webhook, webhook_format, webhook_ca";
+    return names + ", webhook, webhook_format, webhook_ca, webhook_page";
 }
 
 std::string read_webhook(const json& j) {
@@ -123,7 +123,7 @@ std::string read_text(const json& j, const char* key, const std::string& fallbac
     }
     if (!ok)
         throw DetectorConfigError(fmt::format("config field \"detectors.{}\" is {}; expected {}", key, v.dump(),
-                                              allowed.size() ? "\"json\", \"slack\" or \"discord\"" : "a path"));
+                                              allowed.size() ? "\"json\", \"slack\" or \"discord\"" : "a string"));
     return v.get<std::string>();
 }
 
@@ -133,7 +133,7 @@ DetectorsConfig detectors_from_json(const json& j) {
     DetectorsConfig c;
     if (j.is_null()) return c;
     if (!j.is_object()) throw DetectorConfigError("config field \"detectors\" must be an object");
-    std::set<std::string> known = {"webhook", "webhook_format", "webhook_ca"};
+    std::set<std::string> known = {"webhook", "webhook_format", "webhook_ca", "webhook_page"};
     c.sections([&](const char* name, auto&) { known.insert(name); });
     for (auto it = j.begin(); it != j.end(); ++it)
         if (!known.count(it.key()))
@@ -147,6 +147,7 @@ DetectorsConfig detectors_from_json(const json& j) {
     c.webhook = read_webhook(j);
     c.webhook_format = read_text(j, "webhook_format", "json", {"json", "slack", "discord"});
     c.webhook_ca = read_text(j, "webhook_ca", "");
+    c.webhook_page = read_text(j, "webhook_page", "");
     return c;
 }
 
@@ -161,6 +162,7 @@ json detectors_to_json(const DetectorsConfig& config) {
     out["webhook"] = c.webhook;
     out["webhook_format"] = c.webhook_format;
     out["webhook_ca"] = c.webhook_ca;
+    out["webhook_page"] = c.webhook_page;
     return out;
 }
 

@@ -295,6 +295,7 @@ struct DetectorsConfig {
     std::string webhook;                 // http(s)://host[:port]/path or ""
     std::string webhook_format = "json";  // or "slack", "discord": the payload those take
     std::string webhook_ca;               // a CA file for an https webhook's certificate ("" : the system's)
+    std::string webhook_page;             // the page's address as the team opens it: each post links the run
 
     // Every detector's section by its name in the config: the one list that
     // reads, writes and names them.

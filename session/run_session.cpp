@@ -43,7 +43,8 @@ RunSession::RunSession(telemetry::Writer* writer, telemetry::RunRecord run, Sess
       recorder_(config.flight_recorder.steps, config.flight_recorder.store_every),
       rewind_config_(config.rewind) {
     if (!config.webhook.empty())
-        webhook_ = std::make_unique<Webhook>(config.webhook, run_.name, config.webhook_format, config.webhook_ca);
+        webhook_ = std::make_unique<Webhook>(config.webhook, run_.name, config.webhook_format, config.webhook_ca,
+                                             config.webhook_page);
 }
 
 RunSession::~RunSession() = default;

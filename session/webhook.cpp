@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include <cctype>
 #include <chrono>
 #include <stdexcept>
 
@@ -18,8 +19,21 @@ constexpr std::chrono::seconds kDrain{5};      // what the run's end waits for t
 
 }  // namespace
 
-Webhook::Webhook(const std::string& url, std::string run_name, const std::string& format, const std::string& ca_file)
-    : target_(parse_post_url(url)), run_name_(std::move(run_name)), format_(format) {
+// The run page's address: page + /static/run.html?run=NAME, the name
+// percent-encoded (RFC 3986's unreserved characters kept).
+static std::string run_link(std::string page, const std::string& run) {
+    if (page.empty()) return "";
+    while (!page.empty() && page.back() == '/') page.pop_back();
+    std::string encoded;
+    for (unsigned char c : run)
+        encoded += std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' ? std::string(1, (char)c)
+                                                                                  : fmt::format("%{:02X}", c);
+    return page + "/static/run.html?run=" + encoded;
+}
+
+Webhook::Webhook(const std::string& url, std::string run_name, const std::string& format, const std::string& ca_file,
+                 const std::string& page)
+    : target_(parse_post_url(url)), run_name_(std::move(run_name)), format_(format), link_(run_link(page, run_name_)) {
     if (format_ != "json" && format_ != "slack" && format_ != "discord")
         throw std::runtime_error(fmt::format("webhook format \"{}\" is not json, slack or discord", format_));
     target_.ca_file = ca_file;
@@ -62,11 +76,13 @@ std::string Webhook::payload(const telemetry::Alert& a, const telemetry::AlertEp
                                {"step", a.step},        {"message", a.message}, {"wall_time", a.wall_time},
                                {"data", data}};
         if (closed.count > 1) body["previous_episode"] = telemetry::episode_json(closed);
+        if (!link_.empty()) body["link"] = link_;
         return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     }
     std::string line = fmt::format("hlat: run {} — {} {} at step {}: {}", run_name_, a.severity, a.kind, a.step,
                                    a.message);
     if (closed.count > 1) line += fmt::format(" (the previous {} episode: {} alerts)", a.kind, closed.count);
+    if (!link_.empty()) line += format_ == "slack" ? fmt::format(" <{}|open the run>", link_) : " " + link_;
     if (format_ == "discord" && line.size() > 2000) line = line.substr(0, 1997) + "...";
     const nlohmann::json body = {{format_ == "slack" ? "text" : "content", line}};
     return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

@@ -27,8 +27,10 @@ class Webhook {
   public:
     // Throws std::runtime_error for a URL that is not http(s)://host[:port]/path
     // or a format other than "json", "slack", "discord".
+    // page: the page's address as the team opens it ("https://hlat.example"):
+    // each post then links the run's page ("link" in hlat's JSON).
     Webhook(const std::string& url, std::string run_name, const std::string& format = "json",
-            const std::string& ca_file = "");
+            const std::string& ca_file = "", const std::string& page = "");
     ~Webhook();
     void post(const telemetry::Alert& alert);
 
@@ -37,7 +39,7 @@ class Webhook {
     void deliver(const std::string& body);
     std::string payload(const telemetry::Alert& a, const telemetry::AlertEpisode& closed) const;
     PostTarget target_;
-    std::string run_name_, format_;
+    std::string run_name_, format_, link_;
     telemetry::EpisodeTracker episodes_;  // under mutex_
     mutable std::mutex mutex_;
     std::condition_variable cv_;

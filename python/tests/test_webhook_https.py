@@ -78,7 +78,7 @@ class HttpsWebhook(ServerTestCase):
     def nan_run(self, name, url, fmt, steps=3):
         run = hlat.init(name, url=self.server.url, token=TOKEN,
                         detectors={"nonfinite": {"policy": "warn"}, "webhook": url, "webhook_ca": self.trusted[0],
-                                   "webhook_format": fmt})
+                                   "webhook_format": fmt, "webhook_page": "https://hlat.example/"})
         for step in range(steps):
             run.log({"loss": float("nan") if step == 1 else 2.0}, step=step)
         run.finish()
@@ -98,6 +98,8 @@ class HttpsWebhook(ServerTestCase):
                 self.assertEqual(path, f"/services/{SECRET}")
                 self.assertEqual(list(body), [field], "the one field the chat's webhook reads")
                 self.assertIn("nonfinite at step 1", body[field])
+                link = f"https://hlat.example/static/run.html?run=hook-{fmt}"  # the run's page, as the team opens it
+                self.assertIn(f"<{link}|open the run>" if fmt == "slack" else link, body[field])
         finally:
             endpoint.stop()
 
