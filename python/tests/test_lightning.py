@@ -72,6 +72,20 @@ class LightningTrainer(ServerTestCase):
             fit(f"pl-clean-{seed}", self.server.url, seed=seed)
             self.assertEqual(self.alerts(f"pl-clean-{seed}"), [], f"seed {seed}")
 
+    def test_an_exception_in_fit_ends_the_run_crashed(self):
+        class Broken(TinyLlama):
+            def training_step(self, batch, batch_idx):
+                if batch_idx == 3:
+                    raise RuntimeError("a bad shard")
+                return super().training_step(batch, batch_idx)
+        hl = HlatLogger("pl-crash", url=self.server.url, token=TOKEN)
+        trainer = lightning.Trainer(max_steps=20, logger=hl, callbacks=[hl], log_every_n_steps=1, accelerator="cpu",
+                                    enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                                    default_root_dir=tempfile.mkdtemp(prefix="hlat-lightning-"))
+        with self.assertRaisesRegex(RuntimeError, "a bad shard"):
+            trainer.fit(Broken(0), torch.utils.data.DataLoader(Motifs(0, 80), batch_size=4))
+        self.assertEqual(self.server.runs()["pl-crash"]["status"], "crashed")
+
     def test_a_halt_from_the_page_stops_fit_with_a_checkpoint(self):
         name = "pl-halt"
 

@@ -6,6 +6,8 @@ flagged by update_ratio within 2 steps, 4 clean seeds raise nothing at warn or a
 pressed on the page stops training at a step end with the Trainer's own checkpoint on disk, and
 the run ends "halted"."""
 import os
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -82,6 +84,21 @@ class HuggingFaceTrainer(ServerTestCase):
         for seed in range(1, 5):
             train(f"hf-clean-{seed}", self.server.url, seed=seed)
             self.assertEqual(self.alerts(f"hf-clean-{seed}"), [], f"seed {seed}")
+
+    def test_a_trainer_that_raises_ends_its_run_crashed(self):
+        """An exception out of trainer.train() ends the script, and the run "crashed"."""
+        script = (f"import sys\nsys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
+                  "import test_transformers as t\n"
+                  "class Broken(t.Motifs):\n"
+                  "    def __getitem__(self, i):\n"
+                  "        if i >= 12: raise RuntimeError('a bad shard')\n"
+                  "        return super().__getitem__(i)\n"
+                  "t.Motifs = Broken\n"
+                  f"t.train('hf-crash', {self.server.url!r})\n")
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("a bad shard", r.stderr)
+        self.assertEqual(self.server.runs()["hf-crash"]["status"], "crashed")
 
     def test_a_halt_from_the_page_stops_training_with_the_trainers_checkpoint(self):
         name = "hf-halt"
