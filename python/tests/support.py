@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import urllib.request
@@ -70,6 +71,20 @@ class Server:
     def steps(self, run, key="loss"):
         """The steps stored for `key`, in order (a step stored twice would show twice)."""
         return [p[0] for p in self.get(f"/api/v1/runs/{run}/series?key={key}")["points"]]
+
+    def halt_after(self, name, steps=10, seconds=120):
+        """Presses the page's Halt for run `name` once it has `steps` steps, from a thread (as
+        a person watching it would); returns the thread (join it)."""
+        def press():
+            deadline = time.time() + seconds
+            while time.time() < deadline:
+                if self.runs().get(name, {}).get("steps", 0) >= steps:
+                    self.post(f"/api/v1/runs/{name}/halt")
+                    return
+                time.sleep(0.05)
+        presser = threading.Thread(target=press)
+        presser.start()
+        return presser
 
     def stop(self):
         self.proc.terminate()

@@ -6,8 +6,6 @@ raise nothing at warn or above; a halt pressed on the page stops the loop at sho
 Accelerate's own checkpoint (save_state) on disk and the run "halted"."""
 import os
 import tempfile
-import threading
-import time
 import unittest
 
 import torch
@@ -73,15 +71,7 @@ class AccelerateTracker(ServerTestCase):
     def test_a_halt_from_the_page_stops_the_loop_with_a_checkpoint(self):
         name = "acc-halt"
 
-        def press_halt():
-            deadline = time.time() + 120
-            while time.time() < deadline:
-                if self.server.runs().get(name, {}).get("steps", 0) >= 10:
-                    self.server.post(f"/api/v1/runs/{name}/halt")
-                    return
-                time.sleep(0.05)
-        presser = threading.Thread(target=press_halt)
-        presser.start()
+        presser = self.server.halt_after(name)  # as the page's Halt button, once the run has 10 steps
         stopped, saved = train(name, self.server.url, steps=400)
         presser.join()
         self.assertLess(stopped, 399, "the halt did not stop the loop")

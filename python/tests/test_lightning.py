@@ -6,8 +6,6 @@ at warn or above; a halt pressed on the page stops fit() with the Trainer's chec
 the run "halted"."""
 import os
 import tempfile
-import threading
-import time
 import unittest
 
 import lightning
@@ -89,15 +87,7 @@ class LightningTrainer(ServerTestCase):
     def test_a_halt_from_the_page_stops_fit_with_a_checkpoint(self):
         name = "pl-halt"
 
-        def press_halt():
-            deadline = time.time() + 120
-            while time.time() < deadline:
-                if self.server.runs().get(name, {}).get("steps", 0) >= 10:
-                    self.server.post(f"/api/v1/runs/{name}/halt")
-                    return
-                time.sleep(0.05)
-        presser = threading.Thread(target=press_halt)
-        presser.start()
+        presser = self.server.halt_after(name)  # as the page's Halt button, once the run has 10 steps
         trainer, folder = fit(name, self.server.url, steps=400)
         presser.join()
         self.assertLess(trainer.global_step, 400, "the halt did not stop fit()")

@@ -9,8 +9,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 import unittest
 
 import torch
@@ -103,15 +101,7 @@ class HuggingFaceTrainer(ServerTestCase):
     def test_a_halt_from_the_page_stops_training_with_the_trainers_checkpoint(self):
         name = "hf-halt"
 
-        def press_halt():
-            deadline = time.time() + 120
-            while time.time() < deadline:
-                if self.server.runs().get(name, {}).get("steps", 0) >= 10:
-                    self.server.post(f"/api/v1/runs/{name}/halt")
-                    return
-                time.sleep(0.05)
-        presser = threading.Thread(target=press_halt)
-        presser.start()
+        presser = self.server.halt_after(name)  # as the page's Halt button, once the run has 10 steps
         trainer, out = train(name, self.server.url, steps=400)
         presser.join()
         stopped = trainer.state.global_step
