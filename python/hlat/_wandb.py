@@ -26,8 +26,8 @@ def say_once(what, message):
 
 
 def init_arguments(name, options, meta):
-    """wandb.init's keywords as hlat.init's: returns (name, meta, resume or None); `options`
-    loses the W&B-only ones."""
+    """wandb.init's keywords as hlat.init's: returns (name, meta); `options` loses the W&B-only
+    ones (project goes into meta, id names the run when name does not)."""
     project = options.pop("project", None)
     run_id = options.pop("id", None)
     for key in IGNORED_INIT:

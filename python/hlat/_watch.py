@@ -682,9 +682,9 @@ class Watch:
     def _send(self, entries, device):
         """One vector of the step's parts (weighted), gathered from every rank in a job, and
         queued where this rank sends; the sender thread finishes it (_Values)."""
-        if self.job is not None and self.job.layouts is None:
-            self.job.exchange([(key, kind, labels, PARTS[kind] * len(labels)) for key, kind, labels, _, _ in entries])
         layout = [(key, kind, labels, PARTS[kind] * len(labels)) for key, kind, labels, _, _ in entries]
+        if self.job is not None and self.job.layouts is None:
+            self.job.exchange(layout)
         by_key = {e[0]: e for e in entries}
         if self.job is not None and layout != self.job.layouts[self.job.rank]:
             by_key = self._as_first_layout(by_key)
