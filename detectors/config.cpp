@@ -1,6 +1,7 @@
 #include "detectors/config.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <cmath>
 #include <set>
@@ -109,6 +110,12 @@ std::string read_webhook(const json& j) {
                                        w.get<std::string>().rfind("https://", 0) == 0);
     if (!url)  // the value is not quoted: a webhook URL's path is its secret
         throw DetectorConfigError("config field \"detectors.webhook\" is not \"\" or an http:// or https:// URL");
+    if (is_redacted_webhook(w.get<std::string>())) {
+        spdlog::warn("detectors.webhook {} is a redacted URL (a run's page shows it so): no alert is posted; give the "
+                     "webhook's whole URL",
+                     w.get<std::string>());
+        return "";
+    }
     return w.get<std::string>();
 }
 
@@ -164,6 +171,38 @@ json detectors_to_json(const DetectorsConfig& config) {
     out["webhook_ca"] = c.webhook_ca;
     out["webhook_page"] = c.webhook_page;
     return out;
+}
+
+namespace {
+constexpr const char* kRedactedPath = "/\u2026";  // "/…"
+}
+
+std::string redacted_webhook(const std::string& url) {
+    const size_t scheme_end = url.find("://");
+    if (url.empty() || scheme_end == std::string::npos) return url.empty() ? "" : "\u2026";
+    const size_t host_start = scheme_end + 3;
+    size_t host_end = url.find_first_of("/?#", host_start);
+    if (host_end == std::string::npos) host_end = url.size();
+    std::string authority = url.substr(host_start, host_end - host_start);
+    const size_t at = authority.rfind('@');
+    if (at != std::string::npos) authority = authority.substr(at + 1);
+    return url.substr(0, host_start) + authority + kRedactedPath;
+}
+
+bool is_redacted_webhook(const std::string& url) {
+    const std::string tail = kRedactedPath;
+    return url.size() >= tail.size() && url.compare(url.size() - tail.size(), tail.size(), tail) == 0 &&
+           redacted_webhook(url) == url;
+}
+
+json config_for_readers(json run_config) {
+    if (!run_config.is_object() || !run_config.contains("detectors")) return run_config;
+    json& detectors = run_config["detectors"];
+    if (detectors.is_object() && detectors.contains("webhook") && detectors["webhook"].is_string())
+        detectors["webhook"] = redacted_webhook(detectors["webhook"].get<std::string>());
+    else if (detectors.is_object() && detectors.contains("webhook"))
+        detectors["webhook"] = "\u2026";  // not a URL (the run's client sent it): shown as nothing either
+    return run_config;
 }
 
 }  // namespace hlat::detectors

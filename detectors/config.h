@@ -331,4 +331,14 @@ DetectorsConfig detectors_from_json(const nlohmann::json& j);
 nlohmann::json detectors_to_json(const DetectorsConfig& c);
 const char* policy_name(Policy p);
 
+// A webhook URL's path (and any user:password@) is its secret: Slack's,
+// Discord's and most others' URLs are the credential. What a run's page, its
+// API and its logs show is "scheme://host[:port]/…". A config holding a
+// redacted URL (copied from the page, say) posts nothing, and says so.
+std::string redacted_webhook(const std::string& url);
+bool is_redacted_webhook(const std::string& url);
+// A run's config (a JSON object with a "detectors" section) as shown to
+// readers: its detectors.webhook redacted, everything else as stored.
+nlohmann::json config_for_readers(nlohmann::json run_config);
+
 }  // namespace hlat::detectors

@@ -71,6 +71,9 @@ int64_t seed_of(const std::string& text) {
 void read_setting(const telemetry::RunRecord& run, RunPostmortem& p) {
     nlohmann::json j = nlohmann::json::parse(run.config, nullptr, false);
     if (!j.is_discarded()) flatten(j, "", p.setting);
+    for (const char* where : {"detectors.webhook", "detectors.webhook_format", "detectors.webhook_ca",
+                              "detectors.webhook_page"})
+        p.setting.erase(where);  // where alerts go is no part of the experiment (and a webhook's URL is a secret)
     for (const char* key : {"run.seed", "seed"}) {
         auto it = p.setting.find(key);
         if (it == p.setting.end()) continue;

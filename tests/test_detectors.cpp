@@ -312,6 +312,26 @@ TEST(DetectorConfig, BadSettingsAreNamed) {
     EXPECT_EQ(config_error({{"webhook", "hxxps://h/secret"}}).find("secret"), std::string::npos);
 }
 
+// What a run's page and API show of its config: where alerts go, never the
+// URL's path or credentials; a redacted URL read back posts nothing.
+TEST(DetectorConfig, TheWebhooksSecretIsRedactedForReaders) {
+    EXPECT_EQ(redacted_webhook("https://hooks.slack.com/services/T0/B0/secret"), "https://hooks.slack.com/\u2026");
+    EXPECT_EQ(redacted_webhook("http://user:pw@127.0.0.1:8080/hook?key=secret"), "http://127.0.0.1:8080/\u2026");
+    EXPECT_EQ(redacted_webhook("https://example.com"), "https://example.com/\u2026");
+    EXPECT_EQ(redacted_webhook(""), "");
+    const nlohmann::json stored = {{"run", {{"seed", 3}}},
+                                   {"detectors", {{"webhook", "https://discord.com/api/webhooks/1/secret"}}}};
+    const nlohmann::json shown = config_for_readers(stored);
+    EXPECT_EQ(shown["detectors"]["webhook"], "https://discord.com/\u2026");
+    EXPECT_EQ(shown["run"], stored["run"]);
+    EXPECT_EQ(config_for_readers({{"detectors", {{"webhook", 42}}}}).dump().find("42"), std::string::npos);
+    EXPECT_EQ(config_for_readers(nlohmann::json::array({1})), nlohmann::json::array({1}));
+    EXPECT_TRUE(is_redacted_webhook(shown["detectors"]["webhook"].get<std::string>()));
+    EXPECT_FALSE(is_redacted_webhook("https://example.com/a/\u2026/b"));
+    EXPECT_EQ(detectors_from_json(shown["detectors"]).webhook, "") << "a redacted URL posts nothing";
+    EXPECT_EQ(detectors_from_json(stored["detectors"]).webhook, "https://discord.com/api/webhooks/1/secret");
+}
+
 // The trainer with injected faults, through the binary.
 // A run fed from outside whose steps arrive cut anywhere (a followed log read
 // mid-step, a client that flushes by size): each step must reach the

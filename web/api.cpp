@@ -6,6 +6,7 @@
 #include "web/heatmap_api.h"
 #include "web/series_api.h"
 
+#include "detectors/config.h"
 #include "report/postmortem.h"
 #include "telemetry/alert_episodes.h"
 #include "telemetry/ingest.h"
@@ -85,7 +86,7 @@ json run_json(const RunSummary& s) {
             {"started_at", s.run.started_at},
             {"ended_at", s.run.ended_at},
             {"git_revision", s.run.git_revision},
-            {"config", parse_or_null(s.run.config)},
+            {"config", detectors::config_for_readers(parse_or_null(s.run.config))},
             {"halt_route", s.run.status == "running" ? json(halt_route(s.run).value_or("")) : json(nullptr)},
             {"tags", parse_or_null(s.run.tags)},
             {"note", s.run.note},

@@ -100,6 +100,10 @@ class HttpsWebhook(ServerTestCase):
                 self.assertIn("nonfinite at step 1", body[field])
                 link = f"https://hlat.example/static/run.html?run=hook-{fmt}"  # the run's page, as the team opens it
                 self.assertIn(f"<{link}|open the run>" if fmt == "slack" else link, body[field])
+            for path in ("/api/v1/runs", "/api/v1/runs/hook-slack/events"):
+                self.assertNotIn("secret", json.dumps(self.server.get(path)), f"{path} shows the webhook's path")
+            shown = self.server.runs()["hook-slack"]["config"]["detectors"]["webhook"]
+            self.assertEqual(shown, f"https://127.0.0.1:{endpoint.port}/\u2026", "the page shows where alerts go")
         finally:
             endpoint.stop()
 

@@ -56,7 +56,7 @@ BuiltRun::BuiltRun(const TrainConfig& config, const TrainOptions& options)
                       {"flops_per_token", flops_per_token(config.model, config.run.seq_len)},
                       {"parameters", full_parameter_count(config.model)},
                       {"heldout_unigram_entropy", std::isfinite(entropy) ? nlohmann::json(entropy) : nullptr},
-                      {"config", config_to_json(config)}});
+                      {"config", detectors::config_for_readers(config_to_json(config))}});
     add_hooks(options);
     if (resume_ && !resume_->state.hooks.is_null()) hooks_.restore(resume_->state.hooks);
 }
