@@ -347,6 +347,20 @@ bool act_on_halt(const Options& o, session::RunSession& s, int64_t step, std::st
     return false;
 }
 
+// --on-halt signal:PID names the trainer's process: once it is gone, and what
+// it wrote has been read, following ends (a process that exists but is not
+// ours to signal, EPERM, is not gone).
+bool trainer_gone(const Options& o) {
+    return o.on_halt.how == "signal" && ::kill(o.on_halt.pid, 0) != 0 && errno == ESRCH;
+}
+
+// The end of a followed run whose trainer went away unhalted: its exit status
+// is its parent's to know, so the run is "stopped" (not "finished", which a
+// crash would then wear), saying why.
+std::string gone_detail(const Options& o) {
+    return fmt::format("ingest: the trainer (process {}) ended", o.on_halt.pid);
+}
+
 int follow_lines(const Options& o, LineParser& parser, std::ifstream& in) {
     Writer writer(o.store);
     auto s = session::RunSession::open(&writer, run_record(o, o.run), {o.resume, "", 0, 0.0, "ingest --follow " + o.file});
@@ -354,6 +368,7 @@ int follow_lines(const Options& o, LineParser& parser, std::ifstream& in) {
     std::signal(SIGTERM, stop_ingesting);
     std::string pending, status = "finished", halt_reason, bad_line, end_status, end_detail;
     bool cutting = false;  // dropping the rest of a line past kMaxLineBytes
+    bool draining = false;  // the trainer is gone: one more read to the end, then stop
     auto last_growth = std::chrono::steady_clock::now();
     long values = 0;
     for (;;) {
@@ -374,7 +389,11 @@ int follow_lines(const Options& o, LineParser& parser, std::ifstream& in) {
         if (!end_status.empty()) break;  // the writer said how its run ended
         if (act_on_halt(o, *s, std::max<int64_t>(0, parser.last_step()), halt_reason)) break;
         // After signalling, the trainer's last lines are read until it is gone.
-        if (!halt_reason.empty() && o.on_halt.how == "signal" && ::kill(o.on_halt.pid, 0) != 0 && at_end) break;
+        if (draining && at_end) {
+            if (halt_reason.empty()) status = "stopped", end_detail = gone_detail(o);
+            break;
+        }
+        draining = trainer_gone(o);
         if (g_ingest_stop) {
             status = "stopped";
             break;
@@ -419,10 +438,11 @@ int follow_tensorboard(const Options& o) {
     auto s = session::RunSession::open(&writer, run_record(o, o.run), {o.resume, "", 0, 0.0, "ingest --follow " + o.file});
     std::signal(SIGINT, stop_ingesting);
     std::signal(SIGTERM, stop_ingesting);
-    std::string status = "finished", halt_reason, error;
+    std::string status = "finished", halt_reason, error, end_detail;
     auto last_growth = std::chrono::steady_clock::now();
     long values = 0;
     int64_t last_step = 0;
+    bool draining = false;  // the trainer is gone: one more read, then stop
     for (;;) {
         std::vector<MetricPoint> points = tail.read_new();
         if (!points.empty()) {
@@ -442,7 +462,11 @@ int follow_tensorboard(const Options& o) {
             break;
         }
         if (act_on_halt(o, *s, last_step, halt_reason)) break;
-        if (!halt_reason.empty() && o.on_halt.how == "signal" && ::kill(o.on_halt.pid, 0) != 0) break;
+        if (draining) {
+            if (halt_reason.empty()) status = "stopped", end_detail = gone_detail(o);
+            break;
+        }
+        draining = trainer_gone(o);
         if (g_ingest_stop) {
             status = "stopped";
             break;
@@ -452,13 +476,30 @@ int follow_tensorboard(const Options& o) {
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     const bool halted = !halt_reason.empty() && o.on_halt.how != "none";
-    s->finish(halted ? "halted" : status, last_step, "ingest " + status);
+    s->finish(halted ? "halted" : status, last_step, end_detail.empty() ? "ingest " + status : end_detail);
     spdlog::info("ingested {} values up to step {} into run \"{}\" of {}", values, last_step, o.run, o.store);
     if (!error.empty()) {
         spdlog::error("{}: following stopped here; every record before it is stored", error);
         return 1;
     }
     return halted ? kExitHalted : 0;
+}
+
+// A followed path the trainer has not made yet (torchtitan makes its tb/
+// folder at its first step; a launcher starts the follower beside it): waited
+// for every 200 ms, until it appears (true), --idle-exit passes, the trainer
+// named by --on-halt signal:PID is gone, or a signal (false).
+bool wait_for_path(const Options& o) {
+    std::signal(SIGINT, stop_ingesting);
+    std::signal(SIGTERM, stop_ingesting);
+    spdlog::info("waiting for {} to appear", o.file);
+    const auto start = std::chrono::steady_clock::now();
+    while (!std::filesystem::exists(o.file)) {
+        const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (g_ingest_stop || trainer_gone(o) || (o.idle_exit > 0 && waited >= o.idle_exit)) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    return true;
 }
 
 // The log's format from its first MB (a console log's banner and config dump
@@ -577,6 +618,8 @@ int ingest_command(int argc, char** argv) {
                                 "", &positional);
     if (!parsed) return 0;
     Options o = parse_ingest_options(*parsed);
+    if (o.follow && !std::filesystem::exists(o.file) && !wait_for_path(o))
+        throw std::runtime_error(fmt::format("{} never appeared; nothing is stored", o.file));
     if (o.auto_format && (std::filesystem::is_directory(o.file) || o.file.find("tfevents") != std::string::npos))
         o.format = LogFormat::TensorBoard, o.auto_format = false;
     if (o.format == LogFormat::TensorBoard) {

@@ -33,7 +33,12 @@ const std::vector<std::pair<std::string, std::string>>& alias_table() {
         {"train/lr", "lr"},
         {"learning-rate", "lr"},                   // Megatron-LM (TensorBoard)
         {"learning rate", "lr"},                   // Megatron-LM (console)
-        {"lr-AdamW", "lr"},                        // Lightning's LearningRateMonitor
+        {"lr-AdamW", "lr"},                        // Lightning's LearningRateMonitor ("lr-" + the optimizer's class)
+        {"lr-Adam", "lr"},
+        {"lr-SGD", "lr"},
+        {"lr/AdamW", "lr"},                        // torchtitan ("lr/" + the optimizer's class, one param group)
+        {"lr/Adam", "lr"},
+        {"lr/SGD", "lr"},
         {"optim/learning_rate_group0", "lr"},      // OLMo
         {"optim/LR (group 0)", "lr"},              // OLMo-core
         {"Train/Samples/lr", "lr"},                // DeepSpeed's monitor

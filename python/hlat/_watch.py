@@ -467,7 +467,12 @@ class Watch:
         cur.res_n[i] = cur.res_n.get(i, 0) + x.numel()
 
     def _logits_post(self, module, args, out):
-        if self._in_forward():
+        # In the model's forward, or after it in the step's own code: a chunked loss (torchtitan's
+        # ChunkedLossWrapper) calls the output layer on pieces of the last hidden state outside
+        # the forward; log Z and the largest logit are sums and maxima, so the pieces add up.
+        after_forward = self._cur is not None and self._thread == threading.get_ident() and module.training \
+            and torch.is_grad_enabled()
+        if self._in_forward() or after_forward:
             x = _first_tensor(out)
             if x is not None:
                 self._logits(x)

@@ -127,6 +127,37 @@ class FollowTensorBoard(unittest.TestCase):
             writer.kill()
             writer.wait()
 
+    def test_a_follower_started_first_waits_for_the_folder_and_ends_with_its_trainer(self):
+        """As a launcher starts them: the follower before the trainer has made its folder
+        (torchtitan makes tb/ at its first step), told the trainer's process with --on-halt
+        signal:PID; the trainer writes 40 steps and exits unhalted: every step is stored, the
+        follower ends by itself, and the run says "stopped" with why (its exit status is not the
+        follower's to know)."""
+        launcher = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; time.sleep(1.5); "
+                                     "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL)",
+                                     sys.executable, "-c", WRITER, self.logdir, "-1", "39"])
+        follower = self.follower("tb-first", "--on-halt", f"signal:{launcher.pid}")
+        time.sleep(1)
+        self.assertFalse(os.path.exists(self.logdir))
+        self.assertIsNone(follower.poll(), "the follower waits for the folder")
+        launcher.wait(timeout=60)
+        output, _ = follower.communicate(timeout=60)
+        self.assertEqual(follower.returncode, 0, output)
+        self.assertIn("waiting for", output)
+        self.assertEqual(self.query("SELECT COUNT(DISTINCT step) FROM metrics"), [(40,)])
+        self.assertEqual(self.query("SELECT status FROM runs WHERE name = 'tb-first'"), [("stopped",)])
+        ends = self.query("SELECT detail FROM events WHERE kind = 'stop'")
+        self.assertTrue(any(f"process {launcher.pid}) ended" in d for (d,) in ends), ends)
+
+    def test_a_path_that_never_appears_is_an_error_once_the_trainer_is_gone(self):
+        sleeper = subprocess.Popen([sys.executable, "-c", "pass"])
+        sleeper.wait()
+        follower = self.follower("tb-never", "--on-halt", f"signal:{sleeper.pid}")
+        output, _ = follower.communicate(timeout=60)
+        self.assertEqual(follower.returncode, 1, output)
+        self.assertIn("never appeared; nothing is stored", output)
+        self.assertFalse(os.path.exists(self.store))
+
     def test_a_corrupt_record_stops_following_and_keeps_what_came_before(self):
         writer = self.writer(nan_at=-1, last=20)
         writer.wait(timeout=60)

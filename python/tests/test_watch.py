@@ -5,6 +5,7 @@ fault while 4 clean seeds raise nothing at warn or above (issue 35, "Must show" 
 import json
 import logging
 import math
+import os
 import random
 import unittest
 
@@ -16,6 +17,8 @@ import hlat
 import hlat.torch
 from hlat._records import to_lines
 
+# HLAT_TEST_DEVICE=cuda runs the statistics' tests on a GPU (no test needs one: CI has none).
+DEVICE = torch.device(os.environ.get("HLAT_TEST_DEVICE", "cpu"))
 
 
 class Attention(torch.nn.Module):
@@ -79,7 +82,7 @@ class GPT(torch.nn.Module):
 
     def forward(self, idx, targets=None):
         T = idx.shape[1]
-        x = self.transformer.wte(idx) + self.transformer.wpe(torch.arange(T))
+        x = self.transformer.wte(idx) + self.transformer.wpe(torch.arange(T, device=idx.device))
         for block in self.transformer.h:
             x = block(x)
         logits = self.lm_head(self.transformer.ln_f(x))
@@ -114,7 +117,7 @@ def brute_attention(block, x):
         q, k, _ = block.attn.qk(block.ln_1(x))
         s = (q.double() @ k.double().transpose(-2, -1)) / math.sqrt(q.shape[-1])
         T = s.shape[-1]
-        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
         p = s.softmax(-1)
         ent = -(p * torch.where(p > 0, p.log(), torch.zeros_like(p))).sum(-1)
         return s.amax(dim=(0, 2, 3)).tolist(), ent.mean(dim=(0, 2)).tolist()
@@ -198,15 +201,18 @@ class Statistics(unittest.TestCase):
     def setUp(self):
         torch.manual_seed(0)
         torch.set_num_threads(1)
+        if DEVICE.type == "cuda":  # float32 products in float32 (TF32 would be 1e-3 off the brute force)
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
 
     def one_step(self, model, clip=0.5, eps=1e-3, steps=3):
         """A few steps (Adam's state warm); the last one measured by hand beside the watch."""
         run = FakeRun()
+        model.to(DEVICE)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2, eps=eps, weight_decay=0.1)
         w = hlat.torch.watch(run, model, opt)
         data = text_batches(32, 4, seed=1)
         for _ in range(steps):
-            x, y = next(data)
+            x, y = (t.to(DEVICE) for t in next(data))
             x = x.clamp(max=60)  # tokens 61..95 never seen: their embedding rows' v stays 0
             captured = {}
             hooks = [b.register_forward_pre_hook(lambda m, a, i=i: captured.__setitem__(("in", i), a[0].detach()))
@@ -274,9 +280,9 @@ class Statistics(unittest.TestCase):
         below the total; another norm type goes to torch's."""
         import copy
         torch.manual_seed(0)
-        a = GPT()
+        a = GPT().to(DEVICE)
         b = copy.deepcopy(a)
-        x, y = next(text_batches(32, 2, seed=4))
+        x, y = (t.to(DEVICE) for t in next(text_batches(32, 2, seed=4)))
         w = hlat.torch.watch(FakeRun(), a, torch.optim.AdamW(a.parameters()))
         self.assertTrue(getattr(torch.nn.utils.clip_grad_norm_, "_hlat", False), "wrapped")
         torchs = torch.nn.utils.clip_grad_norm_.__wrapped__
@@ -300,12 +306,12 @@ class Statistics(unittest.TestCase):
         come from a fixed random sample of 32,768 (runs of 64); within 2% and 0.02 of all of them, with
         columns of zero gradient (which evenly strided runs of a 768-wide matrix would alias)."""
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(768, 768), torch.nn.GELU(), torch.nn.Linear(768, 8))
+        model = torch.nn.Sequential(torch.nn.Linear(768, 768), torch.nn.GELU(), torch.nn.Linear(768, 8)).to(DEVICE)
         opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=3e-4)
         run = FakeRun()
         hlat.torch.watch(run, model, opt)
         for _ in range(3):
-            x = torch.randn(32, 768)
+            x = torch.randn(32, 768, device=DEVICE)
             x[:, :200] = 0  # some weights' gradients are 0: v = 0, left out
             loss = model(x).square().mean()
             opt.zero_grad()
@@ -345,14 +351,14 @@ class Statistics(unittest.TestCase):
         a watched step: docs/external-trainers.md says what that costs)."""
         def run_steps(compiled):
             torch.manual_seed(0)
-            model = GPT(vocab=96, dim=64, heads=4, layers=2, seq=64, sdpa=True)
+            model = GPT(vocab=96, dim=64, heads=4, layers=2, seq=64, sdpa=True).to(DEVICE)
             opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
             run = FakeRun()
             hlat.torch.watch(run, model, opt, tensor_sample=None)
             forward = torch.compile(model) if compiled else model
             data = text_batches(64, 4, seed=1)
             for _ in range(3):
-                x, y = next(data)
+                x, y = (t.to(DEVICE) for t in next(data))
                 _, loss = forward(x, y)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -376,13 +382,13 @@ class Statistics(unittest.TestCase):
     def test_sampled_sdpa_logits_keep_the_mask(self):
         """attention_logits with a sample bound: the first sequence, every r-th query, the causal
         mask at those queries' true positions."""
-        q, k = torch.randn(2, 3, 16, 8), torch.randn(2, 3, 16, 8)
+        q, k = torch.randn(2, 3, 16, 8, device=DEVICE), torch.randn(2, 3, 16, 8, device=DEVICE)
         full = hlat.torch.attention_logits(q, k, is_causal=True)
         part = hlat.torch.attention_logits(q, k, is_causal=True, max_elements=3 * 16 * 4)
         self.assertEqual(tuple(part.shape), (3, 4, 16))
         self.assertTrue(torch.allclose(part, full[0, :, ::4]))
         self.assertTrue(torch.isinf(part[:, 1, 5:]).all() and torch.isfinite(part[:, 1, :5]).all(), "query 4's mask")
-        gqa = hlat.torch.attention_logits(q, k[:, :1], attn_mask=torch.ones(16, 16, dtype=torch.bool).tril())
+        gqa = hlat.torch.attention_logits(q, k[:, :1], attn_mask=torch.ones(16, 16, dtype=torch.bool, device=DEVICE).tril())
         self.assertTrue(torch.allclose(gqa[:, 1], hlat.torch.attention_logits(q[:, 1:2], k[:, :1], is_causal=True)[:, 0]))
 
     def test_off_steps_cost_nothing_and_ddp_labels(self):
@@ -395,13 +401,13 @@ class Statistics(unittest.TestCase):
 
             def forward(self, *a):
                 return self.module(*a)
-        model = Wrapped(GPT())
+        model = Wrapped(GPT()).to(DEVICE)
         run = FakeRun()
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         w = hlat.torch.watch(run, model, opt, every=3)
         data = text_batches(32, 2, seed=2)
         for step in range(7):
-            x, y = next(data)
+            x, y = (t.to(DEVICE) for t in next(data))
             _, loss = model(x, y)
             if step % 3:
                 self.assertFalse(model.module.transformer.h[0]._forward_hooks, f"step {step}: no hooks off-step")
@@ -415,12 +421,42 @@ class Statistics(unittest.TestCase):
         w.close()
         self.assertNotIn("step", opt.__dict__, "the optimizer's step is the class's again")
 
-    def test_eval_forwards_are_not_measured(self):
-        model = GPT()
+    def test_a_chunked_loss_outside_the_forward_is_measured(self):
+        """torchtitan's ChunkedLossWrapper: the model's forward stops at the last hidden state and
+        the loss calls the output layer on chunks of it; log Z and the largest logit are those of
+        the whole logits."""
+        class Trunk(GPT):
+            def forward(self, idx):
+                T = idx.shape[1]
+                x = self.transformer.wte(idx) + self.transformer.wpe(torch.arange(T, device=idx.device))
+                for block in self.transformer.h:
+                    x = block(x)
+                return self.transformer.ln_f(x)
+        torch.manual_seed(0)
+        model = Trunk(tie=False).to(DEVICE)
         run = FakeRun()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         hlat.torch.watch(run, model, opt)
-        x, y = next(text_batches(32, 2, seed=3))
+        x, y = (t.to(DEVICE) for t in next(text_batches(32, 2, seed=3)))
+        h = model(x)
+        chunks = [model.lm_head(c) for c in h.chunk(4, dim=1)]
+        loss = sum(F.cross_entropy(c.flatten(0, 1), t.flatten(), reduction="sum") for c, t in
+                   zip(chunks, y.chunk(4, dim=1))) / y.numel()
+        loss.backward()
+        opt.step()
+        logits = torch.cat(chunks, dim=1).detach().double()
+        lz = torch.logsumexp(logits, -1)
+        step = run.steps()[0]
+        close(self, step["logz_mean"], lz.mean().item(), what="log Z mean")
+        close(self, step["logz_max"], lz.max().item(), what="log Z max")
+        close(self, step["logit_max"], logits.max().item(), what="logit max")
+
+    def test_eval_forwards_are_not_measured(self):
+        model = GPT().to(DEVICE)
+        run = FakeRun()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        hlat.torch.watch(run, model, opt)
+        x, y = (t.to(DEVICE) for t in next(text_batches(32, 2, seed=3)))
         model.eval()
         with torch.no_grad():
             model(x)  # an evaluation between steps: not the step's
