@@ -161,6 +161,12 @@ SHAPES = {
                         for field in ("step_s_with", "overhead_pct", "clip_s", "grad_norms_read_s", "hooks_s",
                                       "watch_code_s_per_watched_step", "watch_code_pct")] +
                        ["cpu:str", "load_average", "targets_met.*:bool"],
+    "watch_cuda": ["device:str", "torch:str"] +
+                  [f"{mode}.{field}" for mode in ("eager", "compiled")
+                   for field in ("params", "tokens_per_step", "warmup_s", "step_ms_unwatched", "step_ms_watched",
+                                 "overhead_pct", "keys_sent:list", "host_ms_per_watched_step:object")] +
+                  ["fsdp2.statistics_compared", "fsdp2.max_rel_diff", "fsdp2.keys:list", "hf_trainer.keys:list",
+                   "hf_trainer.transformers:str"],
 }
 
 

@@ -4,6 +4,7 @@
 #include "web/ingest_api.h"
 #include "web/json_reply.h"
 #include "web/heatmap_api.h"
+#include "web/routes.h"
 #include "web/series_api.h"
 
 #include "detectors/config.h"
@@ -160,24 +161,29 @@ int Api::mark_stale(double after_seconds) { return ingest_->mark_stale(after_sec
 Response Api::handle(const Request& r) {
     try {
         check_request_text(r);
-        const std::string prefix = "/api/v1/runs";
-        if (r.path == prefix) {
-            if (r.method != "GET") return error(405, "use GET");
-            Reader reader(store_);
-            json runs = json::array();
-            for (const RunSummary& s : reader.runs()) runs.push_back(run_json(s));
-            return reply(200, {{"runs", runs}});
+        const RouteMatch m = match_route(r.method, r.path);
+        if (!m.route) return error(404, "no such endpoint: " + excerpt(r.path, 100));
+        if (m.wrong_method) return error(405, std::string("use ") + m.route->method);
+        if (m.route->token && !authorized(r.token))
+            return error(401, "this changes state: send the token `hlat serve` printed, as X-HLAT-Token");
+        switch (m.route->id) {
+            case RouteId::Runs: {
+                Reader reader(store_);
+                json runs = json::array();
+                for (const RunSummary& s : reader.runs()) runs.push_back(run_json(s));
+                return reply(200, {{"runs", runs}});
+            }
+            case RouteId::Health: return health();
+            case RouteId::Report: return report(r);
+            case RouteId::Catalogue: return catalogue_reply(r);
+            case RouteId::Stream:  // a connection's, never an in-process reply
+                return error(404, "an event stream is served on hlat serve's connections only");
+            case RouteId::Start: return ingest_->start(m.run, r.body);
+            case RouteId::Ingest: return ingest_->ingest(m.run, r.body);
+            case RouteId::Finish: return ingest_->finish(m.run, r.body);
+            case RouteId::State: return ingest_->state(m.run);
+            default: return handle_run(r, *m.route, m.run);
         }
-        if (r.path == "/api/v1/health") return health(r);
-        if (r.path == "/api/v1/report") return report(r);
-        if (r.path == "/api/v1/catalogue") return catalogue_reply(r);
-        if (r.path.rfind(prefix + "/", 0) == 0) {
-            std::string rest = r.path.substr(prefix.size() + 1);
-            size_t slash = rest.rfind('/');
-            if (slash == std::string::npos || slash == 0) return error(404, "no such endpoint: " + excerpt(r.path, 100));
-            return handle_run(r, rest.substr(0, slash), rest.substr(slash + 1));
-        }
-        return error(404, "no such endpoint: " + excerpt(r.path, 100));
     } catch (const BadRequest& e) {
         return error(400, e.what());
     } catch (const IngestError& e) {
@@ -196,8 +202,7 @@ Response Api::handle(const Request& r) {
 // Whether the store takes writes, from what the writer last found (a store
 // not written yet is ok: nothing has failed). 503 while it fails, so that a
 // probe needs only the status.
-Response Api::health(const Request& r) {
-    if (r.method != "GET") return error(405, "use GET");
+Response Api::health() {
     const Writer* w = ingest_->open_writer();
     const WriterHealth h = w ? w->health() : WriterHealth{};
     if (h.ok) return reply(200, {{"store", "ok"}});
@@ -232,7 +237,6 @@ Response Api::annotate(const RunRecord& run, const std::string& body) {
 // The post-mortem of `hlat compare --out`, the same HTML, for the runs named
 // (each once: a name repeated 200 times took 10.7 s).
 Response Api::report(const Request& r) {
-    if (r.method != "GET") return error(405, "use GET");
     auto runs = r.query.find("runs");
     std::vector<std::string> names;
     for (const std::string& n : run_list(runs == r.query.end() ? std::string() : runs->second))
@@ -248,56 +252,52 @@ Response Api::report(const Request& r) {
             report::postmortem_html(postmortems, report::config_differences(reader, names))};
 }
 
-Response Api::handle_run(const Request& r, const std::string& name, const std::string& what) {
-    bool post = what == "halt" || what == "ingest" || what == "start" || what == "finish" || what == "annotate";
-    if (post != (r.method == "POST")) return error(405, post ? "use POST" : "use GET");
-    if (post && (token_.empty() || r.token != token_))
-        return error(401, "this changes state: send the token `hlat serve` printed, as X-HLAT-Token");
-
-    if (what == "start") return ingest_->start(name, r.body);
-    if (what == "ingest") return ingest_->ingest(name, r.body);
-    if (what == "finish") return ingest_->finish(name, r.body);
-    if (what == "state") return ingest_->state(name);
-
+// A route on a stored run: 404 when there is no run of that name.
+Response Api::handle_run(const Request& r, const Route& route, const std::string& name) {
     Reader reader(store_);
     auto run = reader.find_run(name);
     if (!run) return error(404, fmt::format("no run named {}", excerpt(name, 100)));
-    if (what == "halt") {
-        if (run->status != "running") return error(409, fmt::format("run \"{}\" is {}, not running", name, run->status));
-        std::optional<std::string> route = halt_route(*run);
-        if (!route)
-            return error(409, fmt::format("run \"{}\" is imported from a log that nothing here can stop: halt its "
-                                          "trainer by hand, or follow the log with `hlat ingest --follow --on-halt`",
-                                          name));
-        Writer& w = ingest_->writer();
-        w.request_halt(run->id, "web " + r.remote);
-        w.flush();
-        return reply(202, {{"run", name}, {"halt", *route}});
+    switch (route.id) {
+        case RouteId::Halt: return halt(r, *run);
+        case RouteId::Keys: return keys_reply(reader, run->id, r);
+        case RouteId::RankKeys: return reply(200, {{"keys", reader.rank_keys(run->id)}});
+        case RouteId::RankSeries: return rank_series_reply(reader, run->id, r);
+        case RouteId::Series: return series_reply(reader, run->id, r);
+        case RouteId::Heatmap: return heatmap_reply(reader, run->id, r);
+        case RouteId::Episodes: return episodes_reply(reader, run->id, r);
+        case RouteId::Csv: return csv_reply(store_, run->id, r);
+        case RouteId::Annotate: return annotate(*run, r.body);
+        case RouteId::Alerts: return alerts_reply(reader, run->id);
+        case RouteId::Events: return events_reply(reader, run->id, r);
+        case RouteId::Checkpoints: {
+            json out = json::array();
+            for (const CheckpointRecord& c : reader.checkpoints(run->id))
+                out.push_back({{"step", c.step}, {"path", c.path}, {"time", c.wall_time}});
+            return reply(200, {{"checkpoints", out}});
+        }
+        case RouteId::Evals: {
+            json out = json::array();
+            for (const EvalRecord& e : reader.evals(run->id))
+                out.push_back({{"step", e.step}, {"tokens", e.tokens}, {"task", e.task}, {"metric", e.metric},
+                               {"value", number(e.value)}, {"time", e.wall_time}});
+            return reply(200, {{"evals", out}});
+        }
+        default: return error(404, "no such endpoint: " + excerpt(r.path, 100));
     }
-    if (what == "keys") return keys_reply(reader, run->id, r);
-    if (what == "rank_keys") return reply(200, {{"keys", reader.rank_keys(run->id)}});
-    if (what == "rank_series") return rank_series_reply(reader, run->id, r);
-    if (what == "series") return series_reply(reader, run->id, r);
-    if (what == "heatmap") return heatmap_reply(reader, run->id, r);
-    if (what == "episodes") return episodes_reply(reader, run->id, r);
-    if (what == "csv") return csv_reply(store_, run->id, r);
-    if (what == "annotate") return annotate(*run, r.body);
-    if (what == "alerts") return alerts_reply(reader, run->id);
-    if (what == "events") return events_reply(reader, run->id, r);
-    if (what == "checkpoints") {
-        json out = json::array();
-        for (const CheckpointRecord& c : reader.checkpoints(run->id))
-            out.push_back({{"step", c.step}, {"path", c.path}, {"time", c.wall_time}});
-        return reply(200, {{"checkpoints", out}});
-    }
-    if (what == "evals") {
-        json out = json::array();
-        for (const EvalRecord& e : reader.evals(run->id))
-            out.push_back({{"step", e.step}, {"tokens", e.tokens}, {"task", e.task}, {"metric", e.metric},
-                           {"value", number(e.value)}, {"time", e.wall_time}});
-        return reply(200, {{"evals", out}});
-    }
-    return error(404, "no such endpoint: " + excerpt(r.path, 100));
+}
+
+// Asks a running run's trainer to halt, through whatever reaches it (409 when nothing does).
+Response Api::halt(const Request& r, const RunRecord& run) {
+    if (run.status != "running") return error(409, fmt::format("run \"{}\" is {}, not running", run.name, run.status));
+    std::optional<std::string> route = halt_route(run);
+    if (!route)
+        return error(409, fmt::format("run \"{}\" is imported from a log that nothing here can stop: halt its "
+                                      "trainer by hand, or follow the log with `hlat ingest --follow --on-halt`",
+                                      run.name));
+    Writer& w = ingest_->writer();
+    w.request_halt(run.id, "web " + r.remote);
+    w.flush();
+    return reply(202, {{"run", run.name}, {"halt", *route}});
 }
 
 }  // namespace hlat::web

@@ -1,27 +1,11 @@
-// The JSON API of `hlat serve`, as plain functions from a request to a
-// response so it can be tested without sockets. Version 1, under /api/v1:
-//   GET  /api/v1/runs                              runs with status, steps, last loss, tokens, uptime, alerts
-//   GET  /api/v1/runs/{run}/keys                   metric keys and rank keys, with each one's catalogue
-//                                                  entry and the charts they make (catalogue_api.h)
-//   GET  /api/v1/catalogue[?keys=K1,K2]            the metric catalogue (catalogue_api.h)
-//   GET  /api/v1/runs/{run}/series?key=K[&from=A&to=B][&points=N]
-//        full points, or at most N envelope buckets (min, max, mean, last, times) over [A, B]
-//   GET  /api/v1/runs/{run}/heatmap?key=K[&buckets=N][&from&to][&reduce=R]  a statistic over layers, heads
-//        or tensors as element x step cells (heatmap_api.h); the keys reply lists them under "vectors"
-//   GET  /api/v1/runs/{run}/episodes?key=K[&from&to]  spike episodes at full resolution
-//   GET  /api/v1/runs/{run}/csv?keys=K1,K2[&from&to]  every stored point, as CSV
-//   POST /api/v1/runs/{run}/annotate               token; {"tags": [...], "note": "..."}
-//   GET  /api/v1/runs/{run}/alerts | events | checkpoints | evals
-//   POST /api/v1/runs/{run}/halt                   token; asks the trainer to halt (the reply says how it
-//                                                  reaches this kind of run; 409 when nothing would)
-//   POST /api/v1/runs/{run}/start | ingest | finish, GET .../state: runs fed from outside (ingest_api.h)
-//   GET  /api/v1/report?runs=A,B                   the post-mortem of `hlat compare`, as HTML
-//   GET  /api/v1/health                            {"store": "ok"} (200), or "failing" with the error, since
-//                                                  when, the rows kept and whether it is retried (503)
+// The JSON API of `hlat serve` (version 1, under /api/v1), as plain functions
+// from a request to a response so it can be tested without sockets. Its
+// routes are web/routes.h's table; docs/api.md says what each answers.
 // State changes need the server's token in the X-HLAT-Token header (or
 // Authorization: Bearer TOKEN). Every parameter is validated; errors are JSON
-// {"error": "..."} with 400, 401, 404, 500, or 503 while the store cannot be
-// written for now (locked by another process, disk full: telemetry/writer.h).
+// {"error": "..."} with 400, 401, 404, 405, 409, 500, or 503 while the store
+// cannot be written for now (locked by another process, disk full:
+// telemetry/writer.h).
 #pragma once
 
 #include <functional>
@@ -38,6 +22,7 @@ struct RunRecord;
 namespace hlat::web {
 
 class IngestEndpoints;
+struct Route;
 
 struct Request {
     std::string method;                        // GET, POST
@@ -76,9 +61,10 @@ class Api {
     int mark_stale(double after_seconds);
 
   private:
-    Response handle_run(const Request& r, const std::string& run, const std::string& what);
+    Response handle_run(const Request& r, const Route& route, const std::string& run);
+    Response halt(const Request& r, const telemetry::RunRecord& run);
     Response report(const Request& r);
-    Response health(const Request& r);
+    Response health();
     Response annotate(const telemetry::RunRecord& run, const std::string& body);
     std::string store_, token_;
     std::unique_ptr<IngestEndpoints> ingest_;

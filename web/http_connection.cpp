@@ -5,6 +5,7 @@
 #include "web/event_stream.h"
 #include "web/json_reply.h"
 #include "web/query.h"
+#include "web/routes.h"
 #include "web/server_core.h"
 
 #include <boost/asio/post.hpp>
@@ -34,11 +35,11 @@ namespace net = boost::asio;
 
 namespace {
 
-// Whether the path is an event stream's: /api/v1/runs/{run}/stream.
+// Whether the request is an event stream's (web/routes.h), read from the raw
+// path: a run's name that encodes "/stream" is no stream.
 bool is_stream(const Request& r, const std::string& raw) {
-    const std::string prefix = "/api/v1/runs/", suffix = "/stream";
-    return r.method == "GET" && raw.rfind(prefix, 0) == 0 && raw.size() > prefix.size() + suffix.size() &&
-           raw.compare(raw.size() - suffix.size(), suffix.size(), suffix) == 0;
+    const RouteMatch m = match_route(r.method, raw);
+    return m.route && !m.wrong_method && m.route->id == RouteId::Stream;
 }
 
 // The transfer codings of a request, lower-cased, in order, from every

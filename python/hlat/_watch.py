@@ -155,6 +155,39 @@ def attention_logits(query, key, scale=None, is_causal=False, attn_mask=None, ma
     return s
 
 
+# The watch's hooks run eagerly inside a compiled model: TorchDynamo breaks the graph at each
+# and calls it, rather than tracing its Python (which guards on the step's dicts and recompiled
+# the model until torch's recompile limit: +100 % a watched step of a compiled 0.25B LLaMA on an
+# H200, bench/watch_cuda).
+_eager = getattr(getattr(torch, "compiler", None), "disable", lambda f: f)
+
+
+def _counts_each(moments, thresholds, device):
+    """Per second-moment tensor: coordinates below its threshold and above 0, and those above 0
+    (float64 vectors), tensor by tensor."""
+    below, nonzero = [], []
+    for v, threshold in zip(moments, thresholds):
+        n = torch.count_nonzero(v)
+        below.append((v < threshold).sum() - (v.numel() - n))  # the zeros are below it too
+        nonzero.append(n)
+    return torch.stack(below).double(), torch.stack(nonzero).double()
+
+
+def _counts_segmented(moments, thresholds, device):
+    """_counts_each's counts from one vector of all the tensors, in a few kernels."""
+    lengths = torch.tensor([v.numel() for v in moments], device=device)
+    flat = torch.cat([v.reshape(-1) for v in moments]).float()
+    if all(isinstance(t, float) and t == thresholds[0] for t in thresholds):
+        limit = thresholds[0]  # one param group at one step: a scalar
+    else:
+        limit = torch.stack([torch.as_tensor(t, dtype=torch.float32, device=device).reshape(())
+                             for t in thresholds]).repeat_interleave(lengths)
+    flags = torch.stack(((flat > 0) & (flat < limit), flat != 0), dim=1).float()
+    # Exact in float32 up to 2^24 coordinates a tensor (a sample is 32,768); past it, within 1e-7.
+    sums = torch.segment_reduce(flags, "sum", lengths=lengths, axis=0).double()
+    return sums[:, 0], sums[:, 1]
+
+
 def _sample_index(t, cap=TENSOR_SAMPLE):
     """Which runs of RUN coordinates stand for a tensor of more than `cap`: cap / RUN of them
     drawn at random once (a fixed seed; evenly strided runs would alias with the rows of a
@@ -167,11 +200,12 @@ def _sample_index(t, cap=TENSOR_SAMPLE):
     return torch.randperm(runs, generator=g)[: cap // RUN].sort().values.to(t.device)
 
 
-def _sample(t, index):
-    """The coordinates of `t` that `index` names (all of them for None), as a new 1-d or 2-d tensor."""
+def _sample(t, index, copy=True):
+    """The coordinates of `t` that `index` names (all of them for None), as a new 1-d or 2-d
+    tensor (copy=False: all of them may come as a view of `t`)."""
     flat = t.reshape(-1)
     if index is None:
-        return flat.clone()
+        return flat.clone() if copy else flat
     return flat[: flat.numel() // RUN * RUN].view(-1, RUN).index_select(0, index)
 
 
@@ -412,6 +446,7 @@ class Watch:
                                      f"apart ({e}): the first watched step's activations include it; pass the "
                                      f"stage's input_args and output_args to skip the probe")
 
+    @_eager
     def _model_pre(self, module, args):
         if self._probing or not (self.watched() and module.training and torch.is_grad_enabled()):
             return
@@ -429,6 +464,7 @@ class Watch:
             _active[0] = self
             _patch_attention()
 
+    @_eager
     def _model_post(self, module, args, out):
         if self._depth == 0:
             return
@@ -446,10 +482,12 @@ class Watch:
     def _in_forward(self):
         return self._depth > 0 and self._cur is not None and threading.get_ident() == self._thread
 
+    @_eager
     def _block_pre(self, module, args):
         if self._in_forward():
             self._layer = self._block_index.get(id(module))
 
+    @_eager
     @torch.no_grad()
     def _block_post(self, module, args, out):
         if not self._in_forward():
@@ -466,6 +504,7 @@ class Watch:
         cur.res_max.setdefault(i, []).append(torch.maximum(hi.float(), -lo.float()))
         cur.res_n[i] = cur.res_n.get(i, 0) + x.numel()
 
+    @_eager
     def _logits_post(self, module, args, out):
         # In the model's forward, or after it in the step's own code: a chunked loss (torchtitan's
         # ChunkedLossWrapper) calls the output layer on pieces of the last hidden state outside
@@ -500,6 +539,7 @@ class Watch:
 
     # -- attention ---------------------------------------------------------------------------
 
+    @_eager
     def attention(self, query, key, scale=None, is_causal=False, attn_mask=None, layer=None, sample=None):
         """For an attention the watch does not see (flash-attn, a fused kernel): call it with the
         kernel's query and key as (batch, heads, positions, head_dim) before the kernel, inside
@@ -533,6 +573,7 @@ class Watch:
         cur.att_ent.setdefault(layer, []).append(entropy.sum(dim=dims[:-1]))
         cur.att_rows[layer] = cur.att_rows.get(layer, 0) + entropy.numel() // logits.shape[-3]
 
+    @_eager
     def _softmax_seen(self, x, dim, out):
         """A softmax over the last dimension of a 4-d (batch, heads, queries, keys) tensor inside
         a block: the model's own attention (nanoGPT's non-flash path, HF's eager attention)."""
@@ -543,6 +584,7 @@ class Watch:
         with torch.no_grad():
             self._logit_stats(self._layer, x, out, self.entropy_sample)
 
+    @_eager
     def _sdpa_seen(self, args, kwargs):
         if self._layer is None or not self._in_forward():
             return
@@ -642,7 +684,7 @@ class Watch:
         zero = torch.zeros((), device=device)
         n = len(self.params)
         params = [local(self.params[i][1].detach()) for i in self._stepped]
-        views = [_sample(p, i) for p, i in zip(params, self._index)]
+        views = [_sample(p, i, copy=False) for p, i in zip(params, self._index)]  # read only
         after_norms = _scaled(torch._foreach_norm(views), self._scale) if params else []
         torch._foreach_sub_(self._bufs, views)                     # before - after, at the sampled coordinates
         update = dict(zip(self._stepped, _scaled(torch._foreach_norm(self._bufs), self._scale) if params else []))
@@ -663,10 +705,9 @@ class Watch:
         entries.append(("tensor_update_norm", "norm", self.labels, [square(upd)], tensor_w))
         entries.append(("update_ratio", "ratio", self.labels,
                         [square(upd), square([before.get(i, zero) for i in range(n)])], tensor_w))
-        eps = self._eps_counts(zero)
+        eps = self._eps_counts()
         if eps is not None:
-            entries.append(("eps_share", "share", self.labels, [_stack(eps[0], device), _stack(eps[1], device)],
-                            tensor_w))
+            entries.append(("eps_share", "share", self.labels, list(eps), tensor_w))
         blocks = sorted(cur.res_sq)
         if blocks and len(blocks) == len(self.blocks):
             labels = [self.block_labels[i] for i in blocks]
@@ -757,42 +798,56 @@ class Watch:
         entries.append(("attn_logit_max", "max", labels, [maxes], 1.0))
         entries.append(("attn_entropy", "per_row", labels, [ents, rows], weight))
 
-    def _eps_counts(self, zero):
-        """Per tensor: Adam coordinates with sqrt(v_hat) < eps (v > 0), and those with v > 0 (a
-        sampled tensor's counts scaled to its size); None for an optimizer without Adam's second
-        moment."""
-        state = self.optimizer.state
-        small, counted, any_adam = [], [], False
-        for k, (_, p) in enumerate(self.params):
-            s = state.get(p) if p in state else None
-            v = None
-            if s:
-                v = s.get("max_exp_avg_sq") if s.get("max_exp_avg_sq") is not None else s.get("exp_avg_sq")
-            group = self._group_of.get(id(p))
-            if v is None or group is None or "eps" not in group or "betas" not in group:
-                small.append(zero)
-                counted.append(zero)
-                continue
-            any_adam = True
-            step = s.get("step", 1)
-            beta2, eps = group["betas"][1], group["eps"]
-            if is_dtensor(step):
-                step = step.to_local()
-            if isinstance(step, torch.Tensor) and step.device.type != "cpu":
-                threshold = (1 - beta2 ** step.float()) * eps * eps  # stays on the device
-            else:
-                threshold = (1 - beta2 ** float(step)) * eps * eps
-            v = local(v.detach())
-            whole = v.numel()
-            if self.tensor_sample is not None and whole > self.tensor_sample:
-                j = self._position.get(k)
-                v = _sample(v, self._index[j] if j is not None and self._index else _sample_index(v, self.tensor_sample))
-            nonzero = torch.count_nonzero(v)
-            below = (v < threshold).sum()                     # the zeros among them too
-            factor = whole / max(v.numel(), 1)
-            small.append((below - (v.numel() - nonzero)) * factor)
-            counted.append(nonzero * factor)
-        return (small, counted) if any_adam else None
+    def _eps_counts(self, segmented=None):
+        """Per tensor (two float64 vectors): Adam coordinates with sqrt(v_hat) < eps (v > 0), and
+        those with v > 0 (a sampled tensor's counts scaled to its size); None for an optimizer
+        without Adam's second moment. On a GPU the tensors' (sampled) second moments are read as
+        one vector and counted per tensor in a few kernels, since a few small kernels a tensor
+        cost a GPU step more than the arithmetic (bench/watch_cuda); on the CPU, where passes
+        over memory cost and calls do not, tensor by tensor."""
+        found = [(k, self._second_moment(k, p)) for k, (_, p) in enumerate(self.params)]
+        found = [(k, v, threshold) for k, f in found if f is not None for v, threshold in [f]]
+        if not found:
+            return None
+        device = found[0][1].device
+        factors = [local(self._moment_of(self.params[k][1])).numel() / max(v.numel(), 1) for k, v, _ in found]
+        if segmented is None:
+            segmented = device.type != "cpu"
+        below, nonzero = (_counts_segmented if segmented else _counts_each)([v for _, v, _ in found],
+                                                                            [t for _, _, t in found], device)
+        scale = torch.tensor(factors, dtype=torch.float64, device=device)
+        at = torch.tensor([k for k, _, _ in found], device=device)
+        small = torch.zeros(len(self.params), dtype=torch.float64, device=device).index_copy_(0, at, below * scale)
+        counted = torch.zeros(len(self.params), dtype=torch.float64, device=device).index_copy_(0, at, nonzero * scale)
+        return small, counted
+
+    def _moment_of(self, p):
+        s = self.optimizer.state.get(p) if p in self.optimizer.state else None
+        if not s:
+            return None
+        return s.get("max_exp_avg_sq") if s.get("max_exp_avg_sq") is not None else s.get("exp_avg_sq")
+
+    def _second_moment(self, k, p):
+        """Tensor k's Adam second moment (its sample for a large one) and the threshold that
+        sqrt(v_hat) < eps means for v: (1 - beta2^step) eps^2, a float, or a 0-d tensor when the
+        optimizer keeps its step on the device; None without Adam's state."""
+        v = self._moment_of(p)
+        group = self._group_of.get(id(p))
+        if v is None or group is None or "eps" not in group or "betas" not in group:
+            return None
+        step = self.optimizer.state[p].get("step", 1)
+        beta2, eps = group["betas"][1], group["eps"]
+        if is_dtensor(step):
+            step = step.to_local()
+        if isinstance(step, torch.Tensor) and step.device.type != "cpu":
+            threshold = (1 - beta2 ** step.float()) * eps * eps  # stays on the device
+        else:
+            threshold = float((1 - beta2 ** float(step)) * eps * eps)
+        v = local(v.detach())
+        if self.tensor_sample is not None and v.numel() > self.tensor_sample:
+            j = self._position.get(k)
+            v = _sample(v, self._index[j] if j is not None and self._index else _sample_index(v, self.tensor_sample))
+        return v, threshold
 
     # -- the end ---------------------------------------------------------------------------
 

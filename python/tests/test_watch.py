@@ -451,6 +451,27 @@ class Statistics(unittest.TestCase):
         close(self, step["logz_max"], lz.max().item(), what="log Z max")
         close(self, step["logit_max"], logits.max().item(), what="logit max")
 
+    def test_the_gpus_epsilon_counts_are_the_cpus(self):
+        """The epsilon share counted as one vector (the GPU's way) equals it counted tensor by
+        tensor (the CPU's), with two parameter groups of different eps (a threshold each) and a
+        sampled tensor."""
+        torch.manual_seed(0)
+        model = GPT(vocab=96, dim=192, layers=2).to(DEVICE)  # 4 x 192 x 192 > 32,768: sampled
+        matrices = [p for p in model.parameters() if p.dim() == 2]
+        others = [p for p in model.parameters() if p.dim() != 2]
+        opt = torch.optim.AdamW([{"params": matrices, "eps": 1e-3}, {"params": others, "eps": 1e-6}], lr=1e-2)
+        w = hlat.torch.watch(FakeRun(), model, opt)
+        data = text_batches(32, 4, seed=1)
+        for _ in range(2):
+            x, y = (t.to(DEVICE) for t in next(data))
+            opt.zero_grad()
+            model(x.clamp(max=60), y)[1].backward()
+            opt.step()
+        each, segmented = w._eps_counts(segmented=False), w._eps_counts(segmented=True)
+        for a, b in zip(each, segmented):
+            self.assertTrue(torch.equal(a, b), (a, b))
+        self.assertGreater(float(each[0].sum()), 0, "some coordinates below eps: a test that measures something")
+
     def test_eval_forwards_are_not_measured(self):
         model = GPT().to(DEVICE)
         run = FakeRun()
