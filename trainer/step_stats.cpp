@@ -5,14 +5,13 @@ namespace hlat {
 std::vector<StepMetric> step_metrics(const StepStats& s) {
     using K = StepMetric::Kind;
     using W = StepMetric::When;
-    return {
+    std::vector<StepMetric> out = {
         {"loss", s.loss},
         {"z_loss", s.z_loss, K::Real, W::Measured},  // model.z_loss > 0
         {"grad_norm", s.grad_norm},
         {"clipped", s.clipped ? 1.0 : 0.0, K::Flag},
         {"param_norm", s.param_norm},
         {"lr", s.lr},
-        {"lr_max_ahead", s.lr_max_ahead},  // the attention_logit detector's projection
         {"tokens_seen", (double)s.tokens_seen, K::Count},
         {"tokens_per_s", s.tokens_per_second},
         {"mfu", s.mfu},
@@ -24,16 +23,14 @@ std::vector<StepMetric> step_metrics(const StepStats& s) {
         {"comm_s", s.comm_seconds, K::Real, W::NonZero},  // distributed runs
         {"comm_exposed_s", s.comm_exposed_seconds, K::Real, W::NonZero},
         {"tp_comm_s", s.tp_comm_seconds, K::Real, W::NonZero},
-        {"tp_comm_busbw_gbs", s.tp_comm_seconds > 0 ? s.tp_comm_bus_bytes / s.tp_comm_seconds / 1e9 : 0.0, K::Real,
-         W::NonZero},
         {"compute_s", s.compute_seconds},
-        {"data_wait_share", s.step_seconds > 0 ? s.data_seconds / s.step_seconds : 0.0},  // of the step spent waiting for data
         {"lost_updates", s.lost_updates, K::Real, W::Measured},  // bf16 modes
         {"logz_mean", s.logz_mean, K::Real, W::Measured},  // the model's internals (run.internals_every)
         {"logz_max", s.logz_max, K::Real, W::Measured},
         {"logit_max", s.logit_max, K::Real, W::Measured},
-        {"update_skipped", s.update_skipped ? 1.0 : 0.0, K::Flag, W::NonZero},  // the nonfinite detector says so
     };
+    out.insert(out.end(), s.recorded.begin(), s.recorded.end());
+    return out;
 }
 
 }  // namespace hlat

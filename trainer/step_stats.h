@@ -1,7 +1,9 @@
 // What one optimizer step measured, and the per-step metrics it becomes:
 // the step's points (stored and detected by the run session) and the
-// metrics JSONL's step records both come from step_metrics(), where each
-// key is written once. A new statistic of the step is one line there.
+// metrics JSONL's step records both come from step_metrics(). A new scalar of
+// the step is one line where it is computed, `s.record("key", value)`; the
+// fields below are what the progress line, the run hooks and the tests read,
+// and step_metrics() writes each of them once.
 #pragma once
 
 #include "telemetry/records.h"
@@ -16,6 +18,16 @@
 
 namespace hlat {
 
+// One per-step metric: its key in the store and the JSONL, and its value.
+struct StepMetric {
+    enum class Kind { Real, Count, Flag };  // how the JSONL writes it: 0.5, 1234, true
+    enum class When { Always, NonZero, Measured };  // the store skips NonZero ones at 0, both skip unmeasured (NaN) ones
+    const char* key;
+    double value;
+    Kind kind = Kind::Real;
+    When when = When::Always;
+};
+
 struct StepStats {
     int step;               // 0-based index of the optimizer step just taken
     double loss;            // mean over the step's tokens
@@ -24,7 +36,6 @@ struct StepStats {
     bool clipped;
     double param_norm;      // global L2 norm after the update
     double lr;
-    double lr_max_ahead;    // the largest rate the schedule gives from this step on (faults aside)
     long tokens_seen;       // after this step
     double step_seconds;
     double data_seconds, forward_seconds, backward_seconds, optimizer_seconds;
@@ -34,7 +45,6 @@ struct StepStats {
     double comm_seconds;    // data-parallel gradient reduction (and ZeRO-1 parameter gather)
     double comm_exposed_seconds;  // of which the step waited for; the rest overlapped backward
     double tp_comm_seconds;       // tensor-parallel collectives inside forward and backward
-    double tp_comm_bus_bytes;     // and their bus bytes (Parallel::take_tensor_comm_bus_bytes)
     double compute_seconds;       // forward, backward and optimizer less the time in communication
     // bf16 modes: the share of weights whose non-zero update left the stored
     // value unchanged (lost in rounding), overall and per tensor kind
@@ -60,20 +70,16 @@ struct StepStats {
     // major) its loss and its logits' gradient norm.
     std::vector<BatchProvenance> provenance;
     std::vector<float> sequence_losses, sequence_grad_norms;
+    // Scalars recorded where they are computed, in that order, after the fields' own.
+    std::vector<StepMetric> recorded;
+    void record(const char* key, double value, StepMetric::Kind kind = StepMetric::Kind::Real,
+                StepMetric::When when = StepMetric::When::Always) {
+        recorded.push_back({key, value, kind, when});
+    }
 };
 
-// One per-step metric: its key in the store and the JSONL, and its value.
-struct StepMetric {
-    enum class Kind { Real, Count, Flag };  // how the JSONL writes it: 0.5, 1234, true
-    enum class When { Always, NonZero, Measured };  // the store skips NonZero ones at 0, both skip unmeasured (NaN) ones
-    const char* key;
-    double value;
-    Kind kind = Kind::Real;
-    When when = When::Always;
-};
-
-// The step's metrics in a fixed order (tensor norms not included: their keys
-// are built per tensor).
+// The step's metrics: its fields' in a fixed order, then what was recorded
+// (tensor norms not included: their keys are built per tensor).
 std::vector<StepMetric> step_metrics(const StepStats& s);
 
 }  // namespace hlat

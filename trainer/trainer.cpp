@@ -249,10 +249,13 @@ double Trainer::optimizer_bytes() {
 
 void Trainer::update(StepStats& s) {
     s.lr = learning_rate(config_.schedule, step_) * faults_.lr_factor(step_);
-    s.lr_max_ahead = peak_learning_rate_ahead(config_.schedule, step_);
+    // The largest rate the schedule gives from this step on (faults aside): the
+    // attention_logit detector's projection.
+    s.record("lr_max_ahead", peak_learning_rate_ahead(config_.schedule, step_));
     // A non-finite loss or gradient never reaches the weights: the update is
     // skipped and the detectors report it.
     s.update_skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
+    s.record("update_skipped", s.update_skipped ? 1.0 : 0.0, StepMetric::Kind::Flag, StepMetric::When::NonZero);
     update_sums_.clear();
     if (!s.update_skipped) {
         KernelScope scope("adamw", KernelProfile::active() ? optimizer_bytes() : 0.0);
@@ -326,8 +329,12 @@ void Trainer::collect_internals(StepStats& s) {
 void Trainer::count_tokens(StepStats& s) {
     if (parallel_) {
         s.tp_comm_seconds = parallel_->take_tensor_comm_seconds();
-        s.tp_comm_bus_bytes = parallel_->take_tensor_comm_bus_bytes();
+        const double bus_bytes = parallel_->take_tensor_comm_bus_bytes();
+        s.record("tp_comm_busbw_gbs", s.tp_comm_seconds > 0 ? bus_bytes / s.tp_comm_seconds / 1e9 : 0.0,
+                 StepMetric::Kind::Real, StepMetric::When::NonZero);
     }
+    // The share of the step spent waiting for data.
+    s.record("data_wait_share", s.step_seconds > 0 ? s.data_seconds / s.step_seconds : 0.0);
     const int replicas = parallel_ ? parallel_->dp_size() : 1, processes = parallel_ ? parallel_->world_size() : 1;
     const int T = config_.run.seq_len;
     long tokens = (long)config_.run.batch_size * T * config_.run.grad_accum * replicas;
