@@ -195,6 +195,10 @@ TEST(TrainingRun, ANewStepMetricIsStoredAndWrittenFromItsOneLine) {
         EXPECT_LE(share[i].value, 1.0);
         EXPECT_DOUBLE_EQ(share[i].value, data[i].value / step[i].value) << "step " << i;
     }
+    auto clip_scale = reader.series(run, "clip_scale", 0, 100), grad = reader.series(run, "grad_norm", 0, 100);
+    ASSERT_EQ(clip_scale.size(), 12u);
+    for (size_t i = 0; i < clip_scale.size(); i++)  // grad_clip 1.0 (the default)
+        EXPECT_NEAR(clip_scale[i].value, std::min(1.0, 1.0 / (grad[i].value + 1e-6)), 1e-9) << "step " << i;
     std::ifstream jsonl(dir.file("m.jsonl"));
     int lines_with_it = 0;
     for (std::string line; std::getline(jsonl, line);) lines_with_it += nlohmann::json::parse(line).contains("data_wait_share");

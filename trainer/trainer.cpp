@@ -234,6 +234,7 @@ void Trainer::clip(StepStats& s, bool tensor_norms) {
     // The update scales each gradient by this factor (in float) as it reads
     // it: clipping is not a pass of its own, and the gradients stay unclipped.
     const double factor = clip_factor(s.grad_norm, config_.optimizer.grad_clip);
+    s.record("clip_scale", std::min(factor, 1.0));  // what clipping leaves of the gradient: 1, untouched
     s.clipped = factor < 1.0;
     clip_factor_ = s.clipped ? (float)factor : 1.0;
 }
