@@ -361,6 +361,29 @@ std::string gone_detail(const Options& o) {
     return fmt::format("ingest: the trainer (process {}) ended", o.on_halt.pid);
 }
 
+// When following ends, besides the log's own end: asked after each read.
+struct FollowEnd {
+    bool draining = false;  // the trainer is gone: one more read to the end, then stop
+    std::chrono::steady_clock::time_point last_growth = std::chrono::steady_clock::now();
+
+    // The trainer gone (--on-halt signal:PID) ends it once what it wrote is
+    // read; a signal, and --idle-exit without growth, at once. Sets how the
+    // run ends when that is not the default.
+    bool now(const Options& o, bool at_end, bool halted, std::string& status, std::string& detail) {
+        if (draining && at_end) {
+            if (!halted) status = "stopped", detail = gone_detail(o);
+            return true;
+        }
+        draining = trainer_gone(o);
+        if (g_ingest_stop) {
+            status = "stopped";
+            return true;
+        }
+        const double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_growth).count();
+        return o.idle_exit > 0 && idle >= o.idle_exit;
+    }
+};
+
 int follow_lines(const Options& o, LineParser& parser, std::ifstream& in) {
     Writer writer(o.store);
     auto s = session::RunSession::open(&writer, run_record(o, o.run), {o.resume, "", 0, 0.0, "ingest --follow " + o.file});
@@ -368,15 +391,14 @@ int follow_lines(const Options& o, LineParser& parser, std::ifstream& in) {
     std::signal(SIGTERM, stop_ingesting);
     std::string pending, status = "finished", halt_reason, bad_line, end_status, end_detail;
     bool cutting = false;  // dropping the rest of a line past kMaxLineBytes
-    bool draining = false;  // the trainer is gone: one more read to the end, then stop
-    auto last_growth = std::chrono::steady_clock::now();
+    FollowEnd end;
     long values = 0;
     for (;;) {
         char buf[1 << 16];
         in.read(buf, sizeof buf);
         if (std::streamsize n = in.gcount(); n > 0) {
             append_capped(pending, std::string_view(buf, (size_t)n), cutting);
-            last_growth = std::chrono::steady_clock::now();
+            end.last_growth = std::chrono::steady_clock::now();
         }
         bool at_end = in.eof();
         in.clear();
@@ -389,17 +411,7 @@ int follow_lines(const Options& o, LineParser& parser, std::ifstream& in) {
         if (!end_status.empty()) break;  // the writer said how its run ended
         if (act_on_halt(o, *s, std::max<int64_t>(0, parser.last_step()), halt_reason)) break;
         // After signalling, the trainer's last lines are read until it is gone.
-        if (draining && at_end) {
-            if (halt_reason.empty()) status = "stopped", end_detail = gone_detail(o);
-            break;
-        }
-        draining = trainer_gone(o);
-        if (g_ingest_stop) {
-            status = "stopped";
-            break;
-        }
-        double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_growth).count();
-        if (o.idle_exit > 0 && idle >= o.idle_exit) break;
+        if (end.now(o, at_end, !halt_reason.empty(), status, end_detail)) break;
         if (at_end) std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     bool halted = !halt_reason.empty() && o.on_halt.how != "none";
@@ -439,14 +451,13 @@ int follow_tensorboard(const Options& o) {
     std::signal(SIGINT, stop_ingesting);
     std::signal(SIGTERM, stop_ingesting);
     std::string status = "finished", halt_reason, error, end_detail;
-    auto last_growth = std::chrono::steady_clock::now();
+    FollowEnd end;
     long values = 0;
     int64_t last_step = 0;
-    bool draining = false;  // the trainer is gone: one more read, then stop
     for (;;) {
         std::vector<MetricPoint> points = tail.read_new();
         if (!points.empty()) {
-            last_growth = std::chrono::steady_clock::now();
+            end.last_growth = std::chrono::steady_clock::now();
             values += (long)points.size();
             last_step = std::max(last_step, points.back().step);
             ParsedBatch b;
@@ -462,17 +473,7 @@ int follow_tensorboard(const Options& o) {
             break;
         }
         if (act_on_halt(o, *s, last_step, halt_reason)) break;
-        if (draining) {
-            if (halt_reason.empty()) status = "stopped", end_detail = gone_detail(o);
-            break;
-        }
-        draining = trainer_gone(o);
-        if (g_ingest_stop) {
-            status = "stopped";
-            break;
-        }
-        double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_growth).count();
-        if (o.idle_exit > 0 && idle >= o.idle_exit) break;
+        if (end.now(o, true, !halt_reason.empty(), status, end_detail)) break;  // a read takes all there is
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     const bool halted = !halt_reason.empty() && o.on_halt.how != "none";
@@ -599,7 +600,8 @@ int ingest_command(int argc, char** argv) {
          "and quotes at most 200 bytes of the line")
         ("on-halt", po::value<std::string>()->default_value("none"),
          "with --follow, when a detector with the halt policy fires or the page asks for a halt: exit (with code 3) "
-         "or signal:PID[:SIGNAL] (default SIGTERM, then exit 3 once PID is gone)");
+         "or signal:PID[:SIGNAL] (default SIGTERM, then exit 3 once PID is gone). With signal:PID, following "
+         "also waits for a path PID has not made yet, and ends (the run \"stopped\") once PID is gone unhalted");
     po::positional_options_description positional;
     positional.add("file", 1);
     auto parsed = parse_options(argc, argv, opts,
@@ -619,7 +621,9 @@ int ingest_command(int argc, char** argv) {
     if (!parsed) return 0;
     Options o = parse_ingest_options(*parsed);
     if (o.follow && !std::filesystem::exists(o.file) && !wait_for_path(o))
-        throw std::runtime_error(fmt::format("{} never appeared; nothing is stored", o.file));
+        throw std::runtime_error(fmt::format("{} never appeared ({}); nothing is stored", o.file,
+                                             g_ingest_stop ? "stopped by a signal" : trainer_gone(o) ? "the trainer is gone"
+                                                                                                    : "--idle-exit"));
     if (o.auto_format && (std::filesystem::is_directory(o.file) || o.file.find("tfevents") != std::string::npos))
         o.format = LogFormat::TensorBoard, o.auto_format = false;
     if (o.format == LogFormat::TensorBoard) {

@@ -177,16 +177,21 @@ namespace {
 constexpr const char* kRedactedPath = "/\u2026";  // "/…"
 }
 
-std::string redacted_webhook(const std::string& url) {
+std::string webhook_host(const std::string& url) {
     const size_t scheme_end = url.find("://");
-    if (url.empty() || scheme_end == std::string::npos) return url.empty() ? "" : "\u2026";
-    const size_t host_start = scheme_end + 3;
-    size_t host_end = url.find_first_of("/?#", host_start);
-    if (host_end == std::string::npos) host_end = url.size();
-    std::string authority = url.substr(host_start, host_end - host_start);
-    const size_t at = authority.rfind('@');
-    if (at != std::string::npos) authority = authority.substr(at + 1);
-    return url.substr(0, host_start) + authority + kRedactedPath;
+    if (scheme_end == std::string::npos) return "";
+    const std::string rest = url.substr(scheme_end + 3);
+    // A user:password@ ends at the last '@' before the path (a '?' or '#' in a password included).
+    const size_t at = rest.substr(0, rest.find('/')).rfind('@');
+    const std::string after = at == std::string::npos ? rest : rest.substr(at + 1);
+    return after.substr(0, after.find_first_of("/?#"));
+}
+
+std::string redacted_webhook(const std::string& url) {
+    if (url.empty()) return "";
+    const size_t scheme_end = url.find("://");
+    if (scheme_end == std::string::npos) return "\u2026";
+    return url.substr(0, scheme_end + 3) + webhook_host(url) + kRedactedPath;
 }
 
 bool is_redacted_webhook(const std::string& url) {

@@ -336,6 +336,9 @@ const char* policy_name(Policy p);
 // API and its logs show is "scheme://host[:port]/…". A config holding a
 // redacted URL (copied from the page, say) posts nothing, and says so.
 std::string redacted_webhook(const std::string& url);
+// A webhook URL's host[:port] ("[::1]:8443" for IPv6), past any user:password@;
+// "" without "scheme://". The sender and the redaction read it alike.
+std::string webhook_host(const std::string& url);
 bool is_redacted_webhook(const std::string& url);
 // A run's config (a JSON object with a "detectors" section) as shown to
 // readers: its detectors.webhook redacted, everything else as stored.

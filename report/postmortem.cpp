@@ -46,6 +46,14 @@ double mean(std::vector<double>::const_iterator a, std::vector<double>::const_it
     return n ? s / n : NAN;
 }
 
+// Where alerts go is no part of an experiment's setting, and a webhook's URL
+// is a secret: left out of a flattened config.
+void drop_alert_routing(std::map<std::string, std::string>& flat) {
+    for (const char* where : {"detectors.webhook", "detectors.webhook_format", "detectors.webhook_ca",
+                              "detectors.webhook_page"})
+        flat.erase(where);
+}
+
 void flatten(const nlohmann::json& j, const std::string& prefix, std::map<std::string, std::string>& out) {
     if (j.is_object()) {
         for (auto it = j.begin(); it != j.end(); ++it) flatten(*it, prefix.empty() ? it.key() : prefix + "." + it.key(), out);
@@ -71,9 +79,7 @@ int64_t seed_of(const std::string& text) {
 void read_setting(const telemetry::RunRecord& run, RunPostmortem& p) {
     nlohmann::json j = nlohmann::json::parse(run.config, nullptr, false);
     if (!j.is_discarded()) flatten(j, "", p.setting);
-    for (const char* where : {"detectors.webhook", "detectors.webhook_format", "detectors.webhook_ca",
-                              "detectors.webhook_page"})
-        p.setting.erase(where);  // where alerts go is no part of the experiment (and a webhook's URL is a secret)
+    drop_alert_routing(p.setting);
     for (const char* key : {"run.seed", "seed"}) {
         auto it = p.setting.find(key);
         if (it == p.setting.end()) continue;
@@ -351,6 +357,7 @@ std::map<std::string, std::vector<std::string>> config_differences(telemetry::Re
         std::map<std::string, std::string> f;
         nlohmann::json j = nlohmann::json::parse(run->config, nullptr, false);
         if (!j.is_discarded()) flatten(j, "", f);
+        drop_alert_routing(f);
         flat.push_back(f);
     }
     std::map<std::string, std::vector<std::string>> out;

@@ -9,6 +9,8 @@
 #include <boost/beast/ssl.hpp>
 #include <fmt/format.h>
 
+#include "detectors/config.h"
+
 #include <memory>
 #include <stdexcept>
 
@@ -22,15 +24,20 @@ using tcp = net::ip::tcp;
 
 PostTarget parse_post_url(const std::string& url) {
     PostTarget t;
-    std::string rest;
-    if (url.rfind("https://", 0) == 0) t.tls = true, t.port = 443, rest = url.substr(8);
-    else if (url.rfind("http://", 0) == 0) rest = url.substr(7);
-    else throw std::runtime_error(fmt::format("webhook {} is not an http:// or https:// URL", url));
-    const size_t slash = rest.find('/');
-    const std::string authority = rest.substr(0, slash);
-    t.path = slash == std::string::npos ? "/" : rest.substr(slash);
-    const size_t colon = authority.rfind(':');
-    t.host = authority.substr(0, colon);
+    if (url.rfind("https://", 0) == 0) t.tls = true, t.port = 443;
+    else if (url.rfind("http://", 0) != 0) throw std::runtime_error("the webhook is not an http:// or https:// URL");
+    const std::string authority = detectors::webhook_host(url);
+    // The request target: the path and query after the host ("/" when none); a fragment is not sent.
+    const std::string rest = url.substr(url.find("://") + 3);
+    const size_t at = rest.substr(0, rest.find('/')).rfind('@');  // as webhook_host reads it
+    std::string target = rest.substr((at == std::string::npos ? 0 : at + 1) + authority.size());
+    target = target.substr(0, target.find('#'));
+    t.path = target.empty() || target[0] != '/' ? "/" + target : target;
+    // [v6 address]:port, host:port, or a host alone.
+    const bool v6 = !authority.empty() && authority[0] == '[';
+    const size_t close = v6 ? authority.find(']') : 0;
+    const size_t colon = v6 ? (close == std::string::npos ? close : authority.find(':', close)) : authority.rfind(':');
+    t.host = v6 ? authority.substr(1, close == std::string::npos ? 0 : close - 1) : authority.substr(0, colon);
     if (colon != std::string::npos) {
         try {
             size_t used = 0;
@@ -41,12 +48,8 @@ PostTarget parse_post_url(const std::string& url) {
         }
     }
     if (t.host.empty() || t.port <= 0 || t.port > 65535)
-        throw std::runtime_error(fmt::format("webhook {} has no valid host and port", url));
+        throw std::runtime_error(fmt::format("webhook {} has no valid host and port", detectors::redacted_webhook(url)));
     return t;
-}
-
-std::string redacted_url(const PostTarget& t) {
-    return fmt::format("{}://{}:{}/…", t.tls ? "https" : "http", t.host, t.port);
 }
 
 namespace {

@@ -17,13 +17,10 @@ struct PostTarget {
     std::string ca_file;  // "": the system's CAs
 };
 
-// "http(s)://host[:port]/path" -> target; throws std::runtime_error naming the
-// URL's fault (the URL itself only in that message: its path may be a secret).
+// "http(s)://[user:password@]host[:port][/path][?query]" (host may be "[v6]")
+// -> target; throws std::runtime_error naming the fault, the URL redacted
+// (detectors::redacted_webhook: its path and query may be its secret).
 PostTarget parse_post_url(const std::string& url);
-
-// The URL with its path and query left out ("https://hooks.slack.com/…"): a
-// Slack or Discord webhook's path is its secret, never written to a log.
-std::string redacted_url(const PostTarget& t);
 
 struct PostResult {
     int status = 0;     // the HTTP status; 0 when no answer came

@@ -1,5 +1,7 @@
 #include "session/webhook.h"
 
+#include "detectors/config.h"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -33,7 +35,11 @@ static std::string run_link(std::string page, const std::string& run) {
 
 Webhook::Webhook(const std::string& url, std::string run_name, const std::string& format, const std::string& ca_file,
                  const std::string& page)
-    : target_(parse_post_url(url)), run_name_(std::move(run_name)), format_(format), link_(run_link(page, run_name_)) {
+    : target_(parse_post_url(url)),
+      shown_(detectors::redacted_webhook(url)),
+      run_name_(std::move(run_name)),
+      format_(format),
+      link_(run_link(page, run_name_)) {
     if (format_ != "json" && format_ != "slack" && format_ != "discord")
         throw std::runtime_error(fmt::format("webhook format \"{}\" is not json, slack or discord", format_));
     target_.ca_file = ca_file;
@@ -129,7 +135,7 @@ void Webhook::deliver(const std::string& body) {
         cv_.wait_for(lock, wait, [&] { return stop_; });
         wait *= 4;
     }
-    spdlog::warn("webhook {} did not take the alert: {}", redacted_url(target_),
+    spdlog::warn("webhook {} did not take the alert: {}", shown_,
                  r.status ? fmt::format("HTTP {}", r.status) : r.error);
 }
 

@@ -39,6 +39,7 @@ class Webhook {
     void deliver(const std::string& body);
     std::string payload(const telemetry::Alert& a, const telemetry::AlertEpisode& closed) const;
     PostTarget target_;
+    std::string shown_;  // the URL as logs show it: scheme://host/…
     std::string run_name_, format_, link_;
     telemetry::EpisodeTracker episodes_;  // under mutex_
     mutable std::mutex mutex_;

@@ -37,6 +37,7 @@ std::vector<MetricEntry> run_rows() {
         run_metric("param_norm", "param norm", "", "training", "param_norm", on),
         run_metric("lr", "learning rate", "", "training", "lr", on),
         run_metric("lr_max_ahead", "largest learning rate ahead in the schedule", "", "training", "lr", off),
+        run_metric("clip_scale", "gradient clipping scale (1: not clipped)", "", "training", "clip_scale", off),
         run_metric("tokens_per_s", "tokens/s", "tokens/s", "speed", "tokens_per_s", on),
         run_metric("mfu", "MFU", "", "speed", "mfu", on),
         run_metric("data_s", "data wait", "s", "speed", "step_time", on),

@@ -2,6 +2,7 @@
 // the trainer with injected faults: online and offline alerts agree, a halt
 // stops the run cleanly, and the webhook delivers.
 #include "detectors/config.h"
+#include "session/https_post.h"
 #include "detectors/detector.h"
 #include "report/postmortem.h"
 #include "session/replay.h"
@@ -319,6 +320,9 @@ TEST(DetectorConfig, TheWebhooksSecretIsRedactedForReaders) {
     EXPECT_EQ(redacted_webhook("http://user:pw@127.0.0.1:8080/hook?key=secret"), "http://127.0.0.1:8080/\u2026");
     EXPECT_EQ(redacted_webhook("https://example.com"), "https://example.com/\u2026");
     EXPECT_EQ(redacted_webhook(""), "");
+    EXPECT_EQ(redacted_webhook("https://u:p?w@h.example/x"), "https://h.example/\u2026") << "a '?' in a password";
+    EXPECT_EQ(redacted_webhook("https://h.example?token=secret"), "https://h.example/\u2026");
+    EXPECT_EQ(redacted_webhook("https://[::1]:8443/x"), "https://[::1]:8443/\u2026");
     const nlohmann::json stored = {{"run", {{"seed", 3}}},
                                    {"detectors", {{"webhook", "https://discord.com/api/webhooks/1/secret"}}}};
     const nlohmann::json shown = config_for_readers(stored);
@@ -330,6 +334,31 @@ TEST(DetectorConfig, TheWebhooksSecretIsRedactedForReaders) {
     EXPECT_FALSE(is_redacted_webhook("https://example.com/a/\u2026/b"));
     EXPECT_EQ(detectors_from_json(shown["detectors"]).webhook, "") << "a redacted URL posts nothing";
     EXPECT_EQ(detectors_from_json(stored["detectors"]).webhook, "https://discord.com/api/webhooks/1/secret");
+}
+
+// The sender reads a URL as the redaction does: the host past any
+// user:password@, an IPv6 address in brackets, the query as part of the
+// request's target; a URL it refuses is named redacted.
+TEST(DetectorConfig, TheWebhooksSenderReadsTheURLAsItsRedactionDoes) {
+    session::PostTarget t = session::parse_post_url("https://user:pa@ss@hooks.example:8443/a/b?key=secret#frag");
+    EXPECT_TRUE(t.tls);
+    EXPECT_EQ(t.host, "hooks.example");
+    EXPECT_EQ(t.port, 8443);
+    EXPECT_EQ(t.path, "/a/b?key=secret");
+    t = session::parse_post_url("http://[::1]:9/hook");
+    EXPECT_EQ(t.host, "::1");
+    EXPECT_EQ(t.port, 9);
+    t = session::parse_post_url("https://h.example?token=secret");
+    EXPECT_EQ(t.host, "h.example");
+    EXPECT_EQ(t.port, 443);
+    EXPECT_EQ(t.path, "/?token=secret");
+    try {
+        session::parse_post_url("https://h.example:99999/secret");
+        ADD_FAILURE() << "a port past 65535 taken";
+    } catch (const std::runtime_error& e) {
+        EXPECT_EQ(std::string(e.what()).find("secret"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("h.example:99999/\u2026"), std::string::npos) << e.what();
+    }
 }
 
 // The trainer with injected faults, through the binary.

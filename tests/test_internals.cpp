@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <set>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -340,8 +341,11 @@ TEST(Internals, InternalsEveryZeroMeasuresNothingAndTwoMeasuresEveryOtherStep) {
             EXPECT_EQ(s.internals.empty(), !measured) << "every " << every << " step " << step;
             EXPECT_EQ(std::isnan(s.logz_mean), !measured) << "every " << every << " step " << step;
             bool in_metrics = false;
-            for (const StepMetric& m : step_metrics(s))
-                in_metrics |= std::string(m.key) == "logit_max" && !std::isnan(m.value);
+            std::set<std::string> keys;
+            for (const StepMetric& m : step_metrics(s)) {
+                in_metrics |= m.key == "logit_max" && !std::isnan(m.value);
+                EXPECT_TRUE(keys.insert(m.key).second) << m.key << " written twice";  // a field's and a record's
+            }
             EXPECT_EQ(in_metrics, measured) << "every " << every << " step " << step;
         }
     }

@@ -175,9 +175,10 @@ TEST(TrainingRun, Bf16RunsStoreTheirLostUpdates) {
     }
 }
 
-// A statistic added in one line of step_metrics() reaches the store, the
-// metrics JSONL and the detectors' view (by its name) with nothing else
-// touched: the data wait's share of each step.
+// A statistic recorded in one line where the step computes it
+// (StepStats::record) reaches the store, the metrics JSONL and the detectors'
+// view (by its name) with nothing else touched: the data wait's share of each
+// step, and clipping's scale.
 TEST(TrainingRun, ANewStepMetricIsStoredAndWrittenFromItsOneLine) {
     test::ScratchDir dir("new_metric");
     test::write_tiny_training(dir, 12, {{"peak_gflops", 1.0}});

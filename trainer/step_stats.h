@@ -22,7 +22,7 @@ namespace hlat {
 struct StepMetric {
     enum class Kind { Real, Count, Flag };  // how the JSONL writes it: 0.5, 1234, true
     enum class When { Always, NonZero, Measured };  // the store skips NonZero ones at 0, both skip unmeasured (NaN) ones
-    const char* key;
+    std::string key;
     double value;
     Kind kind = Kind::Real;
     When when = When::Always;
@@ -72,9 +72,9 @@ struct StepStats {
     std::vector<float> sequence_losses, sequence_grad_norms;
     // Scalars recorded where they are computed, in that order, after the fields' own.
     std::vector<StepMetric> recorded;
-    void record(const char* key, double value, StepMetric::Kind kind = StepMetric::Kind::Real,
+    void record(std::string key, double value, StepMetric::Kind kind = StepMetric::Kind::Real,
                 StepMetric::When when = StepMetric::When::Always) {
-        recorded.push_back({key, value, kind, when});
+        recorded.push_back({std::move(key), value, kind, when});
     }
 };
 

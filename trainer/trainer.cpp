@@ -234,7 +234,7 @@ void Trainer::clip(StepStats& s, bool tensor_norms) {
     // The update scales each gradient by this factor (in float) as it reads
     // it: clipping is not a pass of its own, and the gradients stay unclipped.
     const double factor = clip_factor(s.grad_norm, config_.optimizer.grad_clip);
-    s.record("clip_scale", std::min(factor, 1.0));  // what clipping leaves of the gradient: 1, untouched
+    s.record("clip_scale", factor);  // what clipping leaves of the gradient: 1, untouched
     s.clipped = factor < 1.0;
     clip_factor_ = s.clipped ? (float)factor : 1.0;
 }
@@ -328,12 +328,10 @@ void Trainer::collect_internals(StepStats& s) {
 
 // Every data-parallel replica trains on its own tokens; TP ranks share theirs.
 void Trainer::count_tokens(StepStats& s) {
-    if (parallel_) {
-        s.tp_comm_seconds = parallel_->take_tensor_comm_seconds();
-        const double bus_bytes = parallel_->take_tensor_comm_bus_bytes();
-        s.record("tp_comm_busbw_gbs", s.tp_comm_seconds > 0 ? bus_bytes / s.tp_comm_seconds / 1e9 : 0.0,
-                 StepMetric::Kind::Real, StepMetric::When::NonZero);
-    }
+    const double bus_bytes = parallel_ ? parallel_->take_tensor_comm_bus_bytes() : 0.0;
+    if (parallel_) s.tp_comm_seconds = parallel_->take_tensor_comm_seconds();
+    s.record("tp_comm_busbw_gbs", s.tp_comm_seconds > 0 ? bus_bytes / s.tp_comm_seconds / 1e9 : 0.0,
+             StepMetric::Kind::Real, StepMetric::When::NonZero);
     // The share of the step spent waiting for data.
     s.record("data_wait_share", s.step_seconds > 0 ? s.data_seconds / s.step_seconds : 0.0);
     const int replicas = parallel_ ? parallel_->dp_size() : 1, processes = parallel_ ? parallel_->world_size() : 1;

@@ -59,7 +59,6 @@ std::vector<std::string> key_list(const Request& r, const char* name, size_t& co
 }  // namespace
 
 Response catalogue_reply(const Request& r) {
-    if (r.method != "GET") return error(405, "use GET");
     size_t count = 0;
     std::vector<std::string> keys = key_list(r, "keys", count), rank_keys = key_list(r, "rank_keys", count);
     json table = json::array(), shared = json::array();

@@ -155,36 +155,67 @@ def attention_logits(query, key, scale=None, is_causal=False, attn_mask=None, ma
     return s
 
 
-# The watch's hooks run eagerly inside a compiled model: TorchDynamo breaks the graph at each
-# and calls it, rather than tracing its Python (which guards on the step's dicts and recompiled
-# the model until torch's recompile limit: +100 % a watched step of a compiled 0.25B LLaMA on an
-# H200, bench/watch_cuda).
-_eager = getattr(getattr(torch, "compiler", None), "disable", lambda f: f)
+# The watch's code that runs inside a model's forward on a watched step runs eagerly in a
+# compiled model: TorchDynamo breaks the graph at each and calls it, rather than tracing its
+# Python (which guards on the step's dicts and recompiled the model until torch's recompile
+# limit: +100 % a watched step of a compiled 0.25B LLaMA on an H200, bench/watch_cuda). Done when
+# the first watch is made, not at import: torch.compiler.disable imports TorchDynamo (1.3 s).
+_EAGER = ("_model_pre_watched", "_model_post", "_block_pre", "_block_post", "_logits_post", "_softmax_seen",
+          "_sdpa_seen", "_attention")
 
 
-def _counts_each(moments, thresholds, device):
-    """Per second-moment tensor: coordinates below its threshold and above 0, and those above 0
-    (float64 vectors), tensor by tensor."""
+def _in_backward():
+    """Whether autograd is running a backward on this thread (an activation-checkpoint recompute
+    calls the forward's modules again there)."""
+    task = getattr(torch._C, "_current_graph_task_id", None)
+    return task is not None and task() != -1
+
+
+def _run_eagerly(cls):
+    disable = getattr(getattr(torch, "compiler", None), "disable", None)
+    if disable is None or cls.__dict__.get("_eager_done"):
+        return
+    for name in _EAGER:
+        setattr(cls, name, disable(cls.__dict__[name]))
+    cls._eager_done = True
+
+
+def _counts_each(moments, steps, beta2s, epss):
+    """Per second-moment tensor v (a 1-d float32 sample or whole tensor): its coordinates with
+    sqrt(v_hat) < eps, that is 0 < v < (1 - beta2^step) eps^2, and those with v > 0 (two float64
+    vectors), tensor by tensor."""
     below, nonzero = [], []
-    for v, threshold in zip(moments, thresholds):
+    for v, step, beta2, eps in zip(moments, steps, beta2s, epss):
+        limit = (1 - beta2 ** step) * eps * eps  # a float, or a 0-d tensor where the optimizer keeps its step
         n = torch.count_nonzero(v)
-        below.append((v < threshold).sum() - (v.numel() - n))  # the zeros are below it too
+        below.append((v < limit).sum() - (v.numel() - n))  # the zeros are below it too
         nonzero.append(n)
     return torch.stack(below).double(), torch.stack(nonzero).double()
 
 
-def _counts_segmented(moments, thresholds, device):
-    """_counts_each's counts from one vector of all the tensors, in a few kernels."""
-    lengths = torch.tensor([v.numel() for v in moments], device=device)
-    flat = torch.cat([v.reshape(-1) for v in moments]).float()
-    if all(isinstance(t, float) and t == thresholds[0] for t in thresholds):
-        limit = thresholds[0]  # one param group at one step: a scalar
-    else:
-        limit = torch.stack([torch.as_tensor(t, dtype=torch.float32, device=device).reshape(())
-                             for t in thresholds]).repeat_interleave(lengths)
+def _counts_segmented(moments, steps, beta2s, epss):
+    """_counts_each's counts from one vector of all the tensors, in a few kernels and no wait for
+    the device (segment_reduce's unsafe=True skips its checks, which read the lengths back)."""
+    device = moments[0].device
+    sizes = [v.numel() for v in moments]
+    lengths = torch.tensor(sizes, device=device)
+    flat = torch.cat(moments)
+    if flat.numel() == 0:
+        zeros = torch.zeros(len(moments), dtype=torch.float64, device=device)
+        return zeros, zeros
+    if all(not isinstance(t, torch.Tensor) for t in steps):
+        limits = [(1 - b ** float(t)) * e * e for t, b, e in zip(steps, beta2s, epss)]
+        same = all(x == limits[0] for x in limits)
+        limit = limits[0] if same else torch.tensor(limits, device=device)
+    else:  # steps on the device (fused or capturable Adam): one stack, no copy to the host
+        step = torch.stack([torch.as_tensor(t, device=device).reshape(()).float() for t in steps])
+        beta2 = torch.tensor(beta2s, device=device)
+        limit = (1 - beta2 ** step) * torch.tensor(epss, device=device).square()
+    if isinstance(limit, torch.Tensor):
+        limit = limit.float().repeat_interleave(lengths, output_size=flat.numel())
     flags = torch.stack(((flat > 0) & (flat < limit), flat != 0), dim=1).float()
     # Exact in float32 up to 2^24 coordinates a tensor (a sample is 32,768); past it, within 1e-7.
-    sums = torch.segment_reduce(flags, "sum", lengths=lengths, axis=0).double()
+    sums = torch.segment_reduce(flags, "sum", lengths=lengths, axis=0, unsafe=True).double()
     return sums[:, 0], sums[:, 1]
 
 
@@ -357,6 +388,7 @@ class Watch:
                  sequence_parallel=False, heads=None, pipeline_stage=None):
         if every < 1:
             raise ValueError(f"hlat.torch.watch: every must be >= 1, not {every}")
+        _run_eagerly(Watch)
         # A trainer's wrapper (Accelerate's AcceleratedOptimizer, Lightning's LightningOptimizer)
         # steps the torch optimizer inside it: its hooks are that one's.
         while isinstance(getattr(optimizer, "optimizer", None), torch.optim.Optimizer):
@@ -446,10 +478,14 @@ class Watch:
                                      f"apart ({e}): the first watched step's activations include it; pass the "
                                      f"stage's input_args and output_args to skip the probe")
 
-    @_eager
     def _model_pre(self, module, args):
+        # Registered for good: off-step it returns here, traced by TorchDynamo into a compiled
+        # model as nothing (a watched step breaks the graph in _model_pre_watched).
         if self._probing or not (self.watched() and module.training and torch.is_grad_enabled()):
             return
+        self._model_pre_watched()
+
+    def _model_pre_watched(self):
         self._begin()
         if not self._forward_handles:
             for i, block in enumerate(self.blocks):
@@ -464,7 +500,6 @@ class Watch:
             _active[0] = self
             _patch_attention()
 
-    @_eager
     def _model_post(self, module, args, out):
         if self._depth == 0:
             return
@@ -482,12 +517,10 @@ class Watch:
     def _in_forward(self):
         return self._depth > 0 and self._cur is not None and threading.get_ident() == self._thread
 
-    @_eager
     def _block_pre(self, module, args):
         if self._in_forward():
             self._layer = self._block_index.get(id(module))
 
-    @_eager
     @torch.no_grad()
     def _block_post(self, module, args, out):
         if not self._in_forward():
@@ -504,13 +537,12 @@ class Watch:
         cur.res_max.setdefault(i, []).append(torch.maximum(hi.float(), -lo.float()))
         cur.res_n[i] = cur.res_n.get(i, 0) + x.numel()
 
-    @_eager
     def _logits_post(self, module, args, out):
         # In the model's forward, or after it in the step's own code: a chunked loss (torchtitan's
         # ChunkedLossWrapper) calls the output layer on pieces of the last hidden state outside
         # the forward; log Z and the largest logit are sums and maxima, so the pieces add up.
         after_forward = self._cur is not None and self._thread == threading.get_ident() and module.training \
-            and torch.is_grad_enabled()
+            and torch.is_grad_enabled() and not _in_backward()
         if self._in_forward() or after_forward:
             x = _first_tensor(out)
             if x is not None:
@@ -539,12 +571,16 @@ class Watch:
 
     # -- attention ---------------------------------------------------------------------------
 
-    @_eager
     def attention(self, query, key, scale=None, is_causal=False, attn_mask=None, layer=None, sample=None):
         """For an attention the watch does not see (flash-attn, a fused kernel): call it with the
         kernel's query and key as (batch, heads, positions, head_dim) before the kernel, inside
-        the block's forward (or give layer=). Does nothing off-step. sample: at most that many
-        logits are computed (the first sequence, every r-th query); default all of them."""
+        the block's forward (or give layer=). Does nothing off-step (in a compiled model, nothing
+        that breaks its graph). sample: at most that many logits are computed (the first
+        sequence, every r-th query); default all of them."""
+        if self._cur is not None:  # a watched step's forward
+            self._attention(query, key, scale, is_causal, attn_mask, layer, sample)
+
+    def _attention(self, query, key, scale, is_causal, attn_mask, layer, sample):
         layer = self._layer if layer is None else layer
         if layer is None or not self._in_forward():
             return
@@ -573,7 +609,6 @@ class Watch:
         cur.att_ent.setdefault(layer, []).append(entropy.sum(dim=dims[:-1]))
         cur.att_rows[layer] = cur.att_rows.get(layer, 0) + entropy.numel() // logits.shape[-3]
 
-    @_eager
     def _softmax_seen(self, x, dim, out):
         """A softmax over the last dimension of a 4-d (batch, heads, queries, keys) tensor inside
         a block: the model's own attention (nanoGPT's non-flash path, HF's eager attention)."""
@@ -584,7 +619,6 @@ class Watch:
         with torch.no_grad():
             self._logit_stats(self._layer, x, out, self.entropy_sample)
 
-    @_eager
     def _sdpa_seen(self, args, kwargs):
         if self._layer is None or not self._in_forward():
             return
@@ -799,55 +833,53 @@ class Watch:
         entries.append(("attn_entropy", "per_row", labels, [ents, rows], weight))
 
     def _eps_counts(self, segmented=None):
-        """Per tensor (two float64 vectors): Adam coordinates with sqrt(v_hat) < eps (v > 0), and
-        those with v > 0 (a sampled tensor's counts scaled to its size); None for an optimizer
-        without Adam's second moment. On a GPU the tensors' (sampled) second moments are read as
-        one vector and counted per tensor in a few kernels, since a few small kernels a tensor
-        cost a GPU step more than the arithmetic (bench/watch_cuda); on the CPU, where passes
-        over memory cost and calls do not, tensor by tensor."""
-        found = [(k, self._second_moment(k, p)) for k, (_, p) in enumerate(self.params)]
-        found = [(k, v, threshold) for k, f in found if f is not None for v, threshold in [f]]
+        """Per tensor (two float64 vectors on the watch's device): Adam coordinates with
+        sqrt(v_hat) < eps (v > 0), and those with v > 0 (a sampled tensor's counts scaled to its
+        size); None for an optimizer without Adam's second moment. On a GPU the tensors'
+        (sampled) second moments are read as one vector and counted per tensor in a few kernels,
+        since a few small kernels a tensor cost a GPU step more than the arithmetic
+        (bench/watch_cuda); on the CPU, where passes over memory cost and calls do not, tensor by
+        tensor. Moments held elsewhere (another GPU, offloaded to the CPU) are sampled there and
+        the sample brought over."""
+        device = self._device()
+        found = [(k, m) for k, (_, p) in enumerate(self.params) for m in [self._second_moment(k, p)] if m is not None]
         if not found:
             return None
-        device = found[0][1].device
-        factors = [local(self._moment_of(self.params[k][1])).numel() / max(v.numel(), 1) for k, v, _ in found]
         if segmented is None:
             segmented = device.type != "cpu"
-        below, nonzero = (_counts_segmented if segmented else _counts_each)([v for _, v, _ in found],
-                                                                            [t for _, _, t in found], device)
-        scale = torch.tensor(factors, dtype=torch.float64, device=device)
-        at = torch.tensor([k for k, _, _ in found], device=device)
-        small = torch.zeros(len(self.params), dtype=torch.float64, device=device).index_copy_(0, at, below * scale)
-        counted = torch.zeros(len(self.params), dtype=torch.float64, device=device).index_copy_(0, at, nonzero * scale)
-        return small, counted
-
-    def _moment_of(self, p):
-        s = self.optimizer.state.get(p) if p in self.optimizer.state else None
-        if not s:
-            return None
-        return s.get("max_exp_avg_sq") if s.get("max_exp_avg_sq") is not None else s.get("exp_avg_sq")
+        count = _counts_segmented if segmented else _counts_each
+        below, nonzero = count(*[[m[i] for _, m in found] for i in range(4)])
+        scale = torch.tensor([m[4] for _, m in found], dtype=torch.float64, device=device)
+        at = torch.tensor([k for k, _ in found], device=device)
+        zeros = torch.zeros(len(self.params), dtype=torch.float64, device=device)
+        return zeros.index_copy(0, at, below * scale), zeros.index_copy(0, at, nonzero * scale)
 
     def _second_moment(self, k, p):
-        """Tensor k's Adam second moment (its sample for a large one) and the threshold that
-        sqrt(v_hat) < eps means for v: (1 - beta2^step) eps^2, a float, or a 0-d tensor when the
-        optimizer keeps its step on the device; None without Adam's state."""
-        v = self._moment_of(p)
+        """Tensor k's Adam second moment as a 1-d float32 tensor on the watch's device (its sample
+        for a large one), its step (a number, or a 0-d tensor where the optimizer keeps it on the
+        device), beta2, eps, and the sample's scale to the whole; None without Adam's state."""
+        s = self.optimizer.state.get(p) if p in self.optimizer.state else None
         group = self._group_of.get(id(p))
-        if v is None or group is None or "eps" not in group or "betas" not in group:
+        if not s or group is None or "eps" not in group or "betas" not in group:
             return None
-        step = self.optimizer.state[p].get("step", 1)
-        beta2, eps = group["betas"][1], group["eps"]
-        if is_dtensor(step):
-            step = step.to_local()
-        if isinstance(step, torch.Tensor) and step.device.type != "cpu":
-            threshold = (1 - beta2 ** step.float()) * eps * eps  # stays on the device
-        else:
-            threshold = float((1 - beta2 ** float(step)) * eps * eps)
-        v = local(v.detach())
+        v = s.get("max_exp_avg_sq") if s.get("max_exp_avg_sq") is not None else s.get("exp_avg_sq")
+        if v is None:
+            return None
+        step = s.get("step", 1)
+        step = step.to_local() if is_dtensor(step) else step
+        if isinstance(step, torch.Tensor) and step.device.type == "cpu":
+            step = float(step)
+        whole = local(v.detach())
+        v = whole
         if self.tensor_sample is not None and v.numel() > self.tensor_sample:
             j = self._position.get(k)
-            v = _sample(v, self._index[j] if j is not None and self._index else _sample_index(v, self.tensor_sample))
-        return v, threshold
+            index = self._index[j] if j is not None and self._index else _sample_index(v, self.tensor_sample)
+            v = _sample(v, index.to(v.device))  # the parameter's index, where the moment is
+        device = self._device()
+        v = v.reshape(-1).to(device=device, dtype=torch.float32, non_blocking=True)
+        if isinstance(step, torch.Tensor):
+            step = step.to(device, non_blocking=True)
+        return v, step, group["betas"][1], group["eps"], whole.numel() / max(v.numel(), 1)
 
     # -- the end ---------------------------------------------------------------------------
 

@@ -155,7 +155,7 @@ class FollowTensorBoard(unittest.TestCase):
         follower = self.follower("tb-never", "--on-halt", f"signal:{sleeper.pid}")
         output, _ = follower.communicate(timeout=60)
         self.assertEqual(follower.returncode, 1, output)
-        self.assertIn("never appeared; nothing is stored", output)
+        self.assertIn("never appeared (the trainer is gone); nothing is stored", output)
         self.assertFalse(os.path.exists(self.store))
 
     def test_a_corrupt_record_stops_following_and_keeps_what_came_before(self):

@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.request
 
 from support import ServerTestCase, TOKEN
 import hlat
@@ -102,6 +103,9 @@ class HttpsWebhook(ServerTestCase):
                 self.assertIn(f"<{link}|open the run>" if fmt == "slack" else link, body[field])
             for path in ("/api/v1/runs", "/api/v1/runs/hook-slack/events"):
                 self.assertNotIn("secret", json.dumps(self.server.get(path)), f"{path} shows the webhook's path")
+            self.nan_run("hook-elsewhere", f"https://127.0.0.1:{endpoint.port}/services/another-secret", "json")
+            with urllib.request.urlopen(self.server.url + "/api/v1/report?runs=hook-slack,hook-elsewhere") as r:
+                self.assertNotIn("secret", r.read().decode(), "the post-mortem's config differences")
             shown = self.server.runs()["hook-slack"]["config"]["detectors"]["webhook"]
             self.assertEqual(shown, f"https://127.0.0.1:{endpoint.port}/\u2026", "the page shows where alerts go")
         finally:
