@@ -45,14 +45,32 @@ constexpr int kExitNoDetectorKeys = 2;
 constexpr int kExitHaltAlert = 3;  // as a halted hlat train
 
 // The replayed alerts the store does not have yet (same kind at the same step).
-std::vector<telemetry::Alert> new_alerts(telemetry::Reader& reader, int64_t run,
+std::vector<detectors::Fired> new_alerts(telemetry::Reader& reader, int64_t run,
                                          const std::vector<detectors::Fired>& fired) {
     std::set<std::pair<std::string, int64_t>> stored;
     for (const telemetry::Alert& a : reader.alerts(run)) stored.insert({a.kind, a.step});
-    std::vector<telemetry::Alert> out;
+    std::vector<detectors::Fired> out;
     for (const detectors::Fired& f : fired)
-        if (!stored.count({f.alert.kind, f.alert.step})) out.push_back(f.alert);
+        if (!stored.count({f.alert.kind, f.alert.step})) out.push_back(f);
     return out;
+}
+
+// --save: the new alerts through the run's session, as online alerts are
+// routed (their windows and attribution from the store), halting nothing and
+// posting nothing: the run is judged after the fact.
+void save_new_alerts(const std::string& store, StoredRun& s, const detectors::DetectorsConfig& config,
+                     const std::vector<detectors::Fired>& fired) {
+    std::vector<detectors::Fired> fresh = new_alerts(*s.reader, s.run.id, fired);
+    telemetry::Writer writer(store);
+    session::SessionOptions options;
+    options.catch_up = false;
+    options.halts = false;
+    options.notify = false;
+    options.detectors = config;
+    std::unique_ptr<session::RunSession> run = session::RunSession::attach(writer, *s.reader, s.run, options);
+    const size_t saved = run->route_judged(*s.reader, std::move(fresh)).size();
+    run->flush();
+    fmt::print("saved {} new alerts ({} were stored already)\n", saved, fired.size() - saved);
 }
 
 }  // namespace
@@ -94,16 +112,7 @@ int detect_command(int argc, char** argv) {
         fmt::print("step {:>7}  {:<8}  {:<22} {}{}\n", f.alert.step, f.alert.severity, f.alert.kind, f.alert.message,
                    halts ? fmt::format("  [{}]", detectors::policy_name(f.policy)) : "");
     }
-    if (vm.count("save")) {
-        std::vector<telemetry::Alert> fresh = new_alerts(*s.reader, s.run.id, fired);
-        telemetry::Writer writer(vm["store"].as<std::string>());
-        for (telemetry::Alert& a : fresh) {
-            a.wall_time = telemetry::now_seconds();
-            writer.alert(s.run.id, a);
-        }
-        writer.flush();
-        fmt::print("saved {} new alerts ({} were stored already)\n", fresh.size(), fired.size() - fresh.size());
-    }
+    if (vm.count("save")) save_new_alerts(vm["store"].as<std::string>(), s, config, fired);
     return halt ? kExitHaltAlert : 0;
 }
 

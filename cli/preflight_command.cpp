@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "telemetry/reader.h"
+#include "session/run_session.h"
 #include "telemetry/writer.h"
 #include "trainer/config/config.h"
 #include "trainer/parallel/preflight.h"
@@ -51,19 +52,34 @@ void store_report(const std::string& path, const std::string& name, const Prefli
     r.meta = nlohmann::json{{"kind", "preflight"}, {"world_size", (int)report.ranks.size()},
                             {"preflight", report.to_json()}}
                  .dump();
-    r.started_at = r.ended_at = telemetry::now_seconds();
-    const int64_t run = writer.open_run(r, false);
-    const double t = r.started_at;
-    for (const RankMeasurement& m : report.ranks) {
-        writer.rank_metric(run, {"preflight/fp32_gemm_gflops", 0, m.rank, m.fp32_gflops, t});
-        writer.rank_metric(run, {"preflight/bf16_gemm_gflops", 0, m.rank, m.bf16_gflops, t});
-        writer.rank_metric(run, {"preflight/triad_gbs", 0, m.rank, m.triad_gbs, t});
-        writer.rank_metric(run, {"preflight/wrong_gemm_elements", 0, m.rank, (double)m.wrong_elements, t});
-    }
+    r.status = "running";
+    r.started_at = telemetry::now_seconds();
+    // Through a run's session like any run: its failures are alerts routed
+    // once (the log, the store and its live stream, the config's webhook).
+    session::SessionOptions options;
+    options.catch_up = false;
+    options.whole_steps = true;
+    options.halts = false;
+    session::Opening opening;
+    opening.kind = "start";
+    opening.wall_time = r.started_at;
+    std::unique_ptr<session::RunSession> run = session::RunSession::open(&writer, r, opening, options);
+    auto by_rank = [&](auto measure) {
+        std::vector<double> values;
+        for (const RankMeasurement& m : report.ranks) {
+            if ((size_t)m.rank >= values.size()) values.resize(m.rank + 1, std::nan(""));
+            values[m.rank] = measure(m);
+        }
+        return values;
+    };
+    run->rank_values(0, "preflight/fp32_gemm_gflops", by_rank([](const RankMeasurement& m) { return m.fp32_gflops; }));
+    run->rank_values(0, "preflight/bf16_gemm_gflops", by_rank([](const RankMeasurement& m) { return m.bf16_gflops; }));
+    run->rank_values(0, "preflight/triad_gbs", by_rank([](const RankMeasurement& m) { return m.triad_gbs; }));
+    run->rank_values(0, "preflight/wrong_gemm_elements",
+                     by_rank([](const RankMeasurement& m) { return (double)m.wrong_elements; }));
     for (const std::string& f : report.failures)
-        writer.alert(run, {"preflight", "critical", 0, f, "{}", t});
-    writer.set_status(run, "finished", t);
-    writer.flush();
+        run->raise({"preflight", "critical", 0, f, "{}", telemetry::now_seconds()}, detectors::Policy::Warn, "");
+    run->finish("finished", 0, report.failures.empty() ? "pre-flight passed" : "pre-flight failed");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "eval/evaluator.h"
 
 #include "telemetry/reader.h"
+#include "session/run_session.h"
 #include "telemetry/writer.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/config/config.h"
@@ -93,19 +94,29 @@ nlohmann::json results_to_json(const CheckpointEval& eval) {
             {"warnings", eval.warnings}};
 }
 
-static void write_results(telemetry::Writer& writer, int64_t run, const CheckpointEval& eval) {
+static void write_results(session::RunSession& run, const CheckpointEval& eval) {
     const double t = telemetry::now_seconds();
     // The store counts steps from 0: the checkpoint after n steps is step n - 1,
     // as the trainer records it.
     const int64_t step = eval.step - 1;
     for (const TaskResult& r : eval.results) {
         for (const Metric& m : r.metrics) {
-            writer.eval(run, {step, r.task, m.name, m.value, t, eval.tokens_seen});
-            if (!std::isnan(m.stderr_)) writer.eval(run, {step, r.task, m.name + "_stderr", m.stderr_, t, eval.tokens_seen});
+            run.eval({step, r.task, m.name, m.value, t, eval.tokens_seen});
+            if (!std::isnan(m.stderr_)) run.eval({step, r.task, m.name + "_stderr", m.stderr_, t, eval.tokens_seen});
         }
-        if (!std::isnan(r.chance)) writer.eval(run, {step, r.task, "chance", r.chance, t, eval.tokens_seen});
+        if (!std::isnan(r.chance)) run.eval({step, r.task, "chance", r.chance, t, eval.tokens_seen});
     }
-    writer.flush();
+    run.flush();
+}
+
+// The scores go to the run through its session, beside the trainer's own
+// (which may still be feeding it): no catch-up, nothing to halt.
+static std::unique_ptr<session::RunSession> scoring_session(telemetry::Writer& writer, telemetry::Reader& reader,
+                                                            const telemetry::RunRecord& run) {
+    session::SessionOptions options;
+    options.catch_up = false;
+    options.halts = false;
+    return session::RunSession::attach(writer, reader, run, options);
 }
 
 int watch_run(const std::vector<TaskFile>& tasks, const WatchOptions& watch, const TaskOptions& options,
@@ -117,6 +128,7 @@ int watch_run(const std::vector<TaskFile>& tasks, const WatchOptions& watch, con
     telemetry::Reader reader(watch.store);
     TaskOptions cancellable = options;
     cancellable.cancel = &stop;
+    std::unique_ptr<session::RunSession> session;  // the run's, once found
     std::set<int> done;           // steps scored, or found in the store
     std::set<std::string> told;   // incomplete folders already reported
     int scored = 0;
@@ -145,7 +157,8 @@ int watch_run(const std::vector<TaskFile>& tasks, const WatchOptions& watch, con
                 try {
                     CheckpointEval eval = evaluate_checkpoint(dir.string(), tasks, cancellable);
                     for (const std::string& w : eval.warnings) spdlog::warn("{}", w);
-                    write_results(writer, run->id, eval);
+                    if (!session) session = scoring_session(writer, reader, *run);
+                    write_results(*session, eval);
                     fmt::print("{}", format_results(eval));
                     std::fflush(stdout);
                     done.insert(step);

@@ -40,7 +40,8 @@ RunSession::RunSession(telemetry::Writer* writer, telemetry::RunRecord run, Sess
       run_(std::move(run)),
       options_(std::move(options)),
       suite_(config),
-      recorder_(config.flight_recorder.steps, config.flight_recorder.store_every),
+      flight_recorder_steps_(config.flight_recorder.steps),
+      flight_recorder_(config.flight_recorder.steps, config.flight_recorder.store_every),
       rewind_config_(config.rewind) {
     if (!config.webhook.empty())
         webhook_ = std::make_unique<Webhook>(config.webhook, run_.name, config.webhook_format, config.webhook_ca,
@@ -52,7 +53,8 @@ RunSession::~RunSession() = default;
 std::unique_ptr<RunSession> RunSession::open(telemetry::Writer* writer, const telemetry::RunRecord& run,
                                              const Opening& opening, SessionOptions options) {
     const bool catch_up = options.catch_up && opening.resume;
-    std::unique_ptr<RunSession> s(new RunSession(writer, run, std::move(options), detectors_of(run)));
+    const detectors::DetectorsConfig config = options.detectors ? *options.detectors : detectors_of(run);
+    std::unique_ptr<RunSession> s(new RunSession(writer, run, std::move(options), config));
     if (!writer) return s;
     bool existed = false;
     if (opening.kind.empty()) existed = telemetry::Reader(writer->path()).find_run(run.name).has_value();
@@ -67,7 +69,8 @@ std::unique_ptr<RunSession> RunSession::open(telemetry::Writer* writer, const te
 std::unique_ptr<RunSession> RunSession::attach(telemetry::Writer& writer, telemetry::Reader& reader,
                                                const telemetry::RunRecord& stored, SessionOptions options) {
     const bool catch_up = options.catch_up;
-    std::unique_ptr<RunSession> s(new RunSession(&writer, stored, std::move(options), detectors_of(stored)));
+    const detectors::DetectorsConfig config = options.detectors ? *options.detectors : detectors_of(stored);
+    std::unique_ptr<RunSession> s(new RunSession(&writer, stored, std::move(options), config));
     if (catch_up) s->catch_up(reader);
     return s;
 }
@@ -112,7 +115,7 @@ std::vector<Fired> RunSession::ingest(std::vector<telemetry::MetricPoint> points
 void RunSession::store(std::vector<telemetry::MetricPoint> points, std::vector<telemetry::Event> events,
                        std::vector<telemetry::VectorPoint> vectors) {
     if (writer_ && !points.empty()) writer_->metrics(run_.id, std::move(points));
-    std::vector<telemetry::VectorPoint> sampled = recorder_.record(std::move(vectors));
+    std::vector<telemetry::VectorPoint> sampled = flight_recorder_.record(std::move(vectors));
     if (writer_ && !sampled.empty()) writer_->vectors(run_.id, std::move(sampled));
     for (telemetry::Event& e : events) store_event(std::move(e));
 }
@@ -200,108 +203,6 @@ void RunSession::note_keys(const std::vector<telemetry::MetricPoint>& points) {
     store_event({"unwatched", last_step_, now_seconds(), unwatched_notice_});
 }
 
-// One alert to every place it goes, once. The first halting one files a halt
-// request in the store (what the HTTP reply, the page and a follower read),
-// unless it answers one (`halt_reason` given).
-void RunSession::route(Fired& f, const std::string& halt_reason) {
-    telemetry::Alert& a = f.alert;
-    a.wall_time = source_time(a.step);
-    attach_window(a);
-    if (annotate_) annotate_(a);
-    const bool rewind = f.policy == detectors::Policy::RewindSkip && options_.halts;
-    const bool halt = (f.policy == detectors::Policy::Halt || rewind) && options_.halts;
-    const bool note = a.severity == "info";  // a one-step outlier, a trainer's info alert: stored and drawn, not pushed
-    const bool quiet = note && !halt;         // a note that rewinds is said as loudly as an alert
-    spdlog::log(a.severity == "critical" ? spdlog::level::err : quiet ? spdlog::level::info : spdlog::level::warn,
-                "{} {} at step {}: {}{}", quiet ? "note" : "ALERT", a.kind, a.step, a.message, halt ? " -> halt" : "");
-    if (writer_) writer_->alert(run_.id, a);
-    if (webhook_ && !note) webhook_->post(a);
-    if (options_.on_alert) options_.on_alert(a);
-    if (!halt || !halt_reason_.empty()) return;
-    if (!halt_reason.empty()) {
-        halt_reason_ = halt_reason;
-        return;
-    }
-    halt_reason_ = fmt::format("detector {} at step {}: {}", a.kind, a.step, a.message);
-    if (rewind) plan_rewind(a);
-    if (writer_) writer_->request_halt(run_.id, halt_reason_);
-}
-
-// The first step whose batch a rewind skips: skip_steps - 1 before the
-// alert's, or where its episode began if the alert says (a loss that jumped
-// and stayed up: loss_jump's since_step).
-static int64_t first_skipped_step(const telemetry::Alert& a, int skip_steps) {
-    int64_t first = a.step - skip_steps + 1;
-    nlohmann::json data = nlohmann::json::parse(a.data, nullptr, false);
-    if (data.is_object() && data.contains("since_step") && data["since_step"].is_number_integer())
-        first = std::min(first, data["since_step"].get<int64_t>());
-    return std::max<int64_t>(0, first);
-}
-
-// rewind_skip: the steps whose batches are skipped, their batches as the
-// source recorded them, and the newest step a restart may start from (at or
-// before the first skipped step: a batch trained before the checkpoint
-// cannot be untrained by skipping it). Stored as a "rewind" event before the
-// halt request, so whoever answers the halt finds the plan.
-void RunSession::plan_rewind(const telemetry::Alert& a) {
-    nlohmann::json steps = nlohmann::json::array(), batches = nlohmann::json::array(), ids = nlohmann::json::array();
-    const int64_t first = first_skipped_step(a, rewind_config_.skip_steps);
-    for (int64_t s = first; s <= a.step; s++) steps.push_back(s);
-    std::set<long> indices;
-    std::set<std::string> id_set;
-    for (const telemetry::BatchRecord& b : recent_batches_) {
-        if (b.step > a.step || b.step < first) continue;
-        nlohmann::json data = nlohmann::json::parse(b.data, nullptr, false);
-        if (!data.is_object()) continue;
-        if (data.contains("sequences"))
-            for (const auto& seq : data["sequences"])
-                if (seq.is_array() && seq.size() > 3 && seq[3].is_number_integer()) indices.insert(seq[3].get<long>());
-        if (data.contains("ids"))
-            for (const auto& id : data["ids"])
-                if (id.is_string()) id_set.insert(id.get<std::string>());
-    }
-    for (long i : indices) batches.push_back(i);
-    for (const std::string& id : id_set) ids.push_back(id);
-    rewind_plan_ = {{"alert_step", a.step},
-                    {"kind", a.kind},
-                    {"restart_at_or_before", std::max<int64_t>(0, first - rewind_config_.min_steps_back)},
-                    {"skip_steps", steps},
-                    {"skip_batches", batches},
-                    {"skip_batch_ids", ids},
-                    {"max_rewinds", rewind_config_.max_rewinds}};
-    store_event({"rewind", a.step, now_seconds(), rewind_plan_.dump()});
-}
-
-// The flight recorder's steps go to the store (those its sampling left out),
-// and the alert's data says which steps they are.
-void RunSession::attach_window(telemetry::Alert& a) {
-    nlohmann::json moved = moved_first(recorder_, a.step, [&](const std::string& key) {
-        auto it = labels_.find(key);
-        return it == labels_.end() ? nullptr : it->second;
-    });
-    std::optional<FlightRecorder::Window> w = recorder_.take_window();
-    if (!w) return;
-    if (writer_ && !w->unstored.empty()) writer_->vectors(run_.id, std::move(w->unstored));
-    nlohmann::json data = nlohmann::json::parse(a.data, nullptr, false);
-    if (!data.is_object()) data = nlohmann::json::object();
-    data["flight_recorder"] = {{"first_step", w->first_step}, {"last_step", w->last_step}};
-    if (!moved.is_null()) data["attribution"]["moved_first"] = moved;
-    a.data = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-void RunSession::batch(telemetry::BatchRecord batch, std::vector<telemetry::DocumentRecord> documents) {
-    if (batch.wall_time == 0.0) batch.wall_time = now_seconds();
-    recent_batches_.push_back(batch);
-    while (recent_batches_.size() > 64) recent_batches_.pop_front();
-    if (writer_) writer_->batch(run_.id, std::move(batch), std::move(documents));
-}
-
-telemetry::Alert RunSession::raise(telemetry::Alert alert, detectors::Policy policy, const std::string& reason) {
-    Fired f{std::move(alert), policy};
-    route(f, reason);
-    return f.alert;
-}
-
 std::optional<std::string> RunSession::poll_halt_request() {
     if (!writer_) return std::nullopt;
     if (!halt_reader_) halt_reader_ = std::make_unique<telemetry::Reader>(writer_->path());
@@ -363,8 +264,8 @@ void RunSession::store_event(telemetry::Event e) {
     writer_->event(run_.id, std::move(e));
 }
 
-void RunSession::event(const std::string& kind, int64_t step, const std::string& detail) {
-    store_event({kind, step, now_seconds(), detail});
+void RunSession::event(const std::string& kind, int64_t step, const std::string& detail, double wall_time) {
+    store_event({kind, step, wall_time > 0 ? wall_time : now_seconds(), detail});
 }
 
 void RunSession::checkpoint(int64_t step, const std::string& path) {

@@ -81,6 +81,12 @@ struct SessionOptions {
     // halt-policy alerts are stored and routed as warnings, and no halt
     // request is left pending on a finished run.
     bool halts = true;
+    // Whether alerts go to the webhook. Off for a run judged after the fact
+    // (`hlat detect --save`): its team heard of it while it ran, or chose not to.
+    bool notify = true;
+    // The detectors' settings to judge with instead of the run's config's
+    // (`hlat detect --config`).
+    std::optional<detectors::DetectorsConfig> detectors;
     // Besides the log, the store and the webhook (the trainer's metrics JSONL).
     std::function<void(const telemetry::Alert&)> on_alert;
 };
@@ -132,6 +138,11 @@ class RunSession {
     // and files no request (it answers one). Returns the alert as routed
     // (its data with the window and attribution added).
     telemetry::Alert raise(telemetry::Alert alert, detectors::Policy policy, const std::string& reason);
+    // Alerts judged after the fact from the stored run (`hlat detect --save`),
+    // each routed as it would have been online: dated by its step's time,
+    // with its flight-recorder window and attribution read from the
+    // statistics the store kept around its step. Returns them as routed.
+    std::vector<telemetry::Alert> route_judged(telemetry::Reader& reader, std::vector<Fired> fired);
 
     // Called with every alert before it is routed, to add what the source
     // alone knows to its data (the trainer: the batch's sequences and
@@ -155,7 +166,8 @@ class RunSession {
     // Records that the run halts now (its "halt" event; the end status follows in finish).
     void halt(int64_t step, const std::string& reason);
 
-    void event(const std::string& kind, int64_t step, const std::string& detail);
+    // An event of the run, dated `wall_time` (0 = now).
+    void event(const std::string& kind, int64_t step, const std::string& detail, double wall_time = 0.0);
     void checkpoint(int64_t step, const std::string& path);
     void eval(telemetry::EvalRecord record);
     // Ends the run: finished, stopped, halted, crashed or stale, with its
@@ -210,6 +222,8 @@ class RunSession {
     // Stores the flight recorder's window with an alert and names it in its
     // data, with the tensor that moved first (data.attribution.moved_first).
     void attach_window(telemetry::Alert& a);
+    void recall_window(telemetry::Reader& reader, int64_t step);
+    void recall_time(telemetry::Reader& reader, int64_t step);
     void store_event(telemetry::Event e);
     static std::string raised_key(const telemetry::Alert& a);
 
@@ -226,7 +240,8 @@ class RunSession {
     SessionOptions options_;
     detectors::DetectorSuite suite_;
     std::unique_ptr<Webhook> webhook_;
-    FlightRecorder recorder_;
+    int flight_recorder_steps_;
+    FlightRecorder flight_recorder_;
     // Each vector key's element names, as first sent (or as stored, for a run caught up).
     std::map<std::string, std::shared_ptr<const std::vector<std::string>>> labels_;
     std::set<std::string> refused_keys_;  // warned once each

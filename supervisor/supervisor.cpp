@@ -1,6 +1,7 @@
 #include "supervisor/supervisor.h"
 
 #include "telemetry/reader.h"
+#include "session/run_session.h"
 #include "telemetry/writer.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/config/config.h"
@@ -110,18 +111,34 @@ class RunWatch {
     telemetry::Reader::Activity activity(int64_t run) { return reader_->last_activity(run); }
     std::vector<telemetry::Event> events(int64_t run) { return reader_->events(run); }
 
-    void write_event(int64_t run, const std::string& kind, int64_t step, const std::string& detail,
-                     const std::string& status = "", double wall_time = 0.0) {
-        if (!writer_) writer_ = std::make_unique<telemetry::Writer>(store_);
-        writer_->event(run, {kind, step, wall_time > 0 ? wall_time : now(), detail});
-        if (!status.empty()) writer_->set_status(run, status, now());
-        writer_->flush();
+    // What the supervisor says about the run (a crash ends it, downtime is
+    // an event) goes through the run's session, beside the job's own: no
+    // catch-up, nothing to halt.
+    session::RunSession& session(int64_t run) {
+        if (!session_ || session_->run_id() != run) {
+            if (!writer_) writer_ = std::make_unique<telemetry::Writer>(store_);
+            std::optional<telemetry::RunRecord> stored = reader_->find_run(name_);
+            if (!stored || stored->id != run) throw std::runtime_error("the run changed in the store while being written");
+            session::SessionOptions options;
+            options.catch_up = false;
+            options.halts = false;
+            session_ = session::RunSession::attach(*writer_, *reader_, *stored, options);
+        }
+        return *session_;
+    }
+    void crash(int64_t run, int64_t step, const std::string& detail, double wall_time) {
+        session(run).finish("crashed", step, detail, wall_time);
+    }
+    void event(int64_t run, const std::string& kind, int64_t step, const std::string& detail, double wall_time) {
+        session(run).event(kind, step, detail, wall_time);
+        session(run).flush();
     }
 
   private:
     std::string store_, name_;
     std::unique_ptr<telemetry::Reader> reader_;
     std::unique_ptr<telemetry::Writer> writer_;
+    std::unique_ptr<session::RunSession> session_;
 };
 
 // Sleeps up to `seconds`, waking early on a stop signal.
@@ -314,8 +331,7 @@ class Supervisor {
         bool recorded = !ev.empty() && ev.back().kind == "crash" && ev.back().wall_time >= launched;
         telemetry::Reader::Activity last = watch_.activity(*run);
         if (!recorded)
-            watch_.write_event(*run, "crash", last.step, fmt::format("hlat run: the job {}", how), "crashed",
-                               std::max(launched, last.wall_time));
+            watch_.crash(*run, last.step, fmt::format("hlat run: the job {}", how), std::max(launched, last.wall_time));
         crash_time_ = std::max(launched, last.wall_time);
     }
 
@@ -327,7 +343,7 @@ class Supervisor {
         for (const telemetry::Event& e : watch_.events(run))
             if (e.kind == "restart" && e.wall_time > crash_time_) {
                 double down = e.wall_time - crash_time_;
-                watch_.write_event(run, "downtime", e.step, nlohmann::json{{"seconds", down}}.dump(), "", e.wall_time);
+                watch_.event(run, "downtime", e.step, nlohmann::json{{"seconds", down}}.dump(), e.wall_time);
                 spdlog::info("supervisor: the job was down {:.1f} s", down);
                 crash_time_ = -1.0;
                 return;

@@ -1,8 +1,11 @@
 // The one road, checked from the outside: a run that `hlat train` stored
 // online raises the same alerts (kind, step, message) when `hlat detect`
-// replays it, when its records are imported as JSONL by `hlat ingest`, and
-// when the same records are posted to the HTTP ingest endpoint in batches
-// that cut steps apart. Used by the fault tests, one per injected fault.
+// replays it, when `hlat detect --save` stores them again in a copy of the
+// store that lost them (with the same data fields: the flight recorder's
+// window and the tensor that moved first), when its records are imported as
+// JSONL by `hlat ingest`, and when the same records are posted to the HTTP
+// ingest endpoint in batches that cut steps apart. Used by the fault tests,
+// one per injected fault.
 #pragma once
 
 #include "api_requests.h"
@@ -15,6 +18,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <sqlite3.h>
 
 #include <algorithm>
 #include <cmath>
@@ -66,10 +70,54 @@ inline std::string run_as_jsonl(telemetry::Reader& reader, int64_t run) {
     return out;
 }
 
-// Checks the four roads on the stored run `name` of `store`; `scratch` holds
+// The alert's data as a set of field paths ("flight_recorder",
+// "attribution.moved_first", ...), without what only the trainer knows (the
+// batch's sequences: attribution.batch, read from its data loader).
+inline std::set<std::string> data_fields(const std::string& data) {
+    std::set<std::string> out;
+    nlohmann::json j = nlohmann::json::parse(data);
+    for (const auto& [key, value] : j.items()) {
+        if (key == "attribution" && value.is_object()) {
+            for (const auto& [inner, ignored] : value.items())
+                if (inner != "batch") out.insert("attribution." + inner);
+        } else {
+            out.insert(key);
+        }
+    }
+    return out;
+}
+
+// `hlat detect --save` on a copy of the store whose run lost its alerts:
+// the same alerts stored again, each with the data fields it had online.
+inline void expect_saved_alerts_agree(const std::string& store, const std::string& name, const ScratchDir& scratch) {
+    const std::string copy = scratch.file(name + "-saved.db");
+    std::filesystem::remove(copy);
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(store.c_str(), &db), SQLITE_OK);
+    const std::string vacuum = fmt::format("VACUUM INTO '{}'", copy);
+    ASSERT_EQ(sqlite3_exec(db, vacuum.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    sqlite3_close(db);
+    ASSERT_EQ(sqlite3_open(copy.c_str(), &db), SQLITE_OK);
+    const std::string forget = fmt::format("DELETE FROM alerts WHERE run_id = (SELECT id FROM runs WHERE name = '{}')", name);
+    ASSERT_EQ(sqlite3_exec(db, forget.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    sqlite3_close(db);
+    CommandResult save = run_command(fmt::format("{} detect --store {} --run {} --save", HLAT_BINARY, copy, name));
+    telemetry::Reader online_store(store), saved_store(copy);
+    const std::vector<telemetry::Alert> online = online_store.alerts(online_store.find_run(name)->id);
+    const std::vector<telemetry::Alert> saved = saved_store.alerts(saved_store.find_run(name)->id);
+    EXPECT_NE(save.output.find(fmt::format("saved {} new alerts", online.size())), std::string::npos) << save.output;
+    ASSERT_EQ(alert_keys(saved), alert_keys(online)) << "hlat detect --save";
+    std::map<std::pair<int64_t, std::string>, std::set<std::string>> online_fields;
+    for (const telemetry::Alert& a : online) online_fields[{a.step, a.kind}] = data_fields(a.data);
+    for (const telemetry::Alert& a : saved)
+        EXPECT_EQ(data_fields(a.data), (online_fields[{a.step, a.kind}]))
+            << a.kind << " at step " << a.step << " saved as " << a.data;
+}
+
+// Checks the five roads on the stored run `name` of `store`; `scratch` holds
 // the JSONL and names the two runs fed from it (NAME-ingest, NAME-http).
 inline void expect_roads_agree(const std::string& store, const std::string& name, const ScratchDir& scratch) {
-    SCOPED_TRACE("the four roads of run " + name);
+    SCOPED_TRACE("the five roads of run " + name);
     telemetry::Reader reader(store);
     std::optional<telemetry::RunRecord> run = reader.find_run(name);
     ASSERT_TRUE(run.has_value());
@@ -82,6 +130,7 @@ inline void expect_roads_agree(const std::string& store, const std::string& name
     EXPECT_EQ(alert_keys(replayed), online) << "hlat detect's replay";
     CommandResult detect = run_command(fmt::format("{} detect --store {} --run {}", HLAT_BINARY, store, name));
     EXPECT_NE(detect.output.find(fmt::format("{} alerts", online.size())), std::string::npos) << detect.output;
+    expect_saved_alerts_agree(store, name, scratch);
 
     const std::string jsonl = run_as_jsonl(reader, run->id);
     std::ofstream(scratch.file(name + ".jsonl")) << jsonl;

@@ -3,11 +3,15 @@
 // (sdc) or a slowed one (slow_rank) fails it by name, and the store keeps the
 // result as a run of its own.
 #include "test_util.h"
+#include "webhook_listener.h"
 #include "telemetry/reader.h"
 #include "trainer/parallel/preflight.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <mutex>
 
 namespace hlat {
 namespace {
@@ -101,17 +105,37 @@ TEST_F(PreflightCommand, PassesOnAHealthyMachineAndStoresItsRun) {
     EXPECT_TRUE(reader.alerts(run->id).empty());
 }
 
+// A failure is an alert routed like any run's: stored with the run's
+// lifecycle, and posted to the webhook the config names.
 TEST_F(PreflightCommand, FailsNamingARankThatComputesWrongNumbers) {
-    auto r = preflight("sdc", "--inject sdc:1");
+    test::WebhookListener listener;
+    ASSERT_GT(listener.port, 0);
+    std::ofstream(dir.file("hook.json"))
+        << nlohmann::json{{"detectors", {{"webhook", fmt::format("http://127.0.0.1:{}/hook", listener.port)}}}}.dump();
+    auto r = preflight("sdc", "--inject sdc:1 --config " + dir.file("hook.json"));
     EXPECT_EQ(r.exit_code, 3) << r.output;
     EXPECT_NE(r.output.find("rank 1 (" ), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("computes wrong numbers"), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("rank 0 ("), std::string::npos) << "rank 0 is healthy:\n" << r.output;
     telemetry::Reader reader(store);
-    auto alerts = reader.alerts(reader.find_run("sdc")->id);
+    auto run = reader.find_run("sdc");
+    ASSERT_TRUE(run.has_value());
+    EXPECT_EQ(run->status, "finished");
+    auto alerts = reader.alerts(run->id);
     ASSERT_FALSE(alerts.empty());
     EXPECT_EQ(alerts[0].kind, "preflight");
+    EXPECT_EQ(alerts[0].severity, "critical");
     EXPECT_NE(alerts[0].message.find("rank 1"), std::string::npos);
+    std::vector<std::string> kinds;
+    for (const telemetry::Event& e : reader.events(run->id)) kinds.push_back(e.kind);
+    EXPECT_EQ(kinds, (std::vector<std::string>{"start", "stop"}));
+    std::lock_guard<std::mutex> lock(listener.mutex);
+    // The failures at step 0 are one episode of one kind: posted once.
+    ASSERT_EQ(listener.bodies.size(), 1u);
+    nlohmann::json posted = nlohmann::json::parse(listener.bodies[0]);
+    EXPECT_EQ(posted["run"], "sdc");
+    EXPECT_EQ(posted["kind"], "preflight");
+    EXPECT_EQ(posted["message"], alerts[0].message);
 }
 
 TEST_F(PreflightCommand, FailsNamingASlowRank) {
