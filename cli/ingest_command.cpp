@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "session/ingest_parsed.h"
+#include "session/external_run.h"
 #include "session/run_session.h"
 #include "telemetry/ingest.h"
 #include "telemetry/log_text.h"
@@ -92,20 +93,19 @@ void parse_meta(const std::string& text, Options& o) {
 }
 
 RunRecord run_record(const Options& o, const std::string& name) {
-    RunRecord r;
-    r.name = name;
-    r.config = o.config.dump();
-    r.precision = o.precision;
-    r.source = "ingest";
-    r.started_at = now_seconds();
-    nlohmann::json meta = o.meta;
-    meta["format"] = format_name(o.format);
-    meta["halt"] = o.follow ? o.on_halt.how : "none";
-    if (o.on_halt.how == "signal") meta["halt_pid"] = o.on_halt.pid, meta["halt_signal"] = o.on_halt.signal;
-    meta["ingest_pid"] = (int64_t)getpid();  // `hlat serve` marks the run stale at once if this process is gone
-    r.meta = safe_dump(meta);
-    r.host = telemetry::host_name();
-    return r;
+    session::ExternalStart start;
+    start.name = name;
+    start.source = "ingest";
+    start.halt = o.follow ? o.on_halt.how : "none";
+    start.halt_pid = o.on_halt.pid;
+    start.halt_signal = o.on_halt.signal;
+    start.config = o.config;
+    start.meta = o.meta;
+    start.meta["format"] = format_name(o.format);
+    start.meta["ingest_pid"] = (int64_t)getpid();  // `hlat serve` marks the run stale at once if this process is gone
+    start.precision = o.precision;
+    start.host = telemetry::host_name();
+    return session::external_run_record(start);
 }
 
 // A finished import's run, opened at its first record and fed piece by
@@ -330,13 +330,11 @@ std::string ingest_complete_lines(const Options& o, LineParser& parser, std::str
 // then what --on-halt says. Returns true when following ends now.
 bool act_on_halt(const Options& o, session::RunSession& s, int64_t step, std::string& halt_reason) {
     if (!halt_reason.empty()) return false;
-    halt_reason = s.halt_reason();
-    if (auto who = s.poll_halt_request(); halt_reason.empty() && who) halt_reason = "requested by " + *who;
-    if (halt_reason.empty()) return false;
-    s.halt(step, halt_reason);
-    s.flush();
+    std::optional<session::HaltAnswer> halt = session::take_halt(s, step);
+    if (!halt) return false;
+    halt_reason = halt->reason;
     spdlog::error("halt: {}{}", halt_reason, o.on_halt.how == "none" ? " (--on-halt none: nothing is stopped)" : "");
-    if (const nlohmann::json& plan = s.rewind_plan(); !plan.is_null())  // rewind_skip's: what the trainer does next
+    if (const nlohmann::json& plan = halt->rewind; !plan.is_null())  // rewind_skip's: what the trainer does next
         spdlog::error("rewind: restart from the newest checkpoint at or before step {}, skipping the batches of "
                       "steps {} (batch ids {})", plan.value("restart_at_or_before", 0L),
                       safe_dump(plan.value("skip_steps", nlohmann::json::array())),

@@ -1,5 +1,7 @@
 #include "web/api.h"
 
+#include "session/external_run.h"
+
 #include "web/catalogue_api.h"
 #include "web/ingest_api.h"
 #include "web/json_reply.h"
@@ -88,7 +90,7 @@ json run_json(const RunSummary& s) {
             {"ended_at", s.run.ended_at},
             {"git_revision", s.run.git_revision},
             {"config", detectors::config_for_readers(parse_or_null(s.run.config))},
-            {"halt_route", s.run.status == "running" ? json(halt_route(s.run).value_or("")) : json(nullptr)},
+            {"halt_route", s.run.status == "running" ? json(session::halt_route(s.run).value_or("")) : json(nullptr)},
             {"tags", parse_or_null(s.run.tags)},
             {"note", s.run.note},
             {"preflight", preflight_of(s.run)}};
@@ -289,7 +291,7 @@ Response Api::handle_run(const Request& r, const Route& route, const std::string
 // Asks a running run's trainer to halt, through whatever reaches it (409 when nothing does).
 Response Api::halt(const Request& r, const RunRecord& run) {
     if (run.status != "running") return error(409, fmt::format("run \"{}\" is {}, not running", run.name, run.status));
-    std::optional<std::string> route = halt_route(run);
+    std::optional<std::string> route = session::halt_route(run);
     if (!route)
         return error(409, fmt::format("run \"{}\" is imported from a log that nothing here can stop: halt its "
                                       "trainer by hand, or follow the log with `hlat ingest --follow --on-halt`",

@@ -1,6 +1,7 @@
 #include "web/ingest_api.h"
 
 #include "session/ingest_parsed.h"
+#include "session/external_run.h"
 #include "session/run_session.h"
 #include "telemetry/ingest.h"
 #include "telemetry/log_text.h"
@@ -61,36 +62,7 @@ double time_of(const json& j) {
     return v;
 }
 
-// The plan of a rewind_skip halt, as the halt reply gives it: from the run's
-// newest "rewind" event since its latest start or restart (an older one was
-// answered by that restart); null when there is none.
-json rewind_plan(Reader& reader, int64_t run) {
-    json plan;
-    for (const Event& e : reader.events(run)) {
-        if (e.kind == "start" || e.kind == "restart") plan = nullptr;
-        else if (e.kind == "rewind") plan = json::parse(e.detail, nullptr, false);
-    }
-    if (!plan.is_object()) return nullptr;
-    json out = json::object();
-    for (const char* key : {"restart_at_or_before", "skip_batch_ids", "skip_steps", "alert_step", "max_rewinds"})
-        if (plan.contains(key)) out[key] = plan[key];
-    return out;
-}
-
 }  // namespace
-
-std::optional<std::string> halt_route(const RunRecord& run) {
-    if (run.source == "hlat") return "the trainer halts after its current step and saves a checkpoint";
-    json meta = json::parse(run.meta, nullptr, false);
-    std::string how = meta.is_object() ? meta.value("halt", "") : "";
-    if (how == "client")
-        return "the client raises hlat.HaltRequested at the next log() or should_stop() of every rank";
-    if (how == "exit") return "hlat ingest --follow stops and exits with code 3 for its wrapper to stop the trainer";
-    if (how == "signal")
-        return fmt::format("hlat ingest --follow sends signal {} to process {}", meta.value("halt_signal", 15),
-                           meta.value("halt_pid", 0));
-    return std::nullopt;
-}
 
 IngestEndpoints::IngestEndpoints(std::string store) : store_(std::move(store)) {}
 IngestEndpoints::~IngestEndpoints() = default;
@@ -158,13 +130,8 @@ void IngestEndpoints::end_run(const RunRecord& run, const std::string& status, i
 }
 
 json IngestEndpoints::run_state(Reader& reader, const RunRecord& run) {
-    if (auto who = reader.pending_halt(run.id)) {
-        bool detector = who->rfind("detector", 0) == 0;
-        json halt = {{"by", detector ? "detector" : "person"}, {"reason", *who}};
-        if (detector)
-            if (json plan = rewind_plan(reader, run.id); !plan.is_null()) halt["rewind"] = std::move(plan);
-        return {{"state", "halt"}, {"halt", std::move(halt)}};
-    }
+    if (std::optional<session::HaltAnswer> halt = session::pending_halt(reader, run.id))
+        return {{"state", "halt"}, {"halt", halt->to_json()}};
     return {{"state", run.status}};
 }
 
@@ -179,22 +146,19 @@ static std::string start_id_of(const json& j) {
 
 Response IngestEndpoints::start(const std::string& name, const std::string& body) {
     json j = parse_body(body);
-    RunRecord r;
-    r.name = name;
-    r.source = "client";
-    r.started_at = now_seconds();
-    r.config = j.value("config", json::object()).dump();
-    r.precision = telemetry::precision_name(j.value("precision", ""));
+    session::ExternalStart external;
+    external.name = name;
+    external.source = "client";
+    external.halt = "client";
+    external.config = j.value("config", json::object());
+    external.precision = j.value("precision", "");
+    external.meta = j.value("meta", json::object());
+    if (!external.meta.is_object()) throw BadRequest("meta must be a JSON object");
+    external.host = j.value("host", "");
     const int64_t step = step_of(j);
-    json meta = j.value("meta", json::object());
-    if (!meta.is_object()) throw BadRequest("meta must be a JSON object");
-    meta["halt"] = "client";
-    r.meta = meta.dump();
-    r.host = j.value("host", "");
-    if (meta.contains("git_revision") && meta["git_revision"].is_string())  // what the client found at init
-        r.git_revision = meta["git_revision"].get<std::string>().substr(0, 64);
     const double time = time_of(j);
-    if (time > 0) r.started_at = time;
+    external.started_at = time;
+    RunRecord r = session::external_run_record(external);
     try {
         session::detectors_of(r);  // a bad detectors section is the client's error, now
     } catch (const std::exception& e) {

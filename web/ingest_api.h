@@ -123,8 +123,4 @@ class IngestEndpoints {
     int64_t activity_reads_ = 0;
 };
 
-// What a halt requested from the page does for this kind of run, as a
-// sentence; nullopt when nothing would receive it (a log imported once).
-std::optional<std::string> halt_route(const telemetry::RunRecord& run);
-
 }  // namespace hlat::web
