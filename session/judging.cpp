@@ -1,6 +1,6 @@
 // The session's detection: steps through the detectors once each, in step
 // order, whatever order they arrive in (run_session.h says the rules).
-#include "session/replay.h"
+#include "session/step_views.h"
 #include "session/run_session.h"
 
 #include <fmt/format.h>

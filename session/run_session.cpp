@@ -5,7 +5,7 @@
 #include "session/divergence.h"
 
 #include "session/moved_first.h"
-#include "session/replay.h"
+#include "session/step_views.h"
 
 #include "session/aliases.h"
 

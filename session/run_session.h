@@ -7,7 +7,7 @@
 // store, which the page's live stream reads, the webhook, the caller's own
 // sink, and a halt), answers the run's halt state, and ends the run with a
 // true status. `hlat detect` replays a stored run through the same detectors
-// (replay.h), so online, ingest, HTTP and replay raise the same alerts.
+// (step_views.h), so online, ingest, HTTP and replay raise the same alerts.
 //
 // A step may arrive cut across batches (a followed log read mid-step, a
 // client flushing by size, a server restarted mid-step): the last step of a

@@ -9,7 +9,7 @@
 #pragma once
 
 #include "api_requests.h"
-#include "session/replay.h"
+#include "session/step_views.h"
 #include "session/run_session.h"
 #include "telemetry/reader.h"
 #include "test_util.h"

@@ -3,7 +3,7 @@
 // /episodes and a live stream read with limits, whatever the run's history;
 // a read in progress stops once its client or the server says so.
 #include "served_store.h"
-#include "session/replay.h"
+#include "session/step_views.h"
 #include "telemetry/reader.h"
 #include "telemetry/sqlite.h"
 #include "telemetry/writer.h"

@@ -4,6 +4,7 @@
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/config/config.h"
 #include "trainer/files/safetensors.h"
+#include "trainer/run/step_hook.h"
 
 #include <filesystem>
 #include <fstream>
@@ -179,6 +180,34 @@ TEST(Checkpoint, HalfWrittenFolderIsIgnored) {
     ASSERT_TRUE(good.has_value());
     EXPECT_EQ(fs::path(*good).filename(), "step_00000010");
     EXPECT_TRUE(skipped.empty());
+}
+
+}  // namespace
+}  // namespace hlat
+
+namespace hlat {
+namespace {
+
+// A hook whose state a checkpoint keeps, renamed since older checkpoints were written.
+struct RenamedHook : StepHook {
+    const char* name() const override { return "session"; }
+    const char* former_name() const override { return "detectors"; }
+    nlohmann::json state() const override { return kept; }
+    void restore(const nlohmann::json& state) override { kept = state; }
+    nlohmann::json kept;
+};
+
+// The detectors' windows of a checkpoint written before the session hook
+// took its name ("detectors") still come back on resume.
+TEST(Checkpoint, HookStateUnderAFormerNameIsRestored) {
+    StepHooks hooks;
+    auto hook = std::make_shared<RenamedHook>();
+    hooks.add(hook);
+    hooks.restore({{"detectors", {{"grad_spike", 1}}}});
+    EXPECT_EQ(hook->kept, (nlohmann::json{{"grad_spike", 1}}));
+    hooks.restore({{"session", 2}, {"detectors", 3}});
+    EXPECT_EQ(hook->kept, 2) << "the current name wins";
+    EXPECT_EQ(hooks.state(), (nlohmann::json{{"session", 2}}));
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 #include "session/https_post.h"
 #include "detectors/detector.h"
 #include "report/postmortem.h"
-#include "session/replay.h"
+#include "session/step_views.h"
 #include "session/run_session.h"
 #include "telemetry/reader.h"
 #include "telemetry/writer.h"

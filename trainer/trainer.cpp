@@ -5,7 +5,7 @@
 #include "trainer/model/flops.h"
 #include "trainer/model/kernels_bf16.h"
 #include "trainer/model/sgemm.h"
-#include "trainer/run/schedule.h"
+#include "trainer/run/every.h"
 
 #include <fmt/format.h>
 #include <omp.h>

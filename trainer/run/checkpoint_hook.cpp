@@ -1,7 +1,7 @@
 #include "trainer/run/checkpoint_hook.h"
 
 #include "trainer/checkpoint/distributed_checkpoint.h"
-#include "trainer/run/schedule.h"
+#include "trainer/run/every.h"
 
 #include <spdlog/spdlog.h>
 

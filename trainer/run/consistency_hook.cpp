@@ -1,7 +1,7 @@
 #include "trainer/run/consistency_hook.h"
 
 #include "trainer/parallel/replica_check.h"
-#include "trainer/run/schedule.h"
+#include "trainer/run/every.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

@@ -1,6 +1,6 @@
 #include "trainer/run/eval_hook.h"
 
-#include "trainer/run/schedule.h"
+#include "trainer/run/every.h"
 
 #include <spdlog/spdlog.h>
 

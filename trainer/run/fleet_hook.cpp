@@ -2,7 +2,7 @@
 
 #include "telemetry/writer.h"
 #include "trainer/parallel/preflight.h"
-#include "trainer/run/schedule.h"
+#include "trainer/run/every.h"
 
 #include <fmt/format.h>
 

@@ -1,7 +1,7 @@
 #include "trainer/run/session_hook.h"
 
 #include "trainer/run/leak_probe.h"
-#include "trainer/run/schedule.h"
+#include "trainer/run/every.h"
 
 #include <fmt/format.h>
 

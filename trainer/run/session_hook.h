@@ -16,7 +16,8 @@ namespace hlat {
 class SessionHook : public StepHook {
   public:
     explicit SessionHook(RunContext& run) : run_(run) {}
-    const char* name() const override { return "detectors"; }  // the key of checkpoints before the session
+    const char* name() const override { return "session"; }
+    const char* former_name() const override { return "detectors"; }  // its key in checkpoints before the session
     void on_start() override;
     void after_step(StepResult& result) override;
     nlohmann::json state() const override;

@@ -38,8 +38,10 @@ nlohmann::json StepHooks::state() const {
 }
 
 void StepHooks::restore(const nlohmann::json& state) {
-    for (auto& h : hooks_)
+    for (auto& h : hooks_) {
         if (state.contains(h->name())) h->restore(state.at(h->name()));
+        else if (*h->former_name() && state.contains(h->former_name())) h->restore(state.at(h->former_name()));
+    }
 }
 
 }  // namespace hlat

@@ -47,6 +47,7 @@ class StepHook {
   public:
     virtual ~StepHook() = default;
     virtual const char* name() const = 0;  // its key in a checkpoint's hook state
+    virtual const char* former_name() const { return ""; }  // the key older checkpoints have it under
     virtual void on_start() {}
     virtual void before_step(int /*step*/, StepRequest& /*request*/) {}
     virtual void after_step(StepResult& /*result*/) {}
@@ -64,7 +65,7 @@ class StepHooks {
     void before_step(int step, StepRequest& request);
     void after_step(StepResult& result);
     void on_end(RunEnd how);
-    // {"detectors": ..., ...}: the hooks that have state, by name.
+    // {"session": ..., ...}: the hooks that have state, by name.
     nlohmann::json state() const;
     void restore(const nlohmann::json& state);
 

@@ -1,6 +1,6 @@
 #include "trainer/run/telemetry_hook.h"
 
-#include "trainer/run/schedule.h"
+#include "trainer/run/every.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

@@ -1,4 +1,4 @@
-#include "session/replay.h"
+#include "session/step_views.h"
 
 #include <algorithm>
 #include <limits>
