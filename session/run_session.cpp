@@ -7,7 +7,7 @@
 #include "session/moved_first.h"
 #include "session/step_views.h"
 
-#include "session/aliases.h"
+#include "telemetry/key_aliases.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -80,9 +80,9 @@ std::unique_ptr<RunSession> RunSession::attach(telemetry::Writer& writer, teleme
 void RunSession::rename_aliases(std::vector<telemetry::MetricPoint>& points) {
     std::set<std::pair<int64_t, std::string>> present;
     for (const telemetry::MetricPoint& p : points)
-        if (!alias_of(p.key)) present.insert({p.step, p.key});
+        if (!telemetry::alias_of(p.key)) present.insert({p.step, p.key});
     for (telemetry::MetricPoint& p : points) {
-        std::optional<std::string> key = alias_of(p.key);
+        std::optional<std::string> key = telemetry::alias_of(p.key);
         if (!key || !present.insert({p.step, *key}).second) continue;
         if (aliases_used_.insert(p.key).second)
             spdlog::info("run \"{}\": \"{}\" is read as hlat's \"{}\"", run_.name, p.key, *key);

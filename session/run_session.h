@@ -2,7 +2,7 @@
 // embedded trainer, `hlat ingest` of a file or a followed log, the HTTP
 // endpoint behind the Python client) opens or attaches to its run here and
 // hands over each step as named points plus events. The session renames
-// other trainers' names to hlat's keys (aliases.h), stores the points, runs
+// other trainers' names to hlat's keys (telemetry/key_aliases.h), stores the points, runs
 // the detectors on those same points, routes each alert once (the log, the
 // store, which the page's live stream reads, the webhook, the caller's own
 // sink, and a halt), answers the run's halt state, and ends the run with a

@@ -1,5 +1,7 @@
 #include "telemetry/console_formats.h"
 
+#include "telemetry/key_aliases.h"
+
 #include "telemetry/log_text.h"
 
 #include <cctype>
@@ -80,7 +82,10 @@ bool parse_torchtitan_line(std::string_view raw, Fields& out) {
         i++;
         if (name == "step" && (!unit.empty() || has_step)) return false;
         has_step |= name == "step", has_loss |= name == "loss";
-        if (validation && name != "step") name = name == "loss" ? "heldout_loss" : "validation_" + name;
+        // A validation line's loss is torchtitan's "validation_metrics/loss", which
+        // the alias table reads as heldout_loss; its other numbers keep their names.
+        if (validation && name != "step")
+            name = alias_of("validation_metrics/" + name).value_or("validation_" + name);
         fields.push_back({unit.empty() ? name : name + "_" + unit, v});
     }
     if (!has_step || !has_loss) return false;

@@ -1,5 +1,7 @@
 #include "telemetry/ingest.h"
 
+#include "telemetry/key_aliases.h"
+
 #include "telemetry/console_formats.h"
 #include "telemetry/log_text.h"
 #include "telemetry/untrusted_text.h"
@@ -63,10 +65,6 @@ std::string quote_bare_nonfinite(std::string_view line) {
     }
     return out;
 }
-
-// llm.c's short names and what hlat calls them.
-const KeyMap kLlmcNames = {{"trl", "loss"}, {"tel", "heldout_loss"}, {"norm", "grad_norm"}, {"lr", "lr"},
-                           {"eval", "hellaswag_acc"}};
 
 const char* kNumberRegex = R"(([-+]?(?:[0-9][0-9,]*\.?[0-9]*(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?|nan|NaN|-?inf|-?Infinity)))";
 
@@ -209,7 +207,7 @@ std::string LineParser::rename(std::string_view name) const {
     auto it = rename_.find(std::string(name));
     if (it != rename_.end()) return it->second;
     if (format_ == LogFormat::Llmc)
-        if (auto b = kLlmcNames.find(std::string(name)); b != kLlmcNames.end()) return b->second;
+        if (std::optional<std::string> key = alias_of(std::string(name), "llmc")) return *key;
     return std::string(name);
 }
 

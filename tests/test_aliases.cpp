@@ -1,7 +1,7 @@
-// The names hlat reads as its own keys (session/aliases.cpp) and the table
+// The names hlat reads as its own keys (telemetry/key_aliases.cpp) and the table
 // docs/external-trainers.md shows users: the same names, key for key, so the
 // page a user reads is the code that runs.
-#include "session/aliases.h"
+#include "telemetry/key_aliases.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <set>
 #include <string>
 
-namespace hlat::session {
+namespace hlat::telemetry {
 namespace {
 
 // Each "| `key` | `name` (who writes it), `name`, ... |" row of the table
@@ -36,7 +36,7 @@ std::map<std::string, std::set<std::string>> documented_aliases() {
 
 TEST(Aliases, TheDocumentedTableIsTheCodes) {
     std::map<std::string, std::set<std::string>> code;
-    for (const auto& [alias, key] : alias_table()) code[key].insert(alias);
+    for (const KeyAlias& a : alias_table()) code[a.key].insert(a.name);
     const auto docs = documented_aliases();
     ASSERT_FALSE(docs.empty()) << "docs/external-trainers.md has no \"| hlat key | read from |\" table";
     EXPECT_EQ(docs, code);
@@ -48,7 +48,10 @@ TEST(Aliases, EachNameReadsAsItsKey) {
     EXPECT_EQ(alias_of("lm loss"), "loss");             // Megatron-LM
     EXPECT_EQ(alias_of("loss"), std::nullopt);          // hlat's own key is no alias
     EXPECT_EQ(alias_of("lr/AdamW/1"), std::nullopt);    // a second param group's rate is not the run's
+    EXPECT_EQ(alias_of("norm"), std::nullopt);          // llm.c's short names mean other things elsewhere...
+    EXPECT_EQ(alias_of("norm", "llmc"), "grad_norm");   // ...and hlat's keys in its logs
+    EXPECT_EQ(alias_of("train/loss", "llmc"), std::nullopt) << "every source's names are the session's to read";
 }
 
 }  // namespace
-}  // namespace hlat::session
+}  // namespace hlat::telemetry

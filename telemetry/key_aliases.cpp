@@ -1,14 +1,14 @@
-#include "session/aliases.h"
+#include "telemetry/key_aliases.h"
 
-#include <unordered_map>
+#include <map>
 
-namespace hlat::session {
+namespace hlat::telemetry {
 
 // Exact names as each tool writes them. Left out on purpose: Megatron's
 // "throughput" (TFLOP/s per GPU, not tokens), and names whose meaning varies
 // between tools ("perplexity", "epoch").
-const std::vector<std::pair<std::string, std::string>>& alias_table() {
-    static const std::vector<std::pair<std::string, std::string>> table = {
+const std::vector<KeyAlias>& alias_table() {
+    static const std::vector<KeyAlias> table = {
         // training loss
         {"train/loss", "loss"},                    // Hugging Face Trainer (TensorBoard, W&B), nanoGPT, W&B habit
         {"train_loss", "loss"},                    // Lightning, Hugging Face's log_history
@@ -74,20 +74,25 @@ const std::vector<std::pair<std::string, std::string>>& alias_table() {
         {"lost_update_frac", "lost_updates"},
         {"lost_update_fraction", "lost_updates"},
         {"lost_updates_frac", "lost_updates"},
+        // llm.c's short names, in its logs only ("s:N trl:... norm:... tel:... eval:...)
+        {"trl", "loss", "llmc"},
+        {"tel", "heldout_loss", "llmc"},
+        {"norm", "grad_norm", "llmc"},
+        {"eval", "hellaswag_acc", "llmc"},
     };
     return table;
 }
 
-std::optional<std::string> alias_of(const std::string& name) {
-    static const std::unordered_map<std::string, std::string> index = [] {
-        std::unordered_map<std::string, std::string> m;
-        for (const auto& [alias, key] : alias_table())
-            if (alias != key) m.emplace(alias, key);
+std::optional<std::string> alias_of(const std::string& name, const std::string& format) {
+    static const std::map<std::pair<std::string, std::string>, std::string> index = [] {
+        std::map<std::pair<std::string, std::string>, std::string> m;
+        for (const KeyAlias& a : alias_table())
+            if (a.name != a.key) m.emplace(std::make_pair(a.only_in, a.name), a.key);
         return m;
     }();
-    auto it = index.find(name);
+    auto it = index.find({format, name});
     if (it == index.end()) return std::nullopt;
     return it->second;
 }
 
-}  // namespace hlat::session
+}  // namespace hlat::telemetry
