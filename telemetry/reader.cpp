@@ -508,6 +508,7 @@ Uptime Reader::uptime(int64_t run) {
             end = newest_before(*block_times, ev[i].wall_time, limit, end);
         }
         u.training_seconds += end - ev[i].wall_time;
+        u.segments.push_back({ev[i].wall_time, end});
         last_end = std::max(last_end, end);
     }
     if (first_start >= 0) {

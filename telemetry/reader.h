@@ -40,6 +40,9 @@ struct Uptime {
     double wall_seconds = 0.0;
     double ratio = 0.0;  // 1 when the run never stopped; 0 when unknown
     int restarts = 0;
+    // Each stretch of training, [start, end] wall times in order: what the
+    // page's uptime timeline draws (GET .../events "uptime.segments").
+    std::vector<std::pair<double, double>> segments;
 };
 
 // A statistic over layers, heads or tensors as a heatmap: the step range in

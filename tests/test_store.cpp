@@ -216,6 +216,9 @@ TEST(Store, UptimeFollowsEvents) {
     EXPECT_DOUBLE_EQ(u.wall_seconds, 300.0);
     EXPECT_NEAR(u.ratio, 230.0 / 300.0, 1e-12);
     EXPECT_EQ(u.restarts, 2);
+    // The stretches the ratio counts, which the page's timeline draws: the
+    // first one a kill cut ends at its last metric, not at its heartbeat.
+    EXPECT_EQ(u.segments, (std::vector<std::pair<double, double>>{{100.0, 170.0}, {200.0, 260.0}, {300.0, 400.0}}));
 }
 
 std::string store_error(const std::function<void()>& f) {

@@ -125,13 +125,16 @@ Response events_reply(Reader& reader, int64_t run, const Request& r) {
     for (const Event& e : reader.events_page(run, offset, limit, (size_t)detail_max, &total))
         out.push_back({{"kind", e.kind}, {"step", e.step}, {"time", e.wall_time}, {"detail", e.detail}});
     const Uptime u = reader.uptime(run);
+    json segments = json::array();
+    for (const auto& [start, end] : u.segments) segments.push_back({start, end});
     const int64_t shown = (int64_t)out.size();
     return reply(200, {{"events", std::move(out)},
                        {"total", total},
                        {"offset", offset},
                        {"truncated", offset + shown < total},
                        {"uptime", {{"ratio", u.ratio}, {"training_seconds", u.training_seconds},
-                                   {"wall_seconds", u.wall_seconds}, {"restarts", u.restarts}}}});
+                                   {"wall_seconds", u.wall_seconds}, {"restarts", u.restarts},
+                                   {"segments", std::move(segments)}}}});
 }
 
 }  // namespace

@@ -168,6 +168,11 @@ try {
   check(tip === drawn.label, `hovering it says "${tip}"`);
   const tick = await page.locator("#uptime .event.rewind").getAttribute("title");
   check(tick?.includes(label), `the uptime timeline has a tick for it: "${tick}"`);
+  // Its training stretches are the server's (the ones its uptime ratio counts): one before the rewind, one after.
+  const { uptime } = await get("events");
+  const segments = await page.locator("#uptime .segment").count();
+  check(uptime.segments.length === 2 && segments === uptime.segments.length,
+        `the timeline draws the server's ${uptime.segments.length} training stretches (${segments})`);
 
   // A reload of the data (a zoom, live points) keeps the "Why" open.
   await page.evaluate(() => window.hlatDashboard.load());

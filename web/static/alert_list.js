@@ -1,19 +1,19 @@
-// The run page's list of alerts: one line per alert episode
-// (alert_episodes.js), so a run with 600 NaN alerts is one line,
+// The run page's list of alerts: one line per alert episode, as the server
+// groups them (GET .../alerts "episodes": telemetry/alert_episodes.h), so a
+// run with 600 NaN alerts is one line,
 // "nonfinite ×600, steps 900–1499, worst NaN at step 900", that opens to its
 // alerts. A single alert keeps its own line: its step zooms to it, its
 // flight-recorder button, its "Why" (attribution.js, collapsed) and the
 // rewind it caused; a rewind whose alert is not listed gets a line of its
 // own. Info alerts (one-step outliers, notes) are listed grey and counted.
 import { whySection } from "./attribution.js";
-import { alertsOf, episodeId, episodeTitle } from "./alert_episodes.js";
 
 const drawn = new WeakMap();  // list -> what it shows, so an unchanged list is left as it is
 const SHOWN_PER_EPISODE = 200;  // alerts listed when an episode is opened
 
 // Fills `list` (a <ul>) and `summary` (a line above it) from
-//   episodes: alert_episodes.js episodesOf(); alerts, omitted: the alerts
-//   API's list (the latest alerts) and how many it left out;
+//   episodes: the alerts API's "episodes" (all the run's alerts grouped);
+//   alerts, omitted: its list (the latest alerts) and how many it left out;
 //   rewinds: attribution.js rewindsOf();
 //   whyOpen, episodesOpen: Sets of the "Why"s and episodes open, kept up to date here;
 //   titleOf(key): a statistic's title; onStep(alert), onRange(first, last),
@@ -124,4 +124,29 @@ function alertItem(a, { whyOpen, titleOf, onStep, onWindow }) {
   });
   if (why) li.append(why);
   return li;
+}
+
+// The alerts (of those the server listed) that make up an episode: the
+// server lists the latest 2,000, so an early episode may have fewer here
+// than its count.
+const alertsOf = (e, alerts) =>
+  alerts.filter((a) => a.kind === e.kind && a.severity === e.severity && a.step >= e.first_step && a.step <= e.last_step);
+
+const episodeId = (e) => `${e.kind}@${e.severity}@${e.first_step}`;
+
+// A worst_value as read: "NaN", "+Inf", "-Inf", or four significant digits
+// (the API sends a non-finite one as "nan", "inf" or "-inf").
+function valueText(v) {
+  if (v === null || v === undefined) return "";
+  const n = v === "nan" ? NaN : v === "inf" ? Infinity : v === "-inf" ? -Infinity : Number(v);
+  if (Number.isNaN(n)) return "NaN";
+  if (!Number.isFinite(n)) return n > 0 ? "+Inf" : "-Inf";
+  return Number(n.toPrecision(4)).toString();
+}
+
+// "nonfinite ×600, steps 900–1499, worst NaN at step 900" (a single alert: "step 60 · grad_spike").
+function episodeTitle(e) {
+  if (e.count === 1) return `step ${e.first_step} · ${e.kind}`;
+  const worst = valueText(e.worst_value);
+  return `${e.kind} ×${e.count}, steps ${e.first_step}–${e.last_step}${worst ? `, worst ${worst} at step ${e.worst_step}` : ""}`;
 }

@@ -3,7 +3,7 @@
 // spikes deserve it) and rewind_skip's rewinds. Each hook reads a `view`:
 //   x(step, time?): the step's x on the chart's axis (steps, tokens or wall
 //     time; the time is looked up when not given), or null;
-//   episodes: alert episodes (alert_episodes.js); shaded: spike episodes as
+//   episodes: alert episodes (the alerts API's); shaded: spike episodes as
 //     [first, last, peak_step, peak]; rewinds: attribution.js rewindsOf();
 //   rewindXs(r): [x of the alert, x of the restart].
 export const RED = "#cf222e", NONFINITE = "#a40e26", REWIND = "#8250df";

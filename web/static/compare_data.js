@@ -32,30 +32,11 @@ export async function loadRunSeries(name, key, width) {
   return s;
 }
 
-// A run's alert episodes: the server's when its reply has them, else the
-// alerts grouped here the way the server groups them (one kind and
-// severity, each alert within 10 steps of the one before).
+// A run's alert episodes, as the server groups them (GET .../alerts
+// "episodes": one kind and severity, each alert within 10 steps of the one
+// before; telemetry/alert_episodes.h).
 export async function loadEpisodes(name) {
-  const body = await fetchJson(runApi(name, "/alerts"));
-  return Array.isArray(body.episodes) ? body.episodes : groupAlerts(body.alerts ?? []);
-}
-
-export function groupAlerts(alerts) {
-  const open = new Map(), out = [];
-  for (const a of [...alerts].sort((x, y) => x.step - y.step)) {
-    const id = `${a.kind}\n${a.severity}`;
-    const e = open.get(id);
-    if (e && a.step - e.last_step <= 10) {
-      e.last_step = a.step;
-      e.count++;
-      continue;
-    }
-    const fresh = { kind: a.kind, severity: a.severity, first_step: a.step, last_step: a.step, count: 1,
-                    worst_step: a.step, worst_value: null, message: a.message };
-    open.set(id, fresh);
-    out.push(fresh);
-  }
-  return out;
+  return (await fetchJson(runApi(name, "/alerts"))).episodes;
 }
 
 // Tokens seen per step of a run (its last tokens_seen over its steps), or

@@ -4,11 +4,11 @@ import { rewindsOf } from "./attribution.js";
 
 const $ = (sel) => document.querySelector(sel);
 
-// The uptime timeline: wall time from the first start to the last event;
-// training segments green (each start or restart to the stop, crash or halt
-// that ends it, or to its last event), downtime red, events as ticks (a
-// rewind's says what it skipped and where training restarted). Returns the
-// events.
+// The uptime timeline: wall time from the first event to the last; the
+// training segments the server computed green (GET .../events
+// "uptime.segments", the stretches its uptime ratio counts: Reader::uptime),
+// downtime red, events as ticks (a rewind's says what it skipped and where
+// training restarted). Returns the events.
 export async function loadUptime(api, status) {
   // Rewind plans are read whole (their skipped batch ids); other details as the server cuts them.
   const { events, uptime } = await fetchJson(api("/events?detail_max=65536"));
@@ -16,26 +16,19 @@ export async function loadUptime(api, status) {
   const bar = $("#uptime");
   bar.replaceChildren();
   if (!events.length) return events;
-  // A run still going trains until now.
+  // A run still going trains until now: its last segment is drawn to the present.
   const running = status === "running";
   const now = Date.now() / 1000;
   const t0 = events[0].time, t1 = Math.max(events.at(-1).time, running ? now : 0, t0 + 1e-3);  // no zero-length axis
   const pos = (t) => `${(100 * (t - t0)) / (t1 - t0)}%`;
-  for (let i = 0; i < events.length; i++) {
-    if (events[i].kind !== "start" && events[i].kind !== "restart") continue;
-    let end = events[i].time;
-    let j = i + 1;
-    for (; j < events.length && !["start", "restart"].includes(events[j].kind); j++) {
-      end = events[j].time;
-      if (["stop", "crash", "halt", "stale"].includes(events[j].kind)) break;
-    }
-    if (j >= events.length && running) end = now;
+  uptime.segments.forEach(([start, end], i) => {
+    if (running && i === uptime.segments.length - 1) end = now;
     const seg = document.createElement("span");
     seg.className = "segment";
-    seg.style.left = pos(events[i].time);
-    seg.style.width = `${(100 * (end - events[i].time)) / (t1 - t0)}%`;
+    seg.style.left = pos(start);
+    seg.style.width = `${(100 * (end - start)) / (t1 - t0)}%`;
     bar.append(seg);
-  }
+  });
   const rewinds = new Map(rewindsOf(events).map((r) => [r.time, r]));
   for (const e of events) {
     if (e.kind === "heartbeat") continue;
