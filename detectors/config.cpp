@@ -1,9 +1,12 @@
 #include "detectors/config.h"
 
+#include "telemetry/json_fields.h"
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <limits>
 #include <set>
 
 namespace hlat::detectors {
@@ -11,72 +14,23 @@ namespace {
 
 using json = nlohmann::json;
 
-// Reads one detector's object, remembering the keys it consumed.
-class Fields {
-  public:
-    Fields(const json& parent, const std::string& name) : name_(name) {
-        if (!parent.contains(name)) return;
-        obj_ = &parent.at(name);
-        if (!obj_->is_object()) fail("", *obj_, "an object");
-    }
-    void policy(Policy& out) {
-        const json* v = get("policy");
-        if (!v) return;
-        std::string s = v->is_string() ? v->get<std::string>() : "";
-        if (s == "off") out = Policy::Off;
-        else if (s == "warn") out = Policy::Warn;
-        else if (s == "halt") out = Policy::Halt;
-        else if (s == "rewind_skip") out = Policy::RewindSkip;
-        else fail("policy", *v, "\"off\", \"warn\", \"halt\" or \"rewind_skip\"");
-    }
-    void integer(const char* key, int& out, int lo) {
-        const json* v = get(key);
-        if (!v) return;
-        if (!v->is_number_integer() || v->get<long>() < lo || v->get<long>() > 1000000000)
-            fail(key, *v, fmt::format("an integer >= {}", lo));
-        out = v->get<int>();
-    }
-    void number(const char* key, double& out, bool positive) {
-        const json* v = get(key);
-        if (!v) return;
-        if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() < 0 ||
-            (positive && v->get<double>() == 0))
-            fail(key, *v, positive ? "a number > 0" : "a number >= 0");
-        out = v->get<double>();
-    }
-    void rule(SpikeRule& out) {
-        const json* v = get("rule");
-        if (!v) return;
-        std::string s = v->is_string() ? v->get<std::string>() : "";
-        if (s == "additive") out = SpikeRule::Additive;
-        else if (s == "ratio") out = SpikeRule::Ratio;
-        else if (s == "zscore") out = SpikeRule::ZScore;
-        else fail("rule", *v, "\"additive\", \"ratio\" or \"zscore\"");
-    }
-    void done() const {
-        if (!obj_) return;
-        for (auto it = obj_->begin(); it != obj_->end(); ++it)
-            if (!seen_.count(it.key()))
-                throw DetectorConfigError(fmt::format("unknown config field \"detectors.{}.{}\"", name_, it.key()));
-    }
+const telemetry::Choices<Policy> kPolicies = {
+    {"off", Policy::Off}, {"warn", Policy::Warn}, {"halt", Policy::Halt}, {"rewind_skip", Policy::RewindSkip}};
+const telemetry::Choices<SpikeRule> kRules = {
+    {"additive", SpikeRule::Additive}, {"ratio", SpikeRule::Ratio}, {"zscore", SpikeRule::ZScore}};
+constexpr double kNoBound = std::numeric_limits<double>::infinity();
 
-  private:
-    const json* get(const char* key) {
-        seen_.insert(key);
-        return obj_ && obj_->contains(key) ? &obj_->at(key) : nullptr;
-    }
-    [[noreturn]] void fail(const std::string& key, const json& v, const std::string& allowed) const {
-        throw DetectorConfigError(fmt::format("config field \"detectors.{}{}{}\" is {}; expected {}", name_,
-                                              key.empty() ? "" : ".", key, v.dump(), allowed));
-    }
-    std::string name_;
-    const json* obj_ = nullptr;
-    std::set<std::string> seen_;
+// One detector's section, read with the config's one field reader: the
+// calls its settings' fields() make (config.h).
+class Fields : public telemetry::JsonFields<DetectorConfigError> {
+  public:
+    Fields(const json& parent, const std::string& name) : JsonFields(parent, name, "detectors." + name) {}
+    void policy(Policy& out) { choice("policy", out, kPolicies); }
+    void rule(SpikeRule& out) { choice("rule", out, kRules); }
+    void integer(const char* key, int& out, int lo) { JsonFields::integer(key, out, lo); }
+    void number(const char* key, double& out, bool positive) { JsonFields::number(key, out, 0.0, kNoBound, positive); }
 };
 
-const char* rule_name(SpikeRule r) {
-    return r == SpikeRule::Additive ? "additive" : r == SpikeRule::Ratio ? "ratio" : "zscore";
-}
 
 }  // namespace
 
@@ -87,12 +41,13 @@ const char* policy_name(Policy p) {
 namespace {
 
 // The writing side of fields(): each field as JSON, under the names it is read by.
-class FieldWriter {
+class FieldWriter : public telemetry::JsonFieldWriter {
   public:
-    void policy(const Policy& p) { out["policy"] = policy_name(p); }
-    void integer(const char* key, const int& v, int /*lo*/) { out[key] = v; }
-    void number(const char* key, const double& v, bool /*positive*/) { out[key] = v; }
-    void rule(const SpikeRule& r) { out["rule"] = rule_name(r); }
+    FieldWriter() : JsonFieldWriter(out) {}
+    void policy(const Policy& p) { choice("policy", p, kPolicies); }
+    void rule(const SpikeRule& r) { choice("rule", r, kRules); }
+    void integer(const char* key, const int& v, int lo) { JsonFieldWriter::integer(key, v, lo); }
+    void number(const char* key, const double& v, bool) { JsonFieldWriter::number(key, v, 0.0, kNoBound); }
     json out = json::object();
 };
 
@@ -149,7 +104,7 @@ DetectorsConfig detectors_from_json(const json& j) {
     c.sections([&](const char* name, auto& section) {
         Fields f(j, name);
         section.fields(f);
-        f.done();
+        f.reject_unknown();
     });
     c.webhook = read_webhook(j);
     c.webhook_format = read_text(j, "webhook_format", "json", {"json", "slack", "discord"});

@@ -1,5 +1,6 @@
 #include "session/external_run.h"
 
+#include "telemetry/clock.h"
 #include "telemetry/log_text.h"
 
 #include <fmt/format.h>

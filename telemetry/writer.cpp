@@ -18,16 +18,6 @@
 
 namespace hlat::telemetry {
 
-double now_seconds() {
-    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-std::string host_name() {
-    char host[256] = {0};
-    gethostname(host, sizeof host - 1);
-    return host;
-}
-
 // Block size of metric_blocks; see schema.cpp.
 constexpr int64_t kBlockSteps = 64;
 

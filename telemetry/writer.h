@@ -21,6 +21,8 @@
 // so its rows cannot land in a run created since.
 #pragma once
 
+#include "telemetry/clock.h"  // the writer stamps records with it; its includers use it too
+
 #include "telemetry/records.h"
 
 #include <chrono>
@@ -209,11 +211,5 @@ class Writer {
     WriterStats stats_;
     std::thread thread_;
 };
-
-// Seconds since the Unix epoch, as the store records time.
-double now_seconds();
-
-// This machine's host name, as a run records where it ran.
-std::string host_name();
 
 }  // namespace hlat::telemetry

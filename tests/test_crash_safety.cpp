@@ -2,7 +2,7 @@
 // to its last commit, and a resumed run continues the same series with no
 // duplicate and no missing step.
 #include "telemetry/reader.h"
-#include "telemetry/writer.h"
+#include "telemetry/clock.h"
 #include "test_util.h"
 
 #include <fmt/format.h>

@@ -1,5 +1,6 @@
 #include "trainer/config/config.h"
 
+#include "telemetry/json_fields.h"
 #include "telemetry/untrusted_text.h"
 
 #include <fmt/format.h>
@@ -14,144 +15,10 @@ namespace {
 
 using json = nlohmann::json;
 
-// The names of an enum's (or a flag's) values in the config file.
-template <class T>
-using Choices = std::vector<std::pair<const char*, T>>;
-
-template <class T>
-const char* name_of(const T& value, const Choices<T>& choices) {
-    for (const auto& [name, v] : choices)
-        if (v == value) return name;
-    return "?";
-}
-
-// Reads the fields of one JSON object, checking each one's type and range, and
-// remembers which keys it consumed so that leftovers are reported as unknown.
-class Section {
-  public:
-    Section(const json& root, const std::string& name) : name_(name) {
-        if (!root.contains(name)) return;
-        obj_ = &root.at(name);
-        if (!obj_->is_object()) fail(name, *obj_, "an object");
-    }
-
-    void integer(const char* key, int& out, long lo, long hi) {
-        const json* v = get(key);
-        if (!v) return;
-        if (!v->is_number_integer()) fail(path(key), *v, fmt::format("an integer in [{}, {}]", lo, hi));
-        long x = v->get<long>();
-        if (x < lo || x > hi) fail(path(key), *v, fmt::format("an integer in [{}, {}]", lo, hi));
-        out = (int)x;
-    }
-
-    void seed(const char* key, unsigned long long& out) {
-        const json* v = get(key);
-        if (!v) return;
-        if (!v->is_number_unsigned() && !(v->is_number_integer() && v->get<long long>() >= 0))
-            fail(path(key), *v, "a non-negative integer");
-        out = v->get<unsigned long long>();
-    }
-
-    void number(const char* key, double& out, double lo, double hi, bool lo_open = false) {
-        const json* v = get(key);
-        if (!v) return;
-        std::string allowed = fmt::format("a number in {}{}, {}]", lo_open ? "(" : "[", lo, hi);
-        if (!v->is_number()) fail(path(key), *v, allowed);
-        double x = v->get<double>();
-        if (!std::isfinite(x) || x < lo || x > hi || (lo_open && x == lo)) fail(path(key), *v, allowed);
-        out = x;
-    }
-
-    void boolean(const char* key, bool& out) {
-        const json* v = get(key);
-        if (!v) return;
-        if (!v->is_boolean()) fail(path(key), *v, "true or false");
-        out = v->get<bool>();
-    }
-
-    void string(const char* key, std::string& out, const std::set<std::string>& choices = {}) {
-        const json* v = get(key);
-        if (!v) return;
-        std::string allowed = "a string";
-        if (!choices.empty()) {
-            allowed = "one of";
-            for (auto& c : choices) allowed += " \"" + c + "\"";
-        }
-        if (!v->is_string()) fail(path(key), *v, allowed);
-        std::string s = v->get<std::string>();
-        if (!choices.empty() && !choices.count(s)) fail(path(key), *v, allowed);
-        out = s;
-    }
-
-    template <class T>
-    void choice(const char* key, T& out, const Choices<T>& choices) {
-        std::string name = name_of(out, choices);
-        std::set<std::string> names;
-        for (const auto& [n, value] : choices) names.insert(n);
-        string(key, name, names);
-        for (const auto& [n, value] : choices)
-            if (name == n) out = value;
-    }
-
-    void strings(const char* key, std::vector<std::string>& out) {
-        const json* v = get(key);
-        if (!v) return;
-        if (!v->is_array()) fail(path(key), *v, "an array of strings");
-        std::vector<std::string> items;
-        for (const json& item : *v) {
-            if (!item.is_string() || item.get<std::string>().empty()) fail(path(key), *v, "an array of non-empty strings");
-            items.push_back(item.get<std::string>());
-        }
-        out = items;
-    }
-
-    // Reports the first key that no reader asked for.
-    void reject_unknown() const {
-        if (!obj_) return;
-        for (auto it = obj_->begin(); it != obj_->end(); ++it) {
-            if (!seen_.count(it.key())) {
-                throw ConfigError(fmt::format("unknown config field \"{}\"", path(it.key().c_str())));
-            }
-        }
-    }
-
-    [[noreturn]] static void fail(const std::string& field, const json& v, const std::string& allowed) {
-        throw ConfigError(
-            fmt::format("config field \"{}\" is {}; expected {}", field, v.dump(), allowed));
-    }
-
-  private:
-    const json* get(const char* key) {
-        seen_.insert(key);
-        if (!obj_ || !obj_->contains(key)) return nullptr;
-        return &obj_->at(key);
-    }
-    std::string path(const char* key) const { return name_ + "." + key; }
-
-    std::string name_;
-    const json* obj_ = nullptr;
-    std::set<std::string> seen_;
-};
-
-// Writes the fields of one section into a JSON object: the same calls as
-// Section's, so each section lists its fields once for both directions.
-class SectionWriter {
-  public:
-    explicit SectionWriter(json& out) : out_(out) {}
-    void integer(const char* key, const int& v, long, long) { out_[key] = v; }
-    void seed(const char* key, const unsigned long long& v) { out_[key] = v; }
-    void number(const char* key, const double& v, double, double, bool = false) { out_[key] = v; }
-    void boolean(const char* key, const bool& v) { out_[key] = v; }
-    void string(const char* key, const std::string& v, const std::set<std::string>& = {}) { out_[key] = v; }
-    void strings(const char* key, const std::vector<std::string>& v) { out_[key] = v; }
-    template <class T>
-    void choice(const char* key, const T& v, const Choices<T>& choices) {
-        out_[key] = name_of(v, choices);
-    }
-
-  private:
-    json& out_;
-};
+using telemetry::Choices;
+// One section of the config (model, schedule, ...), read and written.
+using Section = telemetry::JsonFields<ConfigError>;
+using SectionWriter = telemetry::JsonFieldWriter;
 
 }  // namespace
 
@@ -313,7 +180,7 @@ TrainConfig config_from_json(const json& j) {
             throw ConfigError(fmt::format("unknown config section \"{}\"; expected {}or detectors", it.key(),
                                           expected.substr(0, expected.size() - 2) + " "));
     for_each_section(c, [&](const char* name, auto fields) {
-        Section section(j, name);
+        Section section(j, name, name);
         fields(section);
         section.reject_unknown();
     });

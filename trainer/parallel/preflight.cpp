@@ -1,6 +1,6 @@
 #include "trainer/parallel/preflight.h"
 
-#include "telemetry/writer.h"
+#include "telemetry/clock.h"
 #include "trainer/model/kernels_bf16.h"
 #include "trainer/model/sgemm.h"
 

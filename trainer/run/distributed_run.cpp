@@ -1,6 +1,6 @@
 #include "trainer/run/distributed_run.h"
 
-#include "telemetry/writer.h"
+#include "telemetry/clock.h"
 #include "trainer/parallel/sharding.h"
 
 #include <fmt/format.h>

@@ -1,6 +1,6 @@
 #include "trainer/run/fleet_hook.h"
 
-#include "telemetry/writer.h"
+#include "telemetry/clock.h"
 #include "trainer/parallel/preflight.h"
 #include "trainer/run/every.h"
 
