@@ -170,7 +170,7 @@ class LineParser {
     void set_time_origin(double origin) { time_origin_ = origin; }
     // Whether a record's time was read as seconds since the run's start.
     bool read_relative_time() const { return relative_time_; }
-    struct Record;  // one line's step, time, values and event (ingest.cpp)
+    struct Record;  // one line's step, time, values and event (ingest_record.h)
 
   private:
     void parse_record(std::string_view line, long number, double default_time, std::vector<std::string>& header,
