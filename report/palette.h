@@ -1,6 +1,6 @@
 // One colour per run wherever several runs are drawn together: run i of a
 // comparison is kRunPalette[i], in the report as on the page's compare view
-// (web/static/palette.js holds the same list; tests/test_episodes.cpp checks
+// (web/static/palette.js holds the same list; tests/telemetry/test_episodes.cpp checks
 // they agree). 24 colours picked for the largest smallest CIEDE2000 distance
 // between any two, dark enough to read on white.
 #pragma once

@@ -5,7 +5,7 @@
 // detectors and the page's panels without a --map. A few are one log
 // format's own short names (llm.c's "norm", "eval"), which mean other things
 // elsewhere: its line parser reads them. docs/external-trainers.md lists the
-// table (tests/test_aliases.cpp holds it to this one).
+// table (tests/telemetry/test_aliases.cpp holds it to this one).
 #pragma once
 
 #include <optional>

@@ -1,6 +1,6 @@
 // What `hlat serve` lets one request, one client and all of them together
 // take. Stated once here; `hlat serve --help` and docs/api.md say the same,
-// and tests/test_hostile_server.cpp holds each one.
+// and tests/web/test_hostile_server.cpp holds each one.
 #pragma once
 
 #include <chrono>

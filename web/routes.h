@@ -1,7 +1,7 @@
 // Every route of `hlat serve`'s API in one table: its method, its path
 // pattern ({run}: a run's name, which may hold '/'), and whether it changes
 // state (and so needs the server's token). docs/api.md's table lists the same
-// routes (tests/test_routes.cpp holds it to this one); Api::handle dispatches
+// routes (tests/web/test_routes.cpp holds it to this one); Api::handle dispatches
 // on it, and the connection asks it which requests are event streams.
 #pragma once
 
