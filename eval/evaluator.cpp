@@ -157,7 +157,7 @@ int watch_run(const std::vector<TaskFile>& tasks, const WatchOptions& watch, con
                 try {
                     CheckpointEval eval = evaluate_checkpoint(dir.string(), tasks, cancellable);
                     for (const std::string& w : eval.warnings) spdlog::warn("{}", w);
-                    if (!session) session = scoring_session(writer, reader, *run);
+                    if (!session || session->run_id() != run->id) session = scoring_session(writer, reader, *run);
                     write_results(*session, eval);
                     fmt::print("{}", format_results(eval));
                     std::fflush(stdout);
