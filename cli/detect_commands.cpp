@@ -11,12 +11,9 @@
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 
-#include <iostream>
 #include <limits>
-#include <cmath>
 #include <map>
 #include <set>
-#include <sstream>
 
 namespace hlat::cli {
 namespace po = boost::program_options;

@@ -41,14 +41,16 @@ const char* policy_name(Policy p) {
 namespace {
 
 // The writing side of fields(): each field as JSON, under the names it is read by.
-class FieldWriter : public telemetry::JsonFieldWriter {
+struct FieldsOut {  // a base, so the JSON exists before the writer that fills it
+    json out = json::object();
+};
+class FieldWriter : public FieldsOut, public telemetry::JsonFieldWriter {
   public:
-    FieldWriter() : JsonFieldWriter(out) {}
+    FieldWriter() : JsonFieldWriter(FieldsOut::out) {}
     void policy(const Policy& p) { choice("policy", p, kPolicies); }
     void rule(const SpikeRule& r) { choice("rule", r, kRules); }
     void integer(const char* key, const int& v, int lo) { JsonFieldWriter::integer(key, v, lo); }
     void number(const char* key, const double& v, bool) { JsonFieldWriter::number(key, v, 0.0, kNoBound); }
-    json out = json::object();
 };
 
 std::string known_sections() {
