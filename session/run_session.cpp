@@ -288,6 +288,13 @@ void RunSession::finish(const std::string& status, int64_t step, const std::stri
     write_end(*writer_, run_.id, status, step, detail, wall_time);
 }
 
+void RunSession::crashed(int64_t step, const std::string& detail, double wall_time) {
+    if (!writer_) return;
+    store_event({"crash", step, wall_time > 0 ? wall_time : now_seconds(), detail});
+    writer_->set_status(run_.id, "crashed", now_seconds());
+    writer_->flush();
+}
+
 // A run that ends with its loss or grad norm non-finite ends "diverged"
 // (session/divergence.h): judged from the store, so a session attached only
 // to end a run judges it as well as one that saw every step.

@@ -173,6 +173,10 @@ class RunSession {
     // Ends the run: finished, stopped, halted, crashed or stale, with its
     // event (dated `wall_time`, 0 = now), and marks any halt request handled.
     void finish(const std::string& status, int64_t step, const std::string& detail, double wall_time = 0.0);
+    // A crash seen from outside the job (`hlat run`'s supervisor): its event
+    // and status. A halt request pending stays pending: the relaunched job
+    // answers it, so a halt pressed just before a crash still halts.
+    void crashed(int64_t step, const std::string& detail, double wall_time);
     // Waits until everything so far is committed.
     void flush();
 

@@ -127,7 +127,7 @@ class RunWatch {
         return *session_;
     }
     void crash(int64_t run, int64_t step, const std::string& detail, double wall_time) {
-        session(run).finish("crashed", step, detail, wall_time);
+        session(run).crashed(step, detail, wall_time);
     }
     void event(int64_t run, const std::string& kind, int64_t step, const std::string& detail, double wall_time) {
         session(run).event(kind, step, detail, wall_time);
