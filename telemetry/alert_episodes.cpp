@@ -64,15 +64,49 @@ bool alert_value(const Alert& a, double& value) {
 void EpisodeBuilder::add(const Alert& a) {
     auto it = newest_.find({a.kind, a.severity});
     if (it != newest_.end() && continues(out_[it->second], a)) return extend(out_[it->second], a);
+    total_++;
     newest_[{a.kind, a.severity}] = out_.size();
     out_.push_back(opened_by(a));
+    if (out_.size() > 2 * keep_ + newest_.size()) compact();  // amortised: a sort of 2 x keep every keep episodes
+}
+
+std::vector<size_t> EpisodeBuilder::kept(bool growing_too) const {
+    std::vector<size_t> order(out_.size());
+    for (size_t i = 0; i < order.size(); i++) order[i] = i;
+    const size_t n = std::min(keep_, order.size());
+    std::partial_sort(order.begin(), order.begin() + (ptrdiff_t)n, order.end(), [&](size_t a, size_t b) {
+        return out_[a].last_step != out_[b].last_step ? out_[a].last_step > out_[b].last_step : a > b;
+    });
+    order.resize(n);
+    if (growing_too)
+        for (const auto& [kind, i] : newest_) order.push_back(i);
+    std::sort(order.begin(), order.end());
+    order.erase(std::unique(order.begin(), order.end()), order.end());
+    return order;
+}
+
+void EpisodeBuilder::compact() {
+    std::vector<AlertEpisode> left;
+    std::map<size_t, size_t> moved;  // old index -> new
+    for (size_t i : kept(true)) {
+        moved[i] = left.size();
+        left.push_back(std::move(out_[i]));
+    }
+    out_ = std::move(left);
+    for (auto& [kind, i] : newest_) i = moved.at(i);
+}
+
+std::vector<AlertEpisode> EpisodeBuilder::episodes() const {
+    std::vector<AlertEpisode> out;
+    for (size_t i : kept(false)) out.push_back(out_[i]);
+    return out;
 }
 
 std::vector<AlertEpisode> alert_episodes(std::vector<Alert> alerts) {
     std::stable_sort(alerts.begin(), alerts.end(), [](const Alert& a, const Alert& b) { return a.step < b.step; });
     EpisodeBuilder episodes;
     for (const Alert& a : alerts) episodes.add(a);
-    return std::move(episodes.episodes());
+    return episodes.episodes();
 }
 
 nlohmann::json episode_json(const AlertEpisode& e) {

@@ -10,7 +10,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -38,13 +40,28 @@ bool alert_value(const Alert& a, double& value);
 std::vector<AlertEpisode> alert_episodes(std::vector<Alert> alerts);
 
 // The same, from alerts handed over one at a time in step order (a run's
-// alerts streamed from the store: none kept but the episodes).
+// alerts streamed from the store: none kept but the episodes). With `keep`,
+// at most that many are kept: those whose last step is newest (an episode
+// still going on is never cut), so a run of half a million one-step spikes
+// costs the memory of `keep` episodes, and total() counts them all.
 class EpisodeBuilder {
   public:
+    explicit EpisodeBuilder(size_t keep = std::numeric_limits<size_t>::max() / 4)
+        : keep_(std::min(keep, std::numeric_limits<size_t>::max() / 4)) {}
     void add(const Alert& a);
-    std::vector<AlertEpisode>& episodes() { return out_; }
+    // The kept episodes in order of their first step.
+    std::vector<AlertEpisode> episodes() const;
+    int64_t total() const { return total_; }
 
   private:
+    // The indices, in order, of the `keep_` episodes newest by last step and,
+    // while alerts still come, of each kind and severity's newest (the one an
+    // alert may extend); the rest are dropped.
+    std::vector<size_t> kept(bool growing_too) const;
+    void compact();
+
+    size_t keep_;
+    int64_t total_ = 0;
     std::vector<AlertEpisode> out_;
     std::map<std::pair<std::string, std::string>, size_t> newest_;  // kind, severity -> its newest episode
 };

@@ -39,6 +39,11 @@ constexpr size_t kMaxReportRuns = 16;  // runs one report compares
 // detector over a long run) made replies of megabytes, each read holding
 // tens of MB while it was built.
 constexpr size_t kMaxAlertsListed = 2000;
+// Episodes one reply lists, the newest by last step: a run whose grad norm
+// spikes every 20 steps for hours has one episode per spike (456,000 in the
+// two-hour soak), and listing them all held 1.2 GB for a reply of 87 MB
+// (450,000 of them; 24 MB and 0.6 MB listing 1,000).
+constexpr size_t kMaxEpisodesListed = 1000;
 
 // Run names as a request lists them: "a,b", or a JSON array of strings for
 // names that hold commas (["lr=1e-3,bs=32", "b"]), as Lightning's often do.
@@ -96,21 +101,24 @@ json run_json(const RunSummary& s) {
             {"preflight", preflight_of(s.run)}};
 }
 
-// The newest alerts (at most kMaxAlertsListed) and the episodes of all of
-// them, streamed from the store: a run with 16,000 alerts of 10 KB each held
-// them all in memory for every request (3 GB with four at once).
+// The newest alerts (at most kMaxAlertsListed) and the newest episodes (at
+// most kMaxEpisodesListed) grouped from all of them, streamed from the store:
+// a run with 16,000 alerts of 10 KB each held them all in memory for every
+// request (3 GB with four at once).
 Response alerts_reply(Reader& reader, int64_t run) {
     const int64_t total = reader.alert_count(run);
     json out = json::array();
     for (const Alert& a : reader.latest_alerts(run, (int64_t)kMaxAlertsListed))
         out.push_back({{"kind", a.kind}, {"severity", a.severity}, {"step", a.step}, {"message", a.message},
                        {"data", parse_or_null(a.data)}, {"time", a.wall_time}});
-    EpisodeBuilder builder;
+    EpisodeBuilder builder(kMaxEpisodesListed);
     reader.for_each_alert(run, std::numeric_limits<int64_t>::min(), [&](const Alert& a) { builder.add(a); });
     json episodes = json::array();
     for (const AlertEpisode& e : builder.episodes()) episodes.push_back(episode_json(e));
-    return reply(200, {{"alerts", out}, {"total", total}, {"omitted", total - (int64_t)out.size()},
-                       {"episodes", episodes}});
+    const int64_t alerts_listed = (int64_t)out.size(), episodes_listed = (int64_t)episodes.size();
+    return reply(200, {{"alerts", std::move(out)}, {"total", total}, {"omitted", total - alerts_listed},
+                       {"episodes", std::move(episodes)}, {"episodes_total", builder.total()},
+                       {"episodes_omitted", builder.total() - episodes_listed}});
 }
 
 // A page of the run's events (offset; limit, 5,000 unless asked, at most

@@ -160,6 +160,17 @@ async function readabilityChecks() {
         `of ${shading.all} spike episodes (most in the noisy start) only the alerted one is shaded (${shading.shaded})`);
   const summary = await page.locator("#alerts-summary").innerText();
   check(/2 info notes/.test(summary), `info notes are counted (${summary})`);
+  const capped = await page.evaluate(async () => {  // a run of 3,001 one-spike episodes, of which the server lists 1,000
+    const { showAlertList } = await import("/static/alert_list.js");
+    const list = document.createElement("ul"), line = document.createElement("span");
+    const episodes = Array.from({ length: 1000 }, (_, i) => ({ kind: "grad_spike", severity: "warning", first_step: 20 * i,
+      last_step: 20 * i, worst_step: 20 * i, count: 1, message: "a spike" }));
+    showAlertList(list, line, { episodes, episodesTotal: 3001, alerts: [], total: 3001, omitted: 3001, rewinds: [],
+      whyOpen: new Set(), episodesOpen: new Set(), titleOf: (k) => k, onStep() {}, onRange() {}, onWindow() {} });
+    return [line.textContent, list.children.length];
+  });
+  check(capped[0].startsWith("3,001 episodes from 3,001 alerts · the newest 1,000 episodes listed") && capped[1] === 1000,
+        `a run with more episodes than listed says so (${capped[0]}; ${capped[1]} lines)`);
   check(await page.evaluate(() => "eval/hellaswag" in window.hlatDashboard.series && window.hlatDashboard.shown.has("eval/hellaswag")),
         "an evaluation score is drawn");
   await page.click('.chart[data-panel="grad_norm"] .chart-tools .log');

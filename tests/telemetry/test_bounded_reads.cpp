@@ -95,6 +95,31 @@ TEST(BoundedReads, AlertsListTheNewestAndGroupAllIntoEpisodes) {
     EXPECT_EQ(j["episodes"][1]["first_step"], 1400);
 }
 
+// A run whose grad norm spikes every 20 steps has one episode per spike:
+// the reply lists the newest 1,000 (a NaN stretch going on since early in the
+// run among them) and says how many there are.
+TEST(BoundedReads, AlertsListTheNewestEpisodesAndCountThemAll) {
+    test::ScratchDir dir("bounded_alert_episodes");
+    {
+        Writer w(dir.file("s.db"));
+        const int64_t id = open_r(w);
+        for (int s = 0; s < 60000; s++) {
+            if (s % 20 == 0) w.alert(id, {"grad_spike", "warning", s, "a spike", R"({"ratio": 30})", 1000.0 + s});
+            if (s >= 500 && s % 10 == 0) w.alert(id, {"nonfinite", "critical", s, "NaN loss", R"({"loss": null})", 1000.0 + s});
+        }
+    }
+    web::Server server(test::server_options(dir.file("s.db"), kToken));
+    json j = get_json(server.port(), "/api/v1/runs/r/alerts");
+    EXPECT_EQ(j["episodes_total"], 3001) << "3,000 spikes and one NaN stretch";
+    EXPECT_EQ(j["episodes_omitted"], 2001);
+    ASSERT_EQ(j["episodes"].size(), 1000u);
+    EXPECT_EQ(j["episodes"][0]["kind"], "nonfinite") << "the oldest listed opened first";
+    EXPECT_EQ(j["episodes"][0]["first_step"], 500);
+    EXPECT_EQ(j["episodes"][0]["count"], 5950);
+    EXPECT_EQ(j["episodes"][1]["first_step"], 60000 - 999 * 20) << "then the newest 999 spikes";
+    EXPECT_EQ(j["episodes"].back()["first_step"], 59980);
+}
+
 TEST(BoundedReads, EventsComeInPagesWithDetailsCut) {
     test::ScratchDir dir("bounded_events");
     {

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <fstream>
 #include <mutex>
+#include <random>
 
 namespace hlat {
 namespace {
@@ -62,6 +63,44 @@ TEST(AlertEpisodes, AStretchOfOneKindIsOneEpisodeWithItsWorstValue) {
     // The nonfinite detector spells its evidence as strings: a "nan" loss is the worst, not the finite grad norm.
     e = alert_episodes({alert("nonfinite", 60, R"({"loss": "nan", "grad_norm": 1.0})")});
     EXPECT_TRUE(std::isnan(e[0].worst_value));
+}
+
+// A builder that keeps K episodes lists exactly the K of the whole list
+// whose last steps are newest, in order of first step, each whole (counts,
+// worst values): checked over seeds against the unbounded grouping, with an
+// episode that goes on from early in the run to its end (a run stuck NaN
+// among thousands of one-step spikes) always among them.
+TEST(AlertEpisodes, AKeepingBuilderListsTheNewestEpisodesWhole) {
+    for (uint32_t seed = 1; seed <= 20; seed++) {
+        std::mt19937 rng(seed);
+        std::vector<Alert> alerts;
+        const char* kinds[] = {"grad_spike", "loss_jump", "straggler"};
+        for (int s = 0; s < 6000; s++) {
+            if (s >= 700 && s % 9 != 0) alerts.push_back(alert("nonfinite", s, R"({"loss": null})"));
+            for (const char* kind : kinds)
+                if (rng() % 13 == 0) alerts.push_back(alert(kind, s, fmt::format(R"({{"ratio": {}}})", rng() % 100)));
+        }
+        const std::vector<AlertEpisode> all = alert_episodes(alerts);
+        const size_t keep = 1 + rng() % 300;
+        EpisodeBuilder builder(keep);
+        for (const Alert& a : alerts) builder.add(a);
+        std::vector<size_t> newest(all.size());  // indices, newest last step first; of a tie, the later opened
+        for (size_t i = 0; i < all.size(); i++) newest[i] = all.size() - 1 - i;
+        std::stable_sort(newest.begin(), newest.end(), [&](size_t a, size_t b) { return all[a].last_step > all[b].last_step; });
+        newest.resize(keep);
+        std::sort(newest.begin(), newest.end());
+        std::vector<AlertEpisode> expected;
+        for (size_t i : newest) expected.push_back(all[i]);
+        const std::vector<AlertEpisode> kept = builder.episodes();
+        EXPECT_EQ(builder.total(), (int64_t)all.size()) << "seed " << seed;
+        ASSERT_EQ(kept.size(), keep) << "seed " << seed;
+        for (size_t i = 0; i < keep; i++) {
+            EXPECT_EQ(episode_json(kept[i]), episode_json(expected[i])) << "seed " << seed << ", episode " << i;
+        }
+        EXPECT_TRUE(std::any_of(kept.begin(), kept.end(), [](const AlertEpisode& e) {
+            return e.kind == "nonfinite" && e.first_step == 700 && e.last_step == 5999;
+        })) << "seed " << seed << ": the stretch going on since step 700 is listed whole";
+    }
 }
 
 // A chart marks a NaN or an Inf where the bucket says so: a bucket of one

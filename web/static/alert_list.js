@@ -12,8 +12,10 @@ const drawn = new WeakMap();  // list -> what it shows, so an unchanged list is 
 const SHOWN_PER_EPISODE = 200;  // alerts listed when an episode is opened
 
 // Fills `list` (a <ul>) and `summary` (a line above it) from
-//   episodes: the alerts API's "episodes" (all the run's alerts grouped);
-//   alerts, omitted: its list (the latest alerts) and how many it left out;
+//   episodes, episodesTotal: the alerts API's "episodes" (the newest of the
+//     run's alerts grouped, 1,000 at most) and how many there are in all;
+//   alerts, total, omitted: its list (the latest alerts), how many the run
+//     has and how many the list left out;
 //   rewinds: attribution.js rewindsOf();
 //   whyOpen, episodesOpen: Sets of the "Why"s and episodes open, kept up to date here;
 //   titleOf(key): a statistic's title; onStep(alert), onRange(first, last),
@@ -21,13 +23,13 @@ const SHOWN_PER_EPISODE = 200;  // alerts listed when an episode is opened
 // Drawn again only when something in it changed, so an open "Why" (and
 // where its text boxes are scrolled to) stays as it is on a live page.
 export function showAlertList(list, summary, opts) {
-  const { episodes, alerts, omitted, rewinds } = opts;
+  const { episodes, alerts, total, omitted, episodesTotal, rewinds } = opts;
   const last = alerts.at(-1);
-  const shows = JSON.stringify([omitted, alerts.length, last?.kind, last?.step, last?.time, rewinds.map((r) => r.label),
+  const shows = JSON.stringify([total, omitted, episodesTotal, alerts.length, last?.kind, last?.step, last?.time, rewinds.map((r) => r.label),
                                 episodes.length, episodes.at(-1)]);
   if (drawn.get(list) === shows) return;
   drawn.set(list, shows);
-  summary.textContent = summaryText(episodes, alerts, omitted);
+  summary.textContent = summaryText(opts);
   const rewindLine = (r) => Object.assign(document.createElement("div"), { className: "rewind", textContent: `↶ ${r.label}` });
   const listed = new Set();
   const items = episodes.map((e) => {
@@ -48,13 +50,15 @@ export function showAlertList(list, summary, opts) {
 }
 
 // "2 episodes from 601 alerts · 3 info notes (grey, drawn faintly) · 120 earlier alerts not listed".
-function summaryText(episodes, alerts, omitted) {
+function summaryText({ episodes, alerts, total, omitted, episodesTotal }) {
   if (!episodes.length) return "none";
-  const total = episodes.reduce((n, e) => n + e.count, 0);
+  const count = (n, what) => `${n.toLocaleString("en-US")} ${what}${n === 1 ? "" : "s"}`;
+  const listedOnly = episodesTotal > episodes.length;
   const info = episodes.filter((e) => e.severity === "info").reduce((n, e) => n + e.count, 0);
-  const parts = [`${episodes.length} episode${episodes.length > 1 ? "s" : ""} from ${total} alert${total > 1 ? "s" : ""}`];
-  if (info) parts.push(`${info} info note${info > 1 ? "s" : ""} (grey, drawn faintly)`);
-  if (omitted) parts.push(`the ${omitted} earliest alerts are counted but not listed one by one (the server lists the latest ${alerts.length})`);
+  const parts = [`${count(episodesTotal, "episode")} from ${count(total, "alert")}`];
+  if (listedOnly) parts.push(`the newest ${episodes.length.toLocaleString("en-US")} episodes listed`);
+  if (info) parts.push(`${count(info, "info note")}${listedOnly ? " in them" : ""} (grey, drawn faintly)`);
+  if (omitted) parts.push(`the ${omitted.toLocaleString("en-US")} earliest alerts are counted but not listed one by one (the server lists the latest ${alerts.length.toLocaleString("en-US")})`);
   return parts.join(" · ");
 }
 

@@ -1,5 +1,5 @@
 // The run's alerts on its page: the server's reply (the latest alerts and
-// all of them grouped into episodes, telemetry/alert_episodes.h) kept in the
+// the newest episodes they group into, telemetry/alert_episodes.h) kept in the
 // state for the charts' marks and the header, and listed below the charts
 // (alert_list.js) with the rewinds rewind_skip made; a line zooms to its
 // alert or episode, a flight-recorder button to the alert's window.
@@ -14,7 +14,9 @@ import { $, api, state, zoomTo } from "./dashboard_state.js";
 // header reads (a nonfinite episode says where the run diverged).
 export function setAlerts(reply) {
   state.alerts = reply.alerts;
+  state.alertsTotal = reply.total;
   state.alertsOmitted = reply.omitted;
+  state.episodesTotal = reply.episodes_total;
   state.alertEpisodes = reply.episodes;
   state.shaded = shadedSpikes();
   showAlerts();
@@ -33,7 +35,8 @@ function showAlerts() {
   // A step's line zooms to a window around it: 1% of the run, at least 50 steps.
   const half = () => Math.max(25, Math.round(0.01 * Math.max(state.lastStep, 1)));
   showAlertList($("#alerts"), $("#alerts-summary"), {
-    episodes: state.alertEpisodes, alerts: state.alerts, omitted: state.alertsOmitted, rewinds: state.rewinds,
+    episodes: state.alertEpisodes, episodesTotal: state.episodesTotal, alerts: state.alerts,
+    total: state.alertsTotal, omitted: state.alertsOmitted, rewinds: state.rewinds,
     whyOpen: state.whyOpen, episodesOpen: state.episodesOpen,
     titleOf: (key) => (state.catalogue.vectors ?? []).find((v) => v.key === key)?.title ?? key,
     onStep: (a) => zoomTo(a.step - half(), a.step + half()),

@@ -18,8 +18,10 @@ export const state = (window.hlatDashboard = {
   shown: null,       // keys drawn (Set); null until the keys are known
   series: {},        // key -> loadSeries() result
   alerts: [],
+  alertsTotal: 0,    // the run's alerts, all of them
   alertsOmitted: 0,  // earlier alerts the server left out of its list
-  alertEpisodes: [], // the alerts as the server groups them: what the charts mark and the list shows
+  alertEpisodes: [], // the newest alerts as the server groups them: what the charts mark and the list shows
+  episodesTotal: 0,  // the run's episodes, all of them (the server lists the newest 1,000)
   episodesOpen: new Set(), // alert episodes whose alerts are open in the list
   rewinds: [],       // rewind_skip's rewinds, from the events (attribution.js rewindsOf)
   whyOpen: new Set(), // "kind@step" of the alerts whose "Why" is open (kept across redraws)
