@@ -13,12 +13,14 @@
 #include "test_util.h"
 #include "webhook_listener.h"
 #include "trainer/checkpoint/checkpoint.h"
+#include "web/api.h"
 #include "web/server.h"
 
 #include <civetweb.h>
 #include <unistd.h>
 #include <fmt/format.h>
 
+#include <cmath>
 #include <fstream>
 #include <mutex>
 
@@ -607,6 +609,38 @@ TEST_F(FaultRun, WebhookReceivesAlertsAsJson) {
     EXPECT_EQ(j["kind"], "grad_spike");
     EXPECT_EQ(j["step"], 40);
     EXPECT_GT(j["data"]["ratio"].get<double>(), 5.0);
+}
+
+// Evaluation results take the one road too: an external trainer's held-out
+// loss (Hugging Face's `eval/loss`, every 10 steps), posted beside a training
+// loss that slides two nats below it after step 100 (a leaking mask's mark),
+// raises loss_below_heldout online, and the same alert, with the same data
+// fields, in replay, `detect --save`, `hlat ingest` and the HTTP endpoint.
+TEST(EvalRoad, HeldOutResultsRaiseTheSameAlertsOnEveryRoad) {
+    test::ScratchDir dir("eval_road");
+    const std::string store = dir.file("s.db");
+    {
+        web::Api api(store, "eval-token");
+        ASSERT_EQ(api.handle(test::post("/api/v1/runs/evaluated/start", "eval-token", "{}")).status, 200);
+        std::string batch;
+        for (int s = 0; s < 300; s++) {
+            const double loss = s < 100 ? 4.0 - 0.005 * s : 1.0 + 0.3 * std::exp(-(s - 100) / 20.0);
+            batch += fmt::format(R"({{"step": {}, "train/loss": {}}})", s, loss) + "\n";
+            if (s % 10 == 9) batch += fmt::format(R"({{"step": {}, "eval/loss": {}}})", s, 3.5 + 0.001 * s) + "\n";
+            if (s % 25 == 24) {
+                ASSERT_EQ(api.handle(test::post("/api/v1/runs/evaluated/ingest", "eval-token", batch)).status, 200);
+                batch.clear();
+            }
+        }
+        api.handle(test::post("/api/v1/runs/evaluated/finish", "eval-token", R"({"status": "finished"})"));
+    }
+    telemetry::Reader reader(store);
+    const std::vector<telemetry::Alert> online = reader.alerts(reader.find_run("evaluated")->id);
+    ASSERT_EQ(online.size(), 1u);
+    EXPECT_EQ(online[0].kind, "loss_below_heldout");
+    EXPECT_GT(online[0].step, 150) << "after the fifty steps the gap must last";
+    EXPECT_NE(online[0].data.find("\"heldout_loss\""), std::string::npos) << online[0].data;
+    test::expect_roads_agree(store, "evaluated", dir);
 }
 
 }  // namespace
