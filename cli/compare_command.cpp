@@ -36,6 +36,7 @@ nlohmann::json settings_json(const std::vector<report::SettingSummary>& settings
                        {"final_heldout", heldout}, {"mean", number(s.mean)},   {"spread", number(s.spread)},
                        {"gap", number(s.gap)},     {"margin95", number(s.margin)}, {"paired", s.paired},
                        {"baseline", s.baseline},   {"verdict", s.verdict}, {"lost_updates", number(s.lost_updates)},
+                       {"stalled_runs", s.stalled},
                        {"worse", s.worse},         {"better", s.better}, {"compared", s.compared},
                        {"seeds_to_resolve", number(s.seeds_to_resolve)}};
     }
@@ -63,6 +64,7 @@ nlohmann::json compare_json(const std::vector<report::RunPostmortem>& runs) {
                        {"loss_gap_std", number(r.loss_gap_std)},
                        {"grad_trend", number(r.grad_trend)},
                        {"spike_episodes", r.spike_episodes},
+                       {"one_step_spike_share", number(r.one_step_spike_share)},
                        {"alerts", alerts},
                        {"tokens_per_s", number(r.tokens_per_s)},
                        {"state_bytes_per_param", number(r.state_bytes_per_param)},

@@ -240,6 +240,23 @@ struct LogzDriftConfig {
     }
 };
 
+struct PrecisionStallConfig {
+    Policy policy = Policy::Warn;
+    // A tensor stalls when rounding throws away more than this share of its
+    // non-zero updates (a majority: most of what the optimizer asks of it
+    // never reaches the weight) ...
+    double share = 0.5;
+    // ... at every judged step for this many steps (a lasting stretch, past
+    // the learning-rate warm-up, where tiny rates lose every update for a while).
+    int steps = 100;
+    template <class Fields>
+    void fields(Fields& f) {
+        f.policy(policy);
+        f.number("share", share, true);
+        f.integer("steps", steps, 0);
+    }
+};
+
 // Not a detector: the session stores every store_every-th step of each
 // statistic over layers, heads or tensors, keeps the last `steps` steps of
 // all of them in memory, and stores those left out when an alert fires.
@@ -290,6 +307,7 @@ struct DetectorsConfig {
     UpdateRatioConfig update_ratio;
     EpsRegimeConfig eps_regime;
     LogzDriftConfig logz_drift;
+    PrecisionStallConfig precision_stall;
     FlightRecorderConfig flight_recorder;
     RewindConfig rewind;
     std::string webhook;                 // http(s)://host[:port]/path or ""
@@ -316,6 +334,7 @@ struct DetectorsConfig {
         visit("update_ratio", update_ratio);
         visit("eps_regime", eps_regime);
         visit("logz_drift", logz_drift);
+        visit("precision_stall", precision_stall);
         visit("flight_recorder", flight_recorder);
         visit("rewind", rewind);
     }

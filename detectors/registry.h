@@ -40,7 +40,8 @@ struct Registration {
     X(attention_entropy)  \
     X(update_ratio)       \
     X(eps_regime)         \
-    X(logz_drift)
+    X(logz_drift)         \
+    X(precision_stall)
 
 namespace registered {
 #define HLAT_DECLARE_DETECTOR(name) Registration name(const DetectorsConfig& c);

@@ -145,10 +145,22 @@ std::string gap_verdict(const SettingSummary& s, const std::string& baseline) {
     return fmt::format("indistinguishable from {} ({:+.4f}, {}; {})", baseline, s.gap, tally, resolve);
 }
 
+// Why a setting fell behind, when its runs said so while they trained: the
+// precision-stall detector (rounding threw away most of some tensors'
+// updates) in a setting worse than the baseline names lost updates.
+std::string cause(const SettingSummary& s) {
+    if (s.baseline || !s.stalled || !(s.gap > 0)) return "";
+    const std::string share =
+        std::isfinite(s.lost_updates) ? fmt::format("; {:.0f}% of all updates rounded away at the end", 100 * s.lost_updates) : "";
+    return fmt::format("; the cause: lost updates (precision_stall in {} of {} runs{}), which bf16_sr, bf16_kahan and "
+                       "mixed keep",
+                       s.stalled, s.runs.size(), share);
+}
+
 // Divergence first: the runs of a setting that survived are not its whole
 // story, and a diverged run has no held-out loss to be ranked by.
 std::string verdict(const SettingSummary& s, const std::string& baseline) {
-    const std::string judged = gap_verdict(s, baseline);
+    const std::string judged = gap_verdict(s, baseline) + cause(s);
     if (!s.diverged) return judged;
     return fmt::format("diverged in {} of {} runs (first at step {}){}", s.diverged, s.runs.size(), s.first_divergence,
                        s.heldout.empty() ? "" : "; the others: " + judged);
@@ -192,6 +204,7 @@ std::vector<SettingSummary> summarize_settings(const std::vector<RunPostmortem>&
             if (s.first_divergence < 0 || runs[i].diverged_at < s.first_divergence)
                 s.first_divergence = runs[i].diverged_at;
         }
+        if (runs[i].alerts.count("precision_stall")) s.stalled++;
     }
     size_t base = 0;
     while (base < out.size() && out[base].precision != "fp32") base++;

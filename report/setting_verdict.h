@@ -26,6 +26,7 @@ struct SettingSummary {
                                               // out worse, better, of how many
     double seeds_to_resolve = NAN; // seeds per setting at which a gap this size, with this spread, would clear its margin
     double lost_updates = NAN;     // mean over the runs of their final lost-update fraction
+    int stalled = 0;               // runs the precision-stall detector flagged (bf16 rounding threw their updates away)
     bool baseline = false;
     int diverged = 0;              // runs whose loss ended non-finite (judged worse than any that finished)
     int64_t first_divergence = -1; // the earliest step one of them went non-finite at

@@ -12,6 +12,7 @@ InternalsLabels internals_labels(const ModelConfig& config, const std::vector<Te
     auto heads = std::make_shared<std::vector<std::string>>();
     auto blocks = std::make_shared<std::vector<std::string>>();
     auto tensors = std::make_shared<std::vector<std::string>>();
+    auto kind_names = std::make_shared<std::vector<std::string>>();
     for (int l = 0; l < config.n_layers; l++) {
         blocks->push_back(fmt::format("layers.{}", l));
         for (int h = 0; h < config.n_heads; h++) heads->push_back(fmt::format("layers.{}.head.{}", l, h));
@@ -19,8 +20,9 @@ InternalsLabels internals_labels(const ModelConfig& config, const std::vector<Te
     for (const TensorKind& k : kinds) {
         if (!k.layers) tensors->push_back(k.name);
         for (int l = 0; l < k.layers; l++) tensors->push_back(fmt::format("layers.{}.{}", l, k.name));
+        kind_names->push_back(k.name);
     }
-    return {heads, blocks, tensors};
+    return {heads, blocks, tensors, kind_names};
 }
 
 static void add_vector(StepStats& s, const char* key, std::vector<float> values, const Labels& labels) {

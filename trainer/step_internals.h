@@ -21,6 +21,7 @@ struct InternalsLabels {
     std::shared_ptr<const std::vector<std::string>> heads;    // "layers.{l}.head.{h}", L x NH, layer-major
     std::shared_ptr<const std::vector<std::string>> blocks;   // "layers.{l}"
     std::shared_ptr<const std::vector<std::string>> tensors;  // as the per-tensor norms name them, buffer order
+    std::shared_ptr<const std::vector<std::string>> kinds;    // the tensor kinds ("attention_norm", "qkv_proj", ...)
 };
 // kinds: the model's tensor table (a shard's names are the whole model's).
 InternalsLabels internals_labels(const ModelConfig& config, const std::vector<TensorKind>& kinds);

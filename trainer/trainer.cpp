@@ -294,12 +294,20 @@ void Trainer::count_lost_updates(StepStats& s) {
         if (reducer_ && reducer_->zero1()) parallel_->allreduce(counts.data(), (long)n, MPI_DOUBLE, MPI_SUM, Group::Data);
     }
     double lost_total = 0.0, elements = 0.0;
+    std::vector<float> shares(n);
     for (size_t k = 0; k < n; k++) {
         lost_total += counts[k];
         elements += counts[n + k];
-        s.lost_updates_by_kind.push_back({"lost_updates/kind/" + kinds[k].name, counts[k] / counts[n + k]});
+        shares[k] = (float)(counts[k] / counts[n + k]);
+        s.lost_updates_by_kind.push_back({"lost_updates/kind/" + kinds[k].name, shares[k]});
     }
     s.lost_updates = lost_total / elements;
+    // What the precision-stall detector reads: only where rounding throws the
+    // update away. bf16_sr keeps it in expectation, bf16_kahan in its
+    // compensation buffer (docs/precision.md), so their counts are of updates
+    // deferred, not lost.
+    if (config_.precision.mode == PrecisionMode::Bf16)
+        s.internals.push_back({"lost_update_share", 0, std::move(shares), 0.0, internals_labels_.kinds});
 }
 
 // Parameter norms after the update.

@@ -76,6 +76,7 @@ class _Step:
         self.lz_sum, self.lz_max, self.logit_max, self.lz_rows = [], [], [], 0
         self.grad_norms = None
         self.before_norms = None
+        self.lost = None          # _lost_counts(): tensors held in bf16 or fp16, their lost and moving updates
 
 
 class Watch(_ForwardHooks, _AttentionHooks, _OptimizerHooks, _StepSending):

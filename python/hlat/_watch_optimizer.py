@@ -132,11 +132,35 @@ class _OptimizerHooks:
         params = [local(self.params[i][1].detach()) for i in self._stepped]
         views = [_sample(p, i, copy=False) for p, i in zip(params, self._index)]  # read only
         after_norms = _scaled(torch._foreach_norm(views), self._scale) if params else []
+        self._cur.lost = self._lost_counts(views)
         torch._foreach_sub_(self._bufs, views)                     # before - after, at the sampled coordinates
         update = dict(zip(self._stepped, _scaled(torch._foreach_norm(self._bufs), self._scale) if params else []))
         after = dict(zip(self._stepped, after_norms))
         before = dict(zip(self._stepped, self._cur.before_norms))
         return before, after, update
+
+    def _lost_counts(self, views):
+        """For the stepped tensors held in bf16 or fp16 (pure low-precision training): their indices
+        in self.params, and per tensor (two float64 vectors) the sampled coordinates whose update rounding threw
+        away (a gradient that is not zero, a weight unchanged by the step) and those with a
+        gradient that is not zero, each scaled to the whole tensor; None when no tensor is held in
+        them. A zero gradient stands for a zero update: an Adam coordinate with momentum left but
+        no gradient this step is counted in neither."""
+        held = [j for j, k in enumerate(self._stepped)
+                if self.params[k][1].dtype in (torch.bfloat16, torch.float16) and self.params[k][1].grad is not None]
+        if not held:
+            return None
+        lost, moving = [], []
+        for j in held:
+            p = self.params[self._stepped[j]][1]
+            g = _sample(local(p.grad.detach(), like=p), self._index[j], copy=False)
+            nonzero = g != 0
+            moving.append(nonzero.sum())
+            lost.append((nonzero & (self._bufs[j] == views[j])).sum())
+        device = self._device()
+        scale = torch.tensor([self._scale[j] ** 2 for j in held], dtype=torch.float64, device=device)
+        return ([self._stepped[j] for j in held],
+                torch.stack(lost).to(device, torch.float64) * scale, torch.stack(moving).to(device, torch.float64) * scale)
 
     def _eps_counts(self, segmented=None):
         """Per tensor (two float64 vectors on the watch's device): Adam coordinates with

@@ -143,6 +143,10 @@ class _StepSending:
         eps = self._eps_counts()
         if eps is not None:
             entries.append(("eps_share", "share", self.labels, list(eps), tensor_w))
+        if cur.lost is not None:  # parameters held in bf16 or fp16: the precision-stall detector's input
+            held, lost, moving = cur.lost
+            weight = tensor_w[torch.tensor(held, device=device)] if isinstance(tensor_w, torch.Tensor) else tensor_w
+            entries.append(("lost_update_share", "share", [self.labels[k] for k in held], [lost, moving], weight))
         blocks = sorted(cur.res_sq)
         if blocks and len(blocks) == len(self.blocks):
             labels = [self.block_labels[i] for i in blocks]

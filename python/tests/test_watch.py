@@ -1,7 +1,9 @@
 """hlat.torch.watch: each statistic equals a brute-force computation on a tiny GPT (no server),
 the record cleaning keeps vectors and matrices, and, against a real `hlat serve`, a small GPT
 trained through the client with the watch is flagged (update_ratio) within 2 steps of an lr x30
-fault while 4 clean seeds raise nothing at warn or above (issue 35, "Must show" 2)."""
+fault while 4 clean seeds raise nothing at warn or above (issue 35, "Must show" 2), and a pure-bf16
+model at a low rate is flagged by the precision-stall detector where fp32 weights under autocast are
+not (issue 58)."""
 import json
 import logging
 import math
@@ -581,6 +583,72 @@ class EndToEnd(unittest.TestCase):
             self.assertEqual(run.stats["dropped_values"] + run.stats["dropped_lines"], 0, run.stats)
             raised = [a for a in self.alerts(name) if a["severity"] != "info"]
             self.assertEqual(raised, [], f"seed {seed}")
+
+
+def train_low_rate(run, bf16_params, steps=200, seed=0):
+    """The small GPT at a low rate (3e-4 after 20 steps of warm-up), the watch on: its parameters
+    and AdamW's state in bf16 (pure bf16 training, bf16_params=True), or in fp32 under bf16
+    autocast (mixed precision)."""
+    torch.manual_seed(seed)
+    model = GPT(vocab=96, dim=64, heads=4, layers=3, seq=64)
+    if bf16_params:
+        model = model.to(torch.bfloat16)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    hlat.torch.watch(run, model, opt)
+    data = text_batches(64, 8, seed=100 + seed)
+    for step in range(steps):
+        lr = 3e-4 * min(1.0, (step + 1) / 20)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        x, y = next(data)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=not bf16_params):
+            _, loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        run.log({"loss": loss.detach().float(), "lr": lr}, step=step)
+
+
+class PrecisionStall(unittest.TestCase):
+    """Issue 58, "Must show" 2: against `hlat serve`, a small model trained through the client and
+    the watch with its parameters and AdamW state in bf16 at a low rate is flagged by the
+    precision-stall detector (its LayerNorm weights, near 1, lose nearly every update), and the
+    same model with fp32 parameters under bf16 autocast is not (and records no lost updates)."""
+
+    @classmethod
+    def setUpClass(cls):
+        torch.set_num_threads(1)
+        cls.server = Server()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def stalls(self, name):
+        return [a for a in self.server.get(f"/api/v1/runs/{name}/alerts")["alerts"] if a["kind"] == "precision_stall"]
+
+    def vectors(self, name):
+        return {v["key"]: v for v in self.server.get(f"/api/v1/runs/{name}/keys")["vectors"]}
+
+    def test_pure_bf16_is_flagged(self):
+        run = hlat.init("stall-bf16", url=self.server.url, token=TOKEN, precision="bf16")
+        train_low_rate(run, bf16_params=True)
+        run.finish()
+        self.assertIn("lost_update_share", self.vectors("stall-bf16"))
+        stalls = self.stalls("stall-bf16")
+        self.assertTrue(stalls, "no precision_stall alert for pure bf16 at 3e-4")
+        tensors = stalls[0]["data"]["tensors"]
+        self.assertTrue(any(name.endswith("ln_1.weight") for name in tensors), stalls[0]["message"])
+        self.assertFalse(any(name.endswith(".bias") for name in tensors),
+                         f"biases near 0 keep their updates in bf16: {stalls[0]['message']}")
+        self.assertIn("bf16_sr", stalls[0]["message"])
+
+    def test_fp32_parameters_under_autocast_are_not(self):
+        run = hlat.init("stall-autocast", url=self.server.url, token=TOKEN, precision="bf16-mixed")
+        train_low_rate(run, bf16_params=False)
+        run.finish()
+        self.assertNotIn("lost_update_share", self.vectors("stall-autocast"))
+        self.assertEqual(self.stalls("stall-autocast"), [])
 
 
 if __name__ == "__main__":

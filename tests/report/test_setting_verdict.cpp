@@ -33,6 +33,33 @@ const SettingSummary& find(const std::vector<SettingSummary>& settings, const st
     throw std::runtime_error("no setting " + name);
 }
 
+// The paper's precision lesson as the verdict says it: pure bf16 behind fp32
+// in every seed, its runs flagged by the precision-stall detector while they
+// trained, names lost updates as the cause; bf16_sr, whose runs were not
+// flagged and which is not behind, names none.
+TEST(SettingVerdict, AStalledSettingBehindTheBaselineNamesLostUpdates) {
+    std::vector<RunPostmortem> runs;
+    for (int seed = 1; seed <= 3; seed++) {
+        runs.push_back(run(fmt::format("fp32-{}", seed), "fp32", seed, 2.13 + 0.01 * seed));
+        runs.push_back(run(fmt::format("bf16-{}", seed), "bf16", seed, 2.55 + 0.01 * seed));
+        runs.back().alerts["precision_stall"] = 2;
+        runs.back().lost_updates = 0.9;
+        runs.push_back(run(fmt::format("sr-{}", seed), "bf16_sr", seed, 2.12 + 0.01 * seed));
+        runs.back().lost_updates = 0.9;  // deferred in expectation, not lost: no stall alert
+    }
+    runs[1].alerts.clear();  // one run the detector missed: said as 2 of 3
+    auto settings = summarize_settings(runs);
+    const SettingSummary& bf16 = find(settings, "bf16");
+    EXPECT_EQ(bf16.stalled, 2);
+    EXPECT_EQ(bf16.verdict.rfind("worse by 0.4200 ± ", 0), 0u) << bf16.verdict;
+    EXPECT_NE(bf16.verdict.find("worse in 3 of 3 seeds"), std::string::npos) << bf16.verdict;
+    EXPECT_NE(bf16.verdict.find("the cause: lost updates (precision_stall in 2 of 3 runs; 90% of all updates rounded "
+                                "away at the end), which bf16_sr, bf16_kahan and mixed keep"),
+              std::string::npos)
+        << bf16.verdict;
+    EXPECT_EQ(find(settings, "bf16_sr").verdict.find("cause"), std::string::npos);
+}
+
 TEST(SettingVerdict, GapsAgainstTheSeedSpread) {
     std::vector<RunPostmortem> runs = {
         run("bf16-1", "bf16", 1, 3.20),      run("fp32-1", "fp32", 1, 3.00),    run("fp32-2", "fp32", 2, 3.02),
