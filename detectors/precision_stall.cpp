@@ -36,8 +36,8 @@ std::vector<std::pair<std::string, double>> worst_first(std::vector<std::pair<st
 // Tensors (or tensor kinds) whose updates rounding throws away: in pure bf16
 // with round-to-nearest, an update below half a bf16 step of its weight
 // leaves the weight as it was, and late in a decaying schedule most updates
-// are. The input, lost_update_share, is the share of a tensor's non-zero
-// updates that left its weight unchanged, recorded only where the update is
+// are. The input, lost_update_share, is the share of a tensor's updates
+// that left its weight unchanged (docs/internals.md), recorded only where the update is
 // lost (hlat's bf16 mode; a PyTorch run's parameters held in bf16 or fp16):
 // fp32, mixed precision, stochastic rounding and Kahan summation record none.
 // Judged at the steps the store keeps (every flight_recorder.store_every-th),

@@ -218,7 +218,7 @@ const std::vector<HeatmapEntry>& heatmap_catalogue() {
         {"attn_entropy", "attention entropy per head", "nats", "min", false},
         {"update_ratio", "update-to-weight ratio per tensor", "", "max", true},
         {"eps_share", "share of Adam coordinates in the epsilon regime per tensor", "", "max", false},
-        {"lost_update_share", "bf16 lost updates: share of non-zero updates rounded away per tensor", "", "max", false},
+        {"lost_update_share", "bf16 lost updates: share of updates rounded away per tensor", "", "max", false},
         {"tensor_grad_norm", "gradient norm per tensor (before clipping)", "", "max", true},
         {"tensor_update_norm", "update norm per tensor", "", "max", true},
         {"tensor_param_norm", "weight norm per tensor", "", "max", true},

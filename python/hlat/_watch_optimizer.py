@@ -145,22 +145,29 @@ class _OptimizerHooks:
         away (a gradient that is not zero, a weight unchanged by the step) and those with a
         gradient that is not zero, each scaled to the whole tensor; None when no tensor is held in
         them. A zero gradient stands for a zero update: an Adam coordinate with momentum left but
-        no gradient this step is counted in neither."""
-        held = [j for j, k in enumerate(self._stepped)
-                if self.params[k][1].dtype in (torch.bfloat16, torch.float16) and self.params[k][1].grad is not None]
+        no gradient this step is counted in neither, and so is every coordinate of a tensor without
+        a gradient this step or in a parameter group whose learning rate is 0 (frozen, not stalled).
+        The tensors are chosen by dtype alone, so the list keeps its shape from step to step (a
+        job's ranks fix it at the first watched step)."""
+        held = [j for j, k in enumerate(self._stepped) if self.params[k][1].dtype in (torch.bfloat16, torch.float16)]
         if not held:
             return None
+        device = self._device()
         lost, moving = [], []
         for j in held:
             p = self.params[self._stepped[j]][1]
+            group = self._group_of.get(id(p), {})
+            if p.grad is None or group.get("lr", 1.0) == 0:
+                lost.append(torch.zeros((), device=device))
+                moving.append(torch.zeros((), device=device))
+                continue
             g = _sample(local(p.grad.detach(), like=p), self._index[j], copy=False)
             nonzero = g != 0
-            moving.append(nonzero.sum())
-            lost.append((nonzero & (self._bufs[j] == views[j])).sum())
-        device = self._device()
+            moving.append(nonzero.sum().to(device))
+            lost.append((nonzero & (self._bufs[j] == views[j])).sum().to(device))
         scale = torch.tensor([self._scale[j] ** 2 for j in held], dtype=torch.float64, device=device)
         return ([self._stepped[j] for j in held],
-                torch.stack(lost).to(device, torch.float64) * scale, torch.stack(moving).to(device, torch.float64) * scale)
+                torch.stack(lost).to(torch.float64) * scale, torch.stack(moving).to(torch.float64) * scale)
 
     def _eps_counts(self, segmented=None):
         """Per tensor (two float64 vectors on the watch's device): Adam coordinates with

@@ -211,8 +211,8 @@ class _StepSending:
                 continue
             self._warn_once(("layout", key), f"hlat.torch.watch: {key} changed shape after the first watched step in "
                                              f"a job of several ranks; its first shape is kept")
-            fill = float("nan") if kind in MAXIMA else 0.0
-            out[key] = (key, kind, labels, [torch.full((len(labels),), fill, dtype=torch.float64)
+            fill, device = float("nan") if kind in MAXIMA else 0.0, self._device()
+            out[key] = (key, kind, labels, [torch.full((len(labels),), fill, dtype=torch.float64, device=device)
                                             for _ in range(PARTS[kind])], 0.0)
         return out
 

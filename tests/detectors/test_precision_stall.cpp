@@ -39,8 +39,12 @@ void schedule(StepView& v) {
 // share(step, kind): the kind's lost-update share at a step, noise added by the caller.
 using Shares = std::function<double(int step, size_t kind)>;
 
-std::vector<telemetry::Alert> run(const Shares& share, unsigned seed, int every = 1, DetectorSuite* suite = nullptr,
-                                  int from = 0, int to = kSteps) {
+// Which steps reach the detector: every step live; the store's in a replay.
+using Kept = std::function<bool(int step)>;
+const Kept kEveryStep = [](int) { return true; };
+
+std::vector<telemetry::Alert> run(const Shares& share, unsigned seed, const Kept& kept = kEveryStep,
+                                  DetectorSuite* suite = nullptr, int from = 0, int to = kSteps) {
     DetectorSuite own{DetectorsConfig{}};
     DetectorSuite& s = suite ? *suite : own;
     std::mt19937 rng(seed);
@@ -50,7 +54,7 @@ std::vector<telemetry::Alert> run(const Shares& share, unsigned seed, int every 
         std::vector<float> values;
         for (size_t k = 0; k < kKinds->size(); k++)
             values.push_back((float)std::clamp(share(step, k) + noise(rng), 0.0, 1.0));
-        if (step < from || step % every != 0) continue;
+        if (step < from || !kept(step)) continue;
         StepView v;
         v.step = step;
         v.vectors["lost_update_share"] = {values, kKinds};
@@ -111,20 +115,26 @@ TEST(PrecisionStall, NoiseAroundTheBoundTheWarmUpAndHealthyRunsAreQuiet) {
 }
 
 // What `hlat detect` replays from the store (every flight_recorder.store_every-th
-// step) and a suite resumed from a checkpoint mid-stretch raise the same alerts.
+// step, and the 64 steps before each alert the flight recorder stored whole)
+// and a suite resumed from a checkpoint mid-stretch raise the same alerts.
 TEST(PrecisionStall, TheStoresStepsAndAResumedSuiteRaiseWhatTheLiveRunRaised) {
     const auto live = run(stalling, 3);
-    const auto stored = run(stalling, 3, 10);
+    const auto stored = run(stalling, 3, [&](int step) {
+        if (step % DetectorsConfig{}.flight_recorder.store_every == 0) return true;
+        for (const auto& a : live)
+            if (step <= a.step && step > a.step - DetectorsConfig{}.flight_recorder.steps) return true;
+        return false;
+    });
     ASSERT_EQ(stored.size(), live.size());
     for (size_t i = 0; i < live.size(); i++) {
         EXPECT_EQ(stored[i].step, live[i].step);
         EXPECT_EQ(stored[i].message, live[i].message);
     }
     DetectorSuite before{DetectorsConfig{}};
-    run(stalling, 3, 1, &before, 0, 150);  // mid-stretch: the norms above the bound since step 100
+    run(stalling, 3, kEveryStep, &before, 0, 150);  // mid-stretch: the norms above the bound since step 100
     DetectorSuite after{DetectorsConfig{}};
     after.restore(nlohmann::json::parse(before.state().dump()));
-    const auto resumed = run(stalling, 3, 1, &after, 150);
+    const auto resumed = run(stalling, 3, kEveryStep, &after, 150);
     ASSERT_EQ(resumed.size(), live.size());
     for (size_t i = 0; i < live.size(); i++) EXPECT_EQ(resumed[i].step, live[i].step);
 }
