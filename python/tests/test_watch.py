@@ -534,11 +534,8 @@ def train(run, seed, steps=200, fault=None, every=1):
     return model
 
 
-class EndToEnd(unittest.TestCase):
-    """Issue 35, "Must show" 2: against `hlat serve`, an lr x30 fault for 20 steps is flagged by
-    the update_ratio detector within 2 steps of its start; 4 clean seeds raise nothing at warn
-    or above."""
-    FAULT = (120, 20)
+class AgainstServer(unittest.TestCase):
+    """Tests against one `hlat serve` of their own, torch on one thread."""
 
     @classmethod
     def setUpClass(cls):
@@ -551,6 +548,13 @@ class EndToEnd(unittest.TestCase):
 
     def alerts(self, name):
         return self.server.get(f"/api/v1/runs/{name}/alerts")["alerts"]
+
+
+class EndToEnd(AgainstServer):
+    """Issue 35, "Must show" 2: against `hlat serve`, an lr x30 fault for 20 steps is flagged by
+    the update_ratio detector within 2 steps of its start; 4 clean seeds raise nothing at warn
+    or above."""
+    FAULT = (120, 20)
 
     def test_lr_fault_is_flagged_within_2_steps(self):
         run = hlat.init("watch-fault", url=self.server.url, token=TOKEN, precision="fp32")
@@ -609,23 +613,14 @@ def train_low_rate(run, bf16_params, steps=200, seed=0):
         run.log({"loss": loss.detach().float(), "lr": lr}, step=step)
 
 
-class PrecisionStall(unittest.TestCase):
+class PrecisionStall(AgainstServer):
     """Issue 58, "Must show" 2: against `hlat serve`, a small model trained through the client and
     the watch with its parameters and AdamW state in bf16 at a low rate is flagged by the
     precision-stall detector (its LayerNorm weights, near 1, lose nearly every update), and the
     same model with fp32 parameters under bf16 autocast is not (and records no lost updates)."""
 
-    @classmethod
-    def setUpClass(cls):
-        torch.set_num_threads(1)
-        cls.server = Server()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
-
     def stalls(self, name):
-        return [a for a in self.server.get(f"/api/v1/runs/{name}/alerts")["alerts"] if a["kind"] == "precision_stall"]
+        return [a for a in self.alerts(name) if a["kind"] == "precision_stall"]
 
     def vectors(self, name):
         return {v["key"]: v for v in self.server.get(f"/api/v1/runs/{name}/keys")["vectors"]}
