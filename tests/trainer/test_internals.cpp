@@ -369,7 +369,8 @@ TEST(Internals, Bf16ModesReportEveryInternalWithExactUpdateStatistics) {
             std::vector<float> after(trainer.model().params(), trainer.model().params() + n);
             std::vector<float> v = trainer.optimizer().second_moment().to_float();
             expect_tensor_internals(s, trainer.model().tensor_kinds(), before, after, after, v, c, trainer.optimizer().steps_taken(), false);
-            ASSERT_EQ(s.internals.size(), 9u);
+            // and in pure bf16, where rounding throws updates away, their share per tensor kind (precision_stall's input)
+            ASSERT_EQ(s.internals.size(), mode == PrecisionMode::Bf16 ? 10u : 9u);
             for (const auto& p : s.internals) {
                 EXPECT_EQ(p.values.size(), p.labels->size()) << p.key;
                 for (float x : p.values) EXPECT_TRUE(std::isfinite(x)) << precision_mode_name(mode) << " " << p.key;
