@@ -97,6 +97,7 @@ void EpisodeBuilder::compact() {
 }
 
 std::vector<AlertEpisode> EpisodeBuilder::episodes() const {
+    if (out_.size() <= keep_) return out_;  // none to leave out (always, unbounded)
     std::vector<AlertEpisode> out;
     for (size_t i : kept(false)) out.push_back(out_[i]);
     return out;
