@@ -152,8 +152,9 @@ std::string gap_verdict(const SettingSummary& s, const std::string& baseline) {
 std::string cause(const SettingSummary& s) {
     const bool worse = s.gap > 0 && std::isfinite(s.margin) && (s.gap > s.margin || s.worse == s.compared);
     if (s.baseline || !s.stalled || !worse) return "";
-    const std::string share =
-        std::isfinite(s.lost_updates) ? fmt::format("; {:.0f}% of all updates rounded away at the end", 100 * s.lost_updates) : "";
+    const std::string share = std::isfinite(s.lost_updates)
+                                  ? fmt::format("; {:.0f}% of all updates rounded away at the end", 100 * s.lost_updates)
+                                  : "";
     return fmt::format("; the cause: lost updates (precision_stall in {} of {} runs{}), which bf16_sr, bf16_kahan and "
                        "mixed keep",
                        s.stalled, s.runs.size(), share);

@@ -298,8 +298,9 @@ void Trainer::count_lost_updates(StepStats& s) {
     for (size_t k = 0; k < n; k++) {
         lost_total += counts[k];
         elements += counts[n + k];
-        shares[k] = (float)(counts[k] / counts[n + k]);
-        s.lost_updates_by_kind.push_back({"lost_updates/kind/" + kinds[k].name, shares[k]});
+        const double share = counts[k] / counts[n + k];
+        shares[k] = (float)share;
+        s.lost_updates_by_kind.push_back({"lost_updates/kind/" + kinds[k].name, share});  // stored as before: a double
     }
     s.lost_updates = lost_total / elements;
     // What the precision-stall detector reads: only where rounding throws the
