@@ -36,13 +36,16 @@ SHAPES = {
                "unsupervised.uptime", "unsupervised.training_seconds", "unsupervised.crashes",
                "unsupervised.restarts", "unsupervised.tokens_trained", "unsupervised.steps"],
     "train_vs_pytorch": [f"{config}.{key}" for config in ("S", "M")
-                         for key in ("hlat_tokens_per_s", "torch_tokens_per_s", "ratio", "mfu")] +
+                         for key in ("hlat_tokens_per_s", "torch_tokens_per_s", "ratio", "mfu",
+                                     "torch_compiled_tokens_per_s", "ratio_compiled", "torch_eager_variant:str",
+                                     "torch_compiled_variant:str", "torch_variants_tokens_per_s.*")] +
                         ["sgemm_peak_gflops", "torch_blas.library:str", "reference_setting.torch:str",
                          "reference_setting.torch_threads", "reference_setting.env:object",
                          "reference_setting.openblas:object", "reference_setting.cpu:object",
                          "reference_setting.cpus:object"],
     # Without avx512_bf16 or AMX torch's autocast is not run: its rate and the ratios to it are absent or null.
     "precision_throughput": ["config:str", "tokens_per_s.torch_fp32", "vs_torch_autocast:object",
+                             "vs_torch_autocast_compiled:object",
                              "torch_blas.library:str", "ceilings_gflops.fp32_fma", "ceilings_gflops.bf16_dot",
                              "ceilings_gflops.bf16_engine", "ceilings_gflops.sgemm_peak", "step_gemms_gflops.fp32",
                              "step_gemms_gflops.bf16", "bf16_gemm_share_of_probe", "bf16_engine:str", "fp32_mfu",
