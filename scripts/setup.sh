@@ -13,7 +13,8 @@ PACKAGES=(
   libsentencepiece-dev sentencepiece libre2-dev
   libzstd-dev zstd zlib1g-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3-venv
+  # python3-dev: torch.compile's inductor builds its CPU kernels against Python's headers
+  python3-venv python3-dev
   libprotobuf-dev protobuf-compiler
   chromium
   clang libclang-rt-dev
