@@ -7,6 +7,7 @@
 #include "web/server.h"
 
 #include <fmt/format.h>
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -55,6 +56,20 @@ std::string serve_usage() {
         lim::kHeaderTimeout.count(), lim::kMaxHeaderBytes >> 10, lim::kMaxBody >> 20, lim::kBodyBudget >> 20,
         lim::kIdleTimeout.count(), lim::kMaxConnectionsPerClient, lim::kMaxConnections, lim::kMaxStreams,
         lim::kReadThreads, lim::kWriteThreads, lim::kMaxQueuedReads);
+}
+
+// Large blocks straight from the kernel and back to it when freed. heaptrack
+// over a 30-minute soak saw at most 59 MB of the server's heap live, while its
+// resident memory stood at 90-150 MB and, over two hours, its least climbed to
+// 129 MB. glibc raises its mmap threshold to the largest block freed (up to
+// 32 MB) and keeps twice that unreturned at each arena's top: after one
+// 25 MB `/events` reply was built by doubling, every later large reply was
+// carved from the arenas of the read threads and its pages kept. A fixed
+// threshold turns that adjustment off (the trim threshold stays at 128 KB).
+void return_large_blocks_when_freed() {
+#ifdef __GLIBC__
+    ::mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
 }
 
 }  // namespace
@@ -110,6 +125,7 @@ int serve_command(int argc, char** argv) {
     { telemetry::Reader check(o.store); }  // a missing or foreign store is an error now, not at the first request
     if (o.bind != "127.0.0.1" && o.bind != "localhost" && o.bind != "::1")
         spdlog::warn("listening on {}: anyone who can reach this address can read the runs", o.bind);
+    return_large_blocks_when_freed();
     web::Server server(o);
     static_assert(std::atomic<bool>::is_always_lock_free);  // stored from the signal handler
     g_server_stopping = &server.stopping();
