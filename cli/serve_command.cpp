@@ -62,10 +62,11 @@ std::string serve_usage() {
 // over a 30-minute soak saw at most 59 MB of the server's heap live, while its
 // resident memory stood at 90-150 MB and, over two hours, its least climbed to
 // 129 MB. glibc raises its mmap threshold to the largest block freed (up to
-// 32 MB) and keeps twice that unreturned at each arena's top: after one
-// 25 MB `/events` reply was built by doubling, every later large reply was
-// carved from the arenas of the read threads and its pages kept. A fixed
-// threshold turns that adjustment off (the trim threshold stays at 128 KB).
+// 32 MB) and keeps twice that unreturned at each arena's top, so after the
+// first large reply (heaptrack's largest holder: a 25 MB `/events` page built
+// by doubling) the later ones were carved from the read threads' arenas and
+// their pages kept. A fixed threshold turns that adjustment off (the trim
+// threshold stays at 128 KB); the same soak then held 25 MB between replies.
 void return_large_blocks_when_freed() {
 #ifdef __GLIBC__
     ::mallopt(M_MMAP_THRESHOLD, 1 << 20);
