@@ -60,7 +60,7 @@ std::string serve_usage() {
 
 // Large blocks straight from the kernel and back to it when freed. heaptrack
 // over a 30-minute soak saw at most 59 MB of the server's heap live, while its
-// resident memory stood at 90-150 MB and, over two hours, its least climbed to
+// resident memory stood at 60-150 MB and, over two hours, its least climbed to
 // 129 MB. glibc raises its mmap threshold to the largest block freed (up to
 // 32 MB) and keeps twice that unreturned at each arena's top, so after the
 // first large reply (heaptrack's largest holder: a 25 MB `/events` page built
