@@ -19,6 +19,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -160,14 +161,14 @@ typename Ops::Op* scores_grad_operand(float* dP, std::vector<typename Ops::Op>& 
     else return scratch.data();
 }
 
-// Rows [r0, r1) of a T x T fp32 matrix into its product operand; for fp32 the
-// operand is the matrix itself.
+// Rows [r0, r1) of a T x T fp32 matrix into its product operand, columns
+// [0, columns); for fp32 the operand is the matrix itself.
 template <typename Ops>
-void narrow_rows(typename Ops::Op* out, const float* in, int r0, int r1, int T) {
+void narrow_rows(typename Ops::Op* out, const float* in, int r0, int r1, int T, int columns) {
     if constexpr (Ops::kBf16) {
         for (long i = r0; i < r1; i++)
 #pragma omp simd
-            for (int j = 0; j < T; j++) out[i * T + j] = to_operand<Ops>(in[i * T + j]);
+            for (int j = 0; j < columns; j++) out[i * T + j] = to_operand<Ops>(in[i * T + j]);
     }
 }
 
@@ -175,32 +176,50 @@ void narrow_rows(typename Ops::Op* out, const float* in, int r0, int r1, int T) 
 // kMeasure, *weighted gets sum_j exp(d_j) d_j, d_j = row[j] - maxv, for the
 // row's entropy log(sum) - weighted / sum (= logsumexp(s) - sum p s, with the
 // shift by maxv keeping it free of cancellation): one FMA more per element.
+// The sums are vector reductions: in index order they cost a dependent add per
+// key (bf16 forward at config M's shapes, Zen 4: 8.3 ms a layer with the
+// in-order sums and the separate passes below, 6.0 without). The order is
+// fixed by the build, so a run repeats.
 template <bool kMeasure>
 inline float exp_row(float* row, int last, float maxv, float* weighted) {
     float sum = 0.0f, ws = 0.0f;
-    // The exps vectorize; the sums stay in order (no simd reduction), so the
-    // probabilities are those of the scalar loop to the bit.
+#pragma omp simd reduction(+ : sum, ws)
     for (int j = 0; j <= last; j++) {
         const float d = row[j] - maxv;
-        row[j] = vexp(d);
-        sum += row[j];
-        if constexpr (kMeasure) ws += row[j] * d;
+        const float e = vexp(d);
+        row[j] = e;
+        sum += e;
+        if constexpr (kMeasure) ws += e * d;
     }
     if constexpr (kMeasure) *weighted = ws;
     return sum;
 }
 
+// The columns of rows [r0, r1) that the products read, to the end of the
+// column block holding their last visible key: the transposed products
+// (causal_matmul_transposed) read whole column blocks. Past the last visible
+// key these hold zeros.
+inline int operand_columns(int r1, int T, int lookahead) {
+    const int keys = visible_keys(r1, T, lookahead);
+    const int blocked = (keys + kAttBlock - 1) / kAttBlock * kAttBlock;
+    return blocked < T ? blocked : T;
+}
+
 // Rows [r0, r1) of P = softmax(scale * Q K^T) under the causal mask (query i
 // sees keys j <= i + lookahead), in fp32, and of P_op, the operand the products
-// read (P itself for fp32). With logit_max (forward only), the rows' largest
-// logit is max-ed into *logit_max and their entropy added to *entropy_sum.
+// read (P itself for fp32), written in the same pass; masked entries zero up
+// to operand_columns, and the rest of each row left unwritten. With logit_max
+// (forward only), the rows' largest logit is max-ed into *logit_max and their
+// entropy added to *entropy_sum.
 template <typename Ops, typename Op = typename Ops::Op>
 void probs_block(float* P, Op* P_op, Slice<Op> q, Slice<Op> k, int T, int HD, float scale, int lookahead,
                  bool probs_bf16, int r0, int r1, float* logit_max = nullptr, float* entropy_sum = nullptr) {
     gemm(false, true, r1 - r0, visible_keys(r1, T, lookahead), HD, scale, q.data + (long)r0 * q.ld, q.ld, k.data,
          k.ld, 0.0f, P + (long)r0 * T, T);
+    const int columns = operand_columns(r1, T, lookahead);
     for (int i = r0; i < r1; i++) {
         float* row = P + (long)i * T;
+        Op* row_op = P_op + (long)i * T;
         const int last = last_key(i, T, lookahead);
         float maxv = -INFINITY;
 #pragma omp simd reduction(max : maxv)
@@ -213,13 +232,16 @@ void probs_block(float* P, Op* P_op, Slice<Op> q, Slice<Op> k, int T, int HD, fl
         } else {
             sum = exp_row<false>(row, last, maxv, &weighted);
         }
-        float inv = 1.0f / sum;
-        for (int j = 0; j <= last; j++) row[j] *= inv;
-        if (probs_bf16)
-            for (int j = 0; j <= last; j++) row[j] = bf16_value(row[j]);
-        for (int j = last + 1; j < T; j++) row[j] = 0.0f;
+        const float inv = 1.0f / sum;
+#pragma omp simd
+        for (int j = 0; j <= last; j++) {
+            const float p = probs_bf16 ? bf16_value(row[j] * inv) : row[j] * inv;
+            row[j] = p;
+            if constexpr (Ops::kBf16) row_op[j] = to_operand<Ops>(p);
+        }
+        std::fill(row + last + 1, row + columns, 0.0f);
+        if constexpr (Ops::kBf16) std::fill(row_op + last + 1, row_op + columns, Op(0));
     }
-    narrow_rows<Ops>(P_op, P, r0, r1, T);
 }
 
 // Y rows [r0, r1) (ld ldy) = P rows [r0, r1) @ X, using that P is zero past
@@ -306,6 +328,7 @@ void scores_backward_block(float* dq, int ldq, float* dP, Op* dS_op, const float
                            Slice<Op> v, int T, int HD, float scale, int lookahead, int r0, int r1) {
     gemm(false, true, r1 - r0, visible_keys(r1, T, lookahead), HD, 1.0f, dO.data + (long)r0 * dO.ld, dO.ld, v.data,
          v.ld, 0.0f, dP + (long)r0 * T, T);
+    const int columns = operand_columns(r1, T, lookahead);
     for (int i = r0; i < r1; i++) {
         const float* p = P + (long)i * T;
         const float* d = dP + (long)i * T;
@@ -316,7 +339,7 @@ void scores_backward_block(float* dq, int ldq, float* dP, Op* dS_op, const float
         for (int j = 0; j <= last; j++) dot += p[j] * d[j];
 #pragma omp simd
         for (int j = 0; j <= last; j++) ds[j] = to_operand<Ops>(p[j] * (d[j] - dot) * scale);
-        for (int j = last + 1; j < T; j++) ds[j] = 0;
+        std::fill(ds + last + 1, ds + columns, Op(0));
     }
     causal_matmul_block(dq, ldq, static_cast<const Op*>(dS_op), k, T, HD, lookahead, r0, r1);
 }
@@ -352,7 +375,7 @@ void attention_backward_group(float* dqkv, float* thread_scratch, const float* d
         for (int r0 = 0; r0 < T; r0 += kAttBlock) {
             int r1 = block_end(r0, T);
             if (att)
-                narrow_rows<Ops>(P_op, P, r0, r1, T);
+                narrow_rows<Ops>(P_op, P, r0, r1, T, operand_columns(r1, T, lookahead));
             else
                 probs_block<Ops>(P, P_op, q, k, T, HD, scale, lookahead, probs_bf16, r0, r1);
             scores_backward_block<Ops>(dbase + h * HD, QKV, dP, dS_op, P, dO, k, v, T, HD, scale, lookahead, r0, r1);

@@ -66,6 +66,10 @@ void rope_backward(float* dqkv, const float* cos_table, const float* sin_table, 
 // fault, where every position also sees the next token.
 // att (B, NH, T, T) receives the probabilities when non-null; when null they are
 // computed into per-thread scratch and not kept (activation checkpointing).
+// Only the entries the backward reads are written: each 64-row block's up to
+// the end of the 64-column block holding its last visible key, masked ones
+// zero. The rest of the upper triangle is left as it was (half a T x T
+// matrix's writes, which no one reads).
 // scratch holds AttentionScratch::floats(T) floats per OpenMP thread.
 struct AttentionScratch {
     static long floats(int T) { return 2L * T * T; }
