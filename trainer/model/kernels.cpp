@@ -300,36 +300,44 @@ void swiglu_forward(float* out, const float* gate_up, int N, int H) {
     }
 }
 
-void swiglu_forward_bf16(bf16* out, float* gate_up, int N, int H) {
-#pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        float* g = gate_up + (long)n * 2 * H;
-        const float* u = g + H;
-        bf16* y = out + (long)n * H;
-        for (int i = 0; i < 2 * H; i++) g[i] = bf16_value(g[i]);  // the row is in cache for the next loop
-        for (int i = 0; i < H; i++) store(y[i], g[i] * sigmoid(g[i]) * u[i]);
-    }
-}
-
-template <bool kRoundDout, typename Out>
-static void swiglu_backward_rows(Out* dgate_up, const float* dout, const float* gate_up, int N, int H) {
+void swiglu_forward_bf16(bf16* out, bf16* gate_up16, const float* gate_up, int N, int H) {
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float* g = gate_up + (long)n * 2 * H;
-        const float* u = g + H;
+        bf16* g16 = gate_up16 + (long)n * 2 * H;
+        bf16* u16 = g16 + H;
+        bf16* y = out + (long)n * H;
+        for (int i = 0; i < 2 * H; i++) g16[i] = float_to_bf16_rne(g[i]);  // the row stays in cache
+        for (int i = 0; i < H; i++) {
+            const float gate = bf16_to_float(g16[i]);
+            store(y[i], gate * sigmoid(gate) * bf16_to_float(u16[i]));
+        }
+    }
+}
+
+inline float widen(float x) { return x; }
+inline float widen(bf16 x) { return bf16_to_float(x); }
+
+template <bool kRoundDout, typename Out, typename In>
+static void swiglu_backward_rows(Out* dgate_up, const float* dout, const In* gate_up, int N, int H) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const In* g = gate_up + (long)n * 2 * H;
+        const In* u = g + H;
         const float* dy = dout + (long)n * H;
         Out* dg = dgate_up + (long)n * 2 * H;
         Out* du = dg + H;
         for (int i = 0; i < H; i++) {
-            float s = sigmoid(g[i]);
-            float silu = g[i] * s;
+            const float gate = widen(g[i]), up = widen(u[i]);
+            float s = sigmoid(gate);
+            float silu = gate * s;
             float d = load<kRoundDout>(dy[i]);
             // Written so the vectorized loop gives the bits the scalar one did:
             // GCC 12 contracted the fp32 instantiation's inner term to an fma
             // and not the bf16 one's; the vectorized loops contract the other
             // way round unless told (measured on every mode, bit for bit).
-            const float dsilu = kRoundDout ? 1.0f + g[i] * (1.0f - s) : std::fma(g[i], 1.0f - s, 1.0f);
-            store(dg[i], d * u[i] * s * dsilu);
+            const float dsilu = kRoundDout ? 1.0f + gate * (1.0f - s) : std::fma(gate, 1.0f - s, 1.0f);
+            store(dg[i], d * up * s * dsilu);
             store(du[i], d * silu);
         }
     }
@@ -339,8 +347,8 @@ void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, i
     swiglu_backward_rows<false>(dgate_up, dout, gate_up, N, H);
 }
 
-void swiglu_backward_bf16(bf16* dgate_up, const float* dout, const float* gate_up, int N, int H) {
-    swiglu_backward_rows<true>(dgate_up, dout, gate_up, N, H);
+void swiglu_backward_bf16(bf16* dgate_up, const float* dout, const bf16* gate_up16, int N, int H) {
+    swiglu_backward_rows<true>(dgate_up, dout, gate_up16, N, H);
 }
 
 void residual_forward(float* out, const float* a, const float* b, long n) {
@@ -364,16 +372,21 @@ static void crossentropy_rows(float* logits, float* losses, float* logz, const i
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         float* row = logits + (long)n * V;
-        if constexpr (kRoundLogits)
-            for (int v = 0; v < V; v++) row[v] = bf16_value(row[v]);  // the row stays in cache
         float maxv = -INFINITY;
 #pragma omp simd reduction(max : maxv)
-        for (int v = 0; v < V; v++) maxv = row[v] > maxv ? row[v] : maxv;
+        for (int v = 0; v < V; v++) {
+            if constexpr (kRoundLogits) row[v] = bf16_value(row[v]);
+            maxv = row[v] > maxv ? row[v] : maxv;
+        }
         float target_logit = row[targets[n]];
+        // A vector sum, as attention's softmax (exp_row): in index order it
+        // costs a dependent add per logit.
         float sum = 0.0f;
-        for (int v = 0; v < V; v++) {  // the exps vectorize, the sum stays in order (as exp_row's)
-            row[v] = vexp(row[v] - maxv);
-            sum += row[v];
+#pragma omp simd reduction(+ : sum)
+        for (int v = 0; v < V; v++) {
+            const float e = vexp(row[v] - maxv);
+            row[v] = e;
+            sum += e;
         }
         float inv = 1.0f / sum;
         for (int v = 0; v < V; v++) row[v] *= inv;

@@ -162,10 +162,10 @@ void rope_forward_bf16_values(float* qkv, const float* cos_table, const float* s
 // dqkv16 = bf16(rope_backward(dqkv)), dqkv left as it was.
 void rope_backward_bf16(bf16* dqkv16, const float* dqkv, const float* cos_table, const float* sin_table, int B,
                         int T, int NH, int NKV, int HD);
-// gate_up rounded in place (backward reads the bf16 values); out = bf16(swiglu).
-void swiglu_forward_bf16(bf16* out, float* gate_up, int N, int H);
-// dgate_up = bf16(swiglu_backward), with dout rounded as read.
-void swiglu_backward_bf16(bf16* dgate_up, const float* dout, const float* gate_up, int N, int H);
+// gate_up16 = bf16(gate_up), kept for the backward; out = bf16(swiglu) of those values.
+void swiglu_forward_bf16(bf16* out, bf16* gate_up16, const float* gate_up, int N, int H);
+// dgate_up = bf16(swiglu_backward) of gate_up16's values, with dout rounded as read.
+void swiglu_backward_bf16(bf16* dgate_up, const float* dout, const bf16* gate_up16, int N, int H);
 // out = a + b with a (a matmul's output) rounded as read; the sum rounded to
 // bf16 too when round_sum (the pure bf16 modes' residual stream).
 void residual_forward_bf16(float* out, const float* a, const float* b, long n, bool round_sum);

@@ -144,6 +144,7 @@ void Model::allocate_activations() {
     // input too is kept in bf16 only, and qkv's fp32 sums for one layer.
     const long f32_inputs = bf16_mode ? 0 : 1;
     const long qkv_layers = attention_bf16() ? 1 : L, att_out_layers = bf16_mode ? 1 : L;
+    const long gate_up_layers = bf16_mode ? 1 : L;
     const long sizes[] = {
         (L + 1) * R * C,                                    // residual
         f32_inputs * L * R * C,                             // attn_norm
@@ -154,7 +155,7 @@ void Model::allocate_activations() {
         L * R * C,                                          // residual_mid
         f32_inputs * L * R * C,                             // ffn_norm
         L * R,                                              // ffn_rstd
-        L * N * 2 * H,                                      // gate_up
+        gate_up_layers * N * 2 * H,                         // gate_up
         f32_inputs * L * N * H,                             // swiglu
         f32_inputs * R * C,                                 // final_norm
         R,                                                  // final_rstd
@@ -180,13 +181,14 @@ void Model::allocate_activations() {
     if (tp_ && config_.qk_norm) qk_dweight_.assign(2 * HD, 0.0f);
     if (bf16_mode) {
         const long heads = attention_bf16() ? L * N * QKV : 0;
-        acts_bf16_.assign(L * (2 * R * C + N * (CA + H)) + heads + R * C, 0);
+        acts_bf16_.assign(L * (2 * R * C + N * (CA + 3 * H)) + heads + R * C, 0);
         bf16* cursor16 = acts_bf16_.data();
         auto carve = [&](long n) { return std::exchange(cursor16, cursor16 + n); };
         a16_.attn_norm = carve(L * R * C);
         a16_.qkv_heads = heads ? carve(heads) : nullptr;
         a16_.att_out = carve(L * N * CA);
         a16_.ffn_norm = carve(L * R * C);
+        a16_.gate_up = carve(L * N * 2 * H);
         a16_.swiglu = carve(L * N * H);
         a16_.final_norm = carve(R * C);
         dout16_.assign(std::max({N * V, N * 2 * H, N * QKV, N * C}), 0);
@@ -404,24 +406,25 @@ void Model::pack_bf16_weights() {
     weights_changed_ = false;
 }
 
-// out (N, H) = silu(gate) * up, from the gate_up matmul's output: into out16
-// in the bf16 modes (reading the fp32 sums rounded), else into out.
-void Model::swiglu_layer_forward(float* out, bf16* out16, float* gate_up) {
+// out (N, H) = silu(gate) * up, from the gate_up matmul's output: in the bf16
+// modes from its fp32 sums rounded, kept as gate_up16 for the backward, into
+// out16; else into out.
+void Model::swiglu_layer_forward(float* out, bf16* out16, const float* gate_up, bf16* gate_up16) {
     const int N = B_ * T_, H = shard_.hidden_dim;
     const bool bf16 = precision_.bf16_compute();
-    // bf16: gate_up rounded in place (read and written), then out16 written.
-    KernelScope scope("swiglu forward", (double)N * H * (bf16 ? 18 : 12));
-    if (bf16) return swiglu_forward_bf16(out16, gate_up, N, H);
+    // bf16: the fp32 sums read, their bf16 values and out16 written.
+    KernelScope scope("swiglu forward", (double)N * H * (bf16 ? 14 : 12));
+    if (bf16) return swiglu_forward_bf16(out16, gate_up16, gate_up, N, H);
     swiglu_forward(out, gate_up, N, H);
 }
 
-// d_swiglu_ (N, H) through SwiGLU into the gate_up gradient: dout16_ in the
-// bf16 modes, d_gate_up_ in fp32.
-void Model::swiglu_layer_backward(const float* gate_up) {
+// d_swiglu_ (N, H) through SwiGLU into the gate_up gradient: dout16_ from
+// gate_up16 in the bf16 modes, d_gate_up_ from gate_up in fp32.
+void Model::swiglu_layer_backward(const float* gate_up, const bf16* gate_up16) {
     const int N = B_ * T_, H = shard_.hidden_dim;
     const bool bf16 = precision_.bf16_compute();
-    KernelScope scope("swiglu backward", (double)N * H * (bf16 ? 16 : 20));
-    if (bf16) return swiglu_backward_bf16(dout16_.data(), d_swiglu_.data(), gate_up, N, H);
+    KernelScope scope("swiglu backward", (double)N * H * (bf16 ? 12 : 20));
+    if (bf16) return swiglu_backward_bf16(dout16_.data(), d_swiglu_.data(), gate_up16, N, H);
     swiglu_backward(d_gate_up_.data(), d_swiglu_.data(), gate_up, N, H);
 }
 
@@ -455,7 +458,8 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
         float* mid = a.residual_mid + nc;
         float* fn = layer_slot(a.ffn_norm, l, RC);
         bf16* fn16 = layer_slot(a16_.ffn_norm, l, RC);
-        float* gu = a.gate_up + (long)l * N * 2 * H;
+        float* gu = bf16_mode ? a.gate_up : a.gate_up + (long)l * N * 2 * H;
+        bf16* gu16 = layer_slot(a16_.gate_up, l, (long)N * 2 * H);
         float* sw = layer_slot(a.swiglu, l, (long)N * H);
         bf16* sw16 = layer_slot(a16_.swiglu, l, (long)N * H);
         float* next = a.residual + nc + RC;
@@ -472,7 +476,7 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
         norm_forward(fn, fn16, a.ffn_rstd + l * stream_rows_, mid, p.ffn_norm + (long)l * C);
         auto [y, y16] = gathered_input(fn, fn16);
         linear_forward(gu, y, y16, p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
-        swiglu_layer_forward(sw, sw16, gu);
+        swiglu_layer_forward(sw, sw16, gu, gu16);
         float* mlp_out = row_parallel_output(next);
         linear_forward(mlp_out, sw, sw16, p.down + (long)l * C * H, N, H, C);
         add_to_stream(next, mlp_out, mid);
@@ -811,8 +815,8 @@ void Model::backward(float loss_scale) {
         linear_backward(d_swiglu_.data(), g.down + (long)l * C * H, d_out, d_out16,
                         layer_slot(a.swiglu, l, (long)N * H), layer_slot(a16_.swiglu, l, (long)N * H),
                         p.down + (long)l * C * H, N, H, C);
-        const float* gate_up = a.gate_up + (long)l * N * 2 * H;
-        swiglu_layer_backward(gate_up);
+        swiglu_layer_backward(bf16_mode ? nullptr : a.gate_up + (long)l * N * 2 * H,
+                              layer_slot(a16_.gate_up, l, (long)N * 2 * H));
         auto [y, y16] = gathered_input(layer_slot(a.ffn_norm, l, RC), layer_slot(a16_.ffn_norm, l, RC));
         linear_backward(d_norm, g.gate_up + (long)l * 2 * H * C, bf16_mode ? nullptr : d_gate_up_.data(), d16, y, y16,
                         p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);

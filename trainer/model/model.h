@@ -118,7 +118,8 @@ struct ActivationTensors {
     float* residual_mid;  // (L, B, T, C) stream after attention
     float* ffn_norm;      // (L, B, T, C)
     float* ffn_rstd;      // (L, B, T)
-    float* gate_up;       // (L, B, T, 2*H); bf16 values in the bf16 modes
+    float* gate_up;       // (L, B, T, 2*H); in the bf16 modes (B, T, 2*H), one layer's matmul sums on
+                          // their way into Bf16Activations::gate_up
     float* swiglu;        // (L, B, T, H)
     float* final_norm;    // (B, T, C)
     float* final_rstd;    // (B, T)
@@ -139,6 +140,7 @@ struct Bf16Activations {
                        // precision.attention = fp32
     bf16* att_out;     // (L, B, T, NH*HD) input of o_proj
     bf16* ffn_norm;    // (L, B, T, C) input of gate_up_proj
+    bf16* gate_up;     // (L, B, T, 2*H) input of SwiGLU, kept for its backward
     bf16* swiglu;      // (L, B, T, H) input of down_proj
     bf16* final_norm;  // (B, T, C) input of lm_head
 };
@@ -270,8 +272,8 @@ class Model {
     const Bf16Weight& weight16(const float* weight) const;
     void pack_bf16_weights();
     // SwiGLU between the gate_up and down matmuls, forward and backward.
-    void swiglu_layer_forward(float* out, bf16* out16, float* gate_up);
-    void swiglu_layer_backward(const float* gate_up);
+    void swiglu_layer_forward(float* out, bf16* out16, const float* gate_up, bf16* gate_up16);
+    void swiglu_layer_backward(const float* gate_up, const bf16* gate_up16);
     // The tensor kind a pointer into params_ or grads_ falls in (the profile's label).
     const std::string& kind_name_of(const float* p) const;
     // The matmuls of the layers, in fp32 or bf16 as the precision says; weight
