@@ -139,23 +139,22 @@ void Model::allocate_activations() {
     const bool bf16_mode = precision_.bf16_compute();
     const long qk_layers = config_.qk_norm ? L : 0;
     // One allocation, carved in the order of the struct. The bf16 modes keep
-    // the linear layers' inputs in bf16 only (a16_), and attention's output in
-    // fp32 for one layer at a time; where attention's products are bf16, its
-    // input too is kept in bf16 only, and qkv's fp32 sums for one layer.
+    // the linear layers' and SwiGLU's inputs in bf16 only (a16_), and the fp32
+    // sums of attention's output, of gate_up and (with bf16 attention, whose
+    // input is then bf16 only) of qkv for one layer at a time.
     const long f32_inputs = bf16_mode ? 0 : 1;
-    const long qkv_layers = attention_bf16() ? 1 : L, att_out_layers = bf16_mode ? 1 : L;
-    const long gate_up_layers = bf16_mode ? 1 : L;
+    const long qkv_layers = attention_bf16() ? 1 : L, fp32_sum_layers = bf16_mode ? 1 : L;
     const long sizes[] = {
         (L + 1) * R * C,                                    // residual
         f32_inputs * L * R * C,                             // attn_norm
         L * R,                                              // attn_rstd
         qkv_layers * N * QKV,                               // qkv
         checkpoint_attention_ ? 0 : L * B * NH * T * T,     // att
-        att_out_layers * N * CA,                            // att_out
+        fp32_sum_layers * N * CA,                           // att_out
         L * R * C,                                          // residual_mid
         f32_inputs * L * R * C,                             // ffn_norm
         L * R,                                              // ffn_rstd
-        gate_up_layers * N * 2 * H,                         // gate_up
+        fp32_sum_layers * N * 2 * H,                        // gate_up
         f32_inputs * L * N * H,                             // swiglu
         f32_inputs * R * C,                                 // final_norm
         R,                                                  // final_rstd
