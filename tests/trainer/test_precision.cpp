@@ -254,11 +254,13 @@ TEST(Bf16Matmul, PackedWeightsGiveThePlainProducts) {
 // as they enter), on each engine. Against fp32 attention on the same bf16
 // q, k, v it is off by bf16 rounding and no more; the two engines agree to
 // fp32 summation order; stored and recomputed probabilities give the same
-// bits. T = 70 ends mid-block, and the mask_leak lookahead reaches across a
-// block edge, where a stale probability from another head would show.
+// bits. T = 130 ends mid-block, and the mask_leak lookahead reaches across a
+// block edge, where a stale probability from another head would show. The
+// stored probabilities start as NaN: the entries the forward leaves unwritten
+// (past each row block's columns) must be ones the backward never reads.
 TEST(Bf16Attention, ProductsInBf16AgreeWithFp32AndAcrossEngines) {
     EngineScope scope;
-    const int B = 2, T = 70, NH = 4, NKV = 2, HD = 16, QKV = (NH + 2 * NKV) * HD, CA = NH * HD;
+    const int B = 2, T = 130, NH = 4, NKV = 2, HD = 16, QKV = (NH + 2 * NKV) * HD, CA = NH * HD;
     auto qkv = rounded(random_vector((long)B * T * QKV, 21)), dout = random_vector((long)B * T * CA, 22);
     auto dout_rounded = rounded(dout);
     std::vector<float> scratch(omp_get_max_threads() * AttentionScratch::floats(T));
@@ -266,6 +268,7 @@ TEST(Bf16Attention, ProductsInBf16AgreeWithFp32AndAcrossEngines) {
     for (int lookahead : {0, 1}) {
         SCOPED_TRACE(fmt::format("lookahead {}", lookahead));
         std::vector<float> out32((long)B * T * CA), dqkv32(qkv.size());
+        std::fill(att.begin(), att.end(), NAN);
         attention_forward(out32.data(), att.data(), scratch.data(), qkv.data(), B, T, NH, NKV, HD, lookahead);
         attention_backward(dqkv32.data(), scratch.data(), dout_rounded.data(), qkv.data(), att.data(), B, T, NH, NKV,
                            HD, lookahead);
@@ -276,6 +279,7 @@ TEST(Bf16Attention, ProductsInBf16AgreeWithFp32AndAcrossEngines) {
             set_bf16_matmul_engine(engine);
             SCOPED_TRACE(bf16_matmul_engine_name());
             std::vector<float> out(out32.size()), out_ckpt(out32.size()), dqkv(qkv.size()), dqkv_ckpt(qkv.size());
+            std::fill(att.begin(), att.end(), NAN);
             attention_forward(out.data(), att.data(), scratch.data(), heads.data(), B, T, NH, NKV, HD, lookahead);
             attention_forward(out_ckpt.data(), nullptr, scratch.data(), heads.data(), B, T, NH, NKV, HD, lookahead);
             attention_backward(dqkv.data(), scratch.data(), dout.data(), heads.data(), att.data(), B, T, NH, NKV, HD,

@@ -179,7 +179,10 @@ void narrow_rows(typename Ops::Op* out, const float* in, int r0, int r1, int T, 
 // The sums are vector reductions: in index order they cost a dependent add per
 // key (bf16 forward at config M's shapes, Zen 4: 8.3 ms a layer with the
 // in-order sums and the separate passes below, 6.0 without). The order is
-// fixed by the build, so a run repeats.
+// fixed by the build, so a run repeats: GCC 12 does not peel these loops for
+// alignment (the same sum at 16 offsets of a row, -march native, znver2 and
+// znver3), and the tests hold stored and recomputed probabilities, which lie
+// at different offsets, to the same bits.
 template <bool kMeasure>
 inline float exp_row(float* row, int last, float maxv, float* weighted) {
     float sum = 0.0f, ws = 0.0f;

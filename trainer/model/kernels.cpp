@@ -315,8 +315,8 @@ void swiglu_forward_bf16(bf16* out, bf16* gate_up16, const float* gate_up, int N
     }
 }
 
-inline float widen(float x) { return x; }
-inline float widen(bf16 x) { return bf16_to_float(x); }
+static inline float widen(float x) { return x; }
+static inline float widen(bf16 x) { return bf16_to_float(x); }
 
 template <bool kRoundDout, typename Out, typename In>
 static void swiglu_backward_rows(Out* dgate_up, const float* dout, const In* gate_up, int N, int H) {

@@ -133,7 +133,8 @@ struct ActivationTensors {
 
 // The activations the bf16 modes keep in bf16 only, written narrowed by the
 // kernels that produce them (att_out: narrowed from fp32): the inputs of the
-// linear layers, kept for the weight gradients, and attention's.
+// linear layers, kept for the weight gradients, attention's, and SwiGLU's
+// (gate_up, narrowed from the fp32 sums by swiglu_forward_bf16).
 struct Bf16Activations {
     bf16* attn_norm;   // (L, B, T, C) input of qkv_proj
     bf16* qkv_heads;   // (L, B, NH + 2 NKV, T, HD) attention's input, q and k after RoPE; null with
