@@ -1,4 +1,4 @@
-// hlat probe: the CPU's arithmetic ceilings (fp32 FMA, bf16 dot product) and
+// hlat probe: the CPU's arithmetic ceilings (fp32 FMA, bf16 dot product, AMX) and
 // the rate of every GEMM a training step of a config runs, on fp32 sgemm and
 // on the bf16 matmul engine, each beside its ceiling.
 #include "cli/commands.h"
@@ -86,7 +86,8 @@ double gflops(const GemmShape& g, double seconds) { return 2.0 * g.m * g.n * g.k
 
 nlohmann::json probe(const TrainConfig& config, int threads) {
     omp_set_num_threads(threads);
-    const double fma = fp32_fma_peak_gflops(threads), dot = bf16_dot_peak_gflops(threads);
+    const double fma = fp32_fma_peak_gflops(threads), dot = bf16_dot_peak_gflops(threads),
+                 amx = amx_bf16_peak_gflops(threads);
     const int tokens = config.run.batch_size * config.run.seq_len;
     nlohmann::json shapes = nlohmann::json::array();
     double flops = 0.0, fp32_s = 0.0, bf16_s = 0.0;
@@ -101,12 +102,13 @@ nlohmann::json probe(const TrainConfig& config, int threads) {
     }
     auto share = [](double rate, double peak) { return peak > 0 ? nlohmann::json(rate / peak) : nlohmann::json(); };
     const std::string engine = bf16_matmul_engine_name();
-    const double engine_peak = bf16_engine_peak_gflops(fma, dot);
+    const double engine_peak = bf16_engine_peak_gflops(fma, dot, amx);
     return {{"threads", threads},
             {"tokens", tokens},
             {"bf16_engine", engine},
             {"fp32_fma_peak_gflops", fma},
             {"bf16_dot_peak_gflops", dot},
+            {"amx_bf16_peak_gflops", amx},
             {"bf16_engine_peak_gflops", engine_peak},
             {"fp32_gemm_gflops", flops / fp32_s / 1e9},
             {"bf16_gemm_gflops", flops / bf16_s / 1e9},
@@ -118,8 +120,11 @@ nlohmann::json probe(const TrainConfig& config, int threads) {
 void print_probe(const nlohmann::json& p) {
     auto pct = [](double rate, double peak) { return peak > 0 ? fmt::format("{:.0f}%", 100 * rate / peak) : "-"; };
     const double fma = p["fp32_fma_peak_gflops"], engine_peak = p["bf16_engine_peak_gflops"];
-    fmt::print("ceilings on {} threads: fp32 FMA {:.1f} GFLOP/s, bf16 dot product {:.1f} GFLOP/s\n", p["threads"].get<int>(),
+    fmt::print("ceilings on {} threads: fp32 FMA {:.1f} GFLOP/s, bf16 dot product {:.1f} GFLOP/s", p["threads"].get<int>(),
                fma, p["bf16_dot_peak_gflops"].get<double>());
+    if (p["amx_bf16_peak_gflops"].get<double>() > 0)
+        fmt::print(", AMX bf16 {:.1f} GFLOP/s", p["amx_bf16_peak_gflops"].get<double>());
+    fmt::print("\n");
     fmt::print("bf16 engine: {} (its ceiling {:.1f} GFLOP/s)\n\n", p["bf16_engine"].get<std::string>(), engine_peak);
     fmt::print("{:<8} {:<8} {:>6} {:>6} {:>6} {:>5}  {:>10} {:>5}  {:>10} {:>5}\n", "MATMUL", "PASS", "M", "N", "K", "x",
                "FP32 GF/s", "PEAK", "BF16 GF/s", "PEAK");

@@ -51,7 +51,7 @@ Ceilings measure_ceilings(int threads) {
     Ceilings c;
     c.fp32_gflops = fp32_fma_peak_gflops(threads);
     c.bf16_engine = bf16_matmul_engine_name();
-    c.bf16_gflops = bf16_engine_peak_gflops(c.fp32_gflops, bf16_dot_peak_gflops(threads));
+    c.bf16_gflops = bf16_engine_peak_gflops(c.fp32_gflops, bf16_dot_peak_gflops(threads), amx_bf16_peak_gflops(threads));
     c.memory = memory_ceilings(threads);
     return c;
 }

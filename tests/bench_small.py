@@ -47,15 +47,18 @@ SHAPES = {
     "precision_throughput": ["config:str", "tokens_per_s.torch_fp32", "vs_torch_autocast:object",
                              "vs_torch_autocast_compiled:object",
                              "torch_blas.library:str", "ceilings_gflops.fp32_fma", "ceilings_gflops.bf16_dot",
+                             "ceilings_gflops.amx_bf16",
                              "ceilings_gflops.bf16_engine", "ceilings_gflops.sgemm_peak", "step_gemms_gflops.fp32",
                              "step_gemms_gflops.bf16", "bf16_gemm_share_of_probe", "bf16_engine:str", "fp32_mfu",
                              "fp32_share_of_sgemm_peak", "bf16_step_floor_s", "targets_met.*:bool"] +
                             [path for mode in ("fp32", "mixed", "bf16", "bf16_sr", "bf16_kahan", "mixed_emulated")
                              for path in (f"tokens_per_s.hlat_{mode}", f"vs_hlat_fp32.{mode}")] +
-                            [f"share_of_floor.{mode}" for mode in ("mixed", "bf16", "bf16_sr", "bf16_kahan")] +
+                            [f"{key}.{mode}" for mode in ("mixed", "bf16", "bf16_sr", "bf16_kahan")
+                             for key in ("share_of_floor", "update_bound_share_of_floor", "share_of_roofline")] +
                             [f"profile.{mode}.{key}" for mode in ("fp32", "mixed", "bf16", "bf16_sr", "bf16_kahan")
                              for key in ("step_ms", "compute_bound_ms", "memory_bound_ms", "outside_kernels_ms",
-                                         "memory_gbs", "memory_bound_per_kernel_ms.*",
+                                         "memory_gbs", "compute_bound_at_ceiling_ms",
+                                         "memory_bound_at_bandwidth_ms", "memory_bound_per_kernel_ms.*",
                                          "memory_bound_per_kernel_at_bandwidth_ms.*")],
     "internals_overhead": ["config:str", "cpu:str", "steps_each", "median_step_s.internals", "median_step_s.off",
                            "median_cpu_s.internals", "median_cpu_s.off", "ratio_wall", "ratio_cpu",

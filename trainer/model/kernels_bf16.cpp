@@ -217,12 +217,18 @@ Scratch& scratch() {
 
 Bf16MatmulEngine bf16_matmul_engine() { return engine_choice(); }
 void set_bf16_matmul_engine(Bf16MatmulEngine engine) { engine_choice() = engine; }
-std::string bf16_matmul_engine_name() {
-    return engine_choice() == Bf16MatmulEngine::OneDnn ? "oneDNN avx512_bf16" : "emulated (bf16 widened, sgemm)";
+bool bf16_engine_uses_amx() {
+    return engine_choice() == Bf16MatmulEngine::OneDnn && dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
 }
 
-double bf16_engine_peak_gflops(double fp32_fma_peak, double bf16_dot_peak) {
-    return engine_choice() == Bf16MatmulEngine::Emulated ? fp32_fma_peak : bf16_dot_peak;
+std::string bf16_matmul_engine_name() {
+    if (engine_choice() == Bf16MatmulEngine::Emulated) return "emulated (bf16 widened, sgemm)";
+    return bf16_engine_uses_amx() ? "oneDNN AMX" : "oneDNN avx512_bf16";
+}
+
+double bf16_engine_peak_gflops(double fp32_fma_peak, double bf16_dot_peak, double amx_peak) {
+    if (engine_choice() == Bf16MatmulEngine::Emulated) return fp32_fma_peak;
+    return bf16_engine_uses_amx() && amx_peak > 0 ? amx_peak : bf16_dot_peak;
 }
 
 void bf16_widen(float* out, const bf16* in, long n) {

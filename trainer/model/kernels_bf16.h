@@ -24,10 +24,14 @@ enum class Bf16MatmulEngine { OneDnn, Emulated };
 Bf16MatmulEngine bf16_matmul_engine();
 void set_bf16_matmul_engine(Bf16MatmulEngine engine);  // tests and benchmarks
 std::string bf16_matmul_engine_name();
-// The engine's ceiling from the probe's two (peak_probe.h): the bf16 dot
-// product's, or the fp32 FMA's for the emulated engine, which widens bf16 and
-// multiplies with sgemm whatever the CPU's bf16 instructions could do.
-double bf16_engine_peak_gflops(double fp32_fma_peak, double bf16_dot_peak);
+// Whether oneDNN's bf16 matmul dispatches to AMX's tile multiply here
+// (Sapphire Rapids and later), not to avx512_bf16's dot product.
+bool bf16_engine_uses_amx();
+// The engine's ceiling from the probe's three (peak_probe.h): AMX's tile
+// multiply where oneDNN runs on it, else the bf16 dot product's; the fp32
+// FMA's for the emulated engine, which widens bf16 and multiplies with sgemm
+// whatever the CPU's bf16 instructions could do.
+double bf16_engine_peak_gflops(double fp32_fma_peak, double bf16_dot_peak, double amx_peak);
 
 // out[i] = bf16(in[i]), round-to-nearest-even.
 void bf16_narrow(bf16* out, const float* in, long n);

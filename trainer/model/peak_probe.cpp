@@ -2,9 +2,12 @@
 
 #include <immintrin.h>
 #include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <vector>
 
 namespace hlat {
@@ -53,6 +56,50 @@ __attribute__((target("avx512f,avx512bf16"))) float dot_loop(long iterations) {
     return _mm512_reduce_add_ps(sum);
 }
 
+// AMX's tile multiply (tdpbf16ps): a 16 x 32 bf16 tile times a 32 x 16 one
+// into a 16 x 16 fp32 tile, 16,384 flops an instruction. Four accumulators
+// (C_ij += A_i B_j over two A and two B tiles) cover the instruction's latency,
+// as oneDNN's brgemm kernels block it; the operands stay in tiles, so this is
+// the multiplier's rate, not memory's.
+struct alignas(64) TileConfig {
+    uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    uint16_t bytes_per_row[16] = {};
+    uint8_t rows[16] = {};
+};
+
+__attribute__((target("amx-tile,amx-bf16"))) float amx_loop(long iterations) {
+    TileConfig config;
+    for (int t = 0; t < 8; t++) config.bytes_per_row[t] = 64, config.rows[t] = 16;
+    _tile_loadconfig(&config);
+    alignas(64) uint16_t operand[16 * 32];
+    for (int i = 0; i < 16 * 32; i++) operand[i] = 0x3c00 + (i & 7);  // small bf16 values: nothing overflows
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, operand, 64);
+    _tile_loadd(5, operand, 64);
+    _tile_loadd(6, operand, 64);
+    _tile_loadd(7, operand, 64);
+    for (long it = 0; it < iterations; it++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    alignas(64) float out[16 * 16];
+    _tile_stored(0, out, 64);
+    _tile_release();
+    return out[0];
+}
+
+// Linux hands AMX's 8 KiB of tile state only to a process that asks for it.
+bool amx_usable() {
+    if (!__builtin_cpu_supports("amx-bf16")) return false;
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureTileData = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureTileData) == 0;
+}
+
 // Runs `loop` on every thread at once, in GFLOP/s: the best of at least
 // kMinTrials trials spread over at least kMinSeconds. A ceiling is a best
 // case; on a shared VM ten trials (a few milliseconds) once measured half
@@ -61,7 +108,8 @@ __attribute__((target("avx512f,avx512bf16"))) float dot_loop(long iterations) {
 constexpr int kMinTrials = 10;
 constexpr double kMinSeconds = 0.5;
 
-double rate(float (*loop)(long), double flops_per_instruction, int threads) {
+double rate(float (*loop)(long), double flops_per_instruction, int threads, long iterations = kIterations,
+            int chains = kChains) {
     double best = 0.0;
     volatile float sink = 0.0f;
     const auto start = std::chrono::steady_clock::now();
@@ -69,12 +117,12 @@ double rate(float (*loop)(long), double flops_per_instruction, int threads) {
         auto t0 = std::chrono::steady_clock::now();
 #pragma omp parallel num_threads(threads)
         {
-            float r = loop(kIterations);
+            float r = loop(iterations);
 #pragma omp critical
             sink = sink + r;
         }
         const auto t1 = std::chrono::steady_clock::now();
-        double gflops = flops_per_instruction * kChains * kIterations * threads /
+        double gflops = flops_per_instruction * chains * iterations * threads /
                         std::chrono::duration<double>(t1 - t0).count() / 1e9;
         if (gflops > best) best = gflops;
         if (trial + 1 >= kMinTrials && std::chrono::duration<double>(t1 - start).count() >= kMinSeconds) break;
@@ -93,6 +141,12 @@ double fp32_fma_peak_gflops(int threads) {
 double bf16_dot_peak_gflops(int threads) {
     if (!__builtin_cpu_supports("avx512bf16")) return 0.0;
     return rate(dot_loop, 2.0 * 32, threads);
+}
+
+double amx_bf16_peak_gflops(int threads) {
+    if (!amx_usable()) return 0.0;
+    // 16 cycles an instruction: a twentieth of the iterations takes about as long as dot_loop's.
+    return rate(amx_loop, 2.0 * 16 * 16 * 32, threads, kIterations / 20, 4);
 }
 
 // b = a over two arrays of `bytes` each on every thread (static split, so

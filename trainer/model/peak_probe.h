@@ -1,5 +1,5 @@
 // The arithmetic ceilings of this CPU, measured: fp32 fused multiply-adds and
-// bf16 dot products (vdpbf16ps) from registers, no memory traffic, on every
+// bf16 dot products (vdpbf16ps) and AMX's tile multiply from registers, no memory traffic, on every
 // thread at once. Every GEMM rate hlat reports has these beside it: a matmul
 // at 70% of the bf16 probe is near the hardware; one at 30% is not.
 #pragma once
@@ -14,6 +14,13 @@ double fp32_fma_peak_gflops(int threads);
 // pairwise into 16 fp32 lanes, 64 flops) on `threads` threads; 0 when the
 // CPU lacks avx512_bf16.
 double bf16_dot_peak_gflops(int threads);
+
+// GFLOP/s of AMX's bf16 tile multiply (tdpbf16ps: 16 x 32 by 32 x 16 into
+// fp32, 16,384 flops) on `threads` threads; 0 when the CPU lacks amx_bf16 or
+// the kernel will not hand this process the tile state. oneDNN's bf16 matmul
+// runs on AMX where it can (Sapphire Rapids and later), so that, not the
+// dot product, is its ceiling there.
+double amx_bf16_peak_gflops(int threads);
 
 // What memory-bound kernels can reach: a copy's read plus written bytes per
 // second on every thread, out of memory (two 256 MiB arrays) and out of cache
