@@ -51,12 +51,25 @@ void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b, 
 // Restores the process's engine whatever a test set.
 struct EngineScope {
     Bf16MatmulEngine saved = bf16_matmul_engine();
-    ~EngineScope() { set_bf16_matmul_engine(saved); }
+    ~EngineScope() {
+        set_bf16_matmul_engine(saved);
+        set_attention_blocking(AttentionBlocking::Auto);
+    }
 };
 
 std::vector<Bf16MatmulEngine> engines_here() {
     if (__builtin_cpu_supports("avx512bf16")) return {Bf16MatmulEngine::OneDnn, Bf16MatmulEngine::Emulated};
     return {Bf16MatmulEngine::Emulated};
+}
+
+// Each engine here, and oneDNN's with both ways attention walks a head.
+std::vector<std::pair<Bf16MatmulEngine, AttentionBlocking>> engines_and_blockings() {
+    std::vector<std::pair<Bf16MatmulEngine, AttentionBlocking>> out;
+    for (Bf16MatmulEngine engine : engines_here()) {
+        out.emplace_back(engine, AttentionBlocking::RowBlocks);
+        if (engine == Bf16MatmulEngine::OneDnn) out.emplace_back(engine, AttentionBlocking::WholeHead);
+    }
+    return out;
 }
 
 // Odd sizes on purpose: no engine may rely on multiples of its vector width.
@@ -257,7 +270,9 @@ TEST(Bf16Matmul, PackedWeightsGiveThePlainProducts) {
 // bits. T = 130 ends mid-block, and the mask_leak lookahead reaches across a
 // block edge, where a stale probability from another head would show. The
 // stored probabilities start as NaN: the entries the forward leaves unwritten
-// (past each row block's columns) must be ones the backward never reads.
+// (past each row's visible keys) must be ones the backward never reads. Both
+// ways of walking a head run on every CPU: blocks of 64 query rows, and the
+// whole head at once (what AMX CPUs run).
 TEST(Bf16Attention, ProductsInBf16AgreeWithFp32AndAcrossEngines) {
     EngineScope scope;
     const int B = 2, T = 130, NH = 4, NKV = 2, HD = 16, QKV = (NH + 2 * NKV) * HD, CA = NH * HD;
@@ -275,9 +290,11 @@ TEST(Bf16Attention, ProductsInBf16AgreeWithFp32AndAcrossEngines) {
         std::vector<std::vector<float>> outs, dqkvs;
         std::vector<bf16> heads(qkv.size());
         qkv_heads_bf16(heads.data(), qkv.data(), B, T, NH, NKV, HD);
-        for (Bf16MatmulEngine engine : engines_here()) {
+        for (auto [engine, blocking] : engines_and_blockings()) {
             set_bf16_matmul_engine(engine);
-            SCOPED_TRACE(bf16_matmul_engine_name());
+            set_attention_blocking(blocking);
+            SCOPED_TRACE(fmt::format("{}, {}", bf16_matmul_engine_name(),
+                                     blocking == AttentionBlocking::WholeHead ? "whole head" : "row blocks"));
             std::vector<float> out(out32.size()), out_ckpt(out32.size()), dqkv(qkv.size()), dqkv_ckpt(qkv.size());
             std::fill(att.begin(), att.end(), NAN);
             attention_forward(out.data(), att.data(), scratch.data(), heads.data(), B, T, NH, NKV, HD, lookahead);
@@ -297,8 +314,8 @@ TEST(Bf16Attention, ProductsInBf16AgreeWithFp32AndAcrossEngines) {
             dqkvs.push_back(dqkv);
         }
         for (size_t i = 1; i < outs.size(); i++) {
-            EXPECT_LT(test::relative_error(outs[i], outs[0]), 1e-5) << "the engines disagree";
-            EXPECT_LT(test::relative_error(dqkvs[i], dqkvs[0]), 1e-5) << "the engines disagree";
+            EXPECT_LT(test::relative_error(outs[i], outs[0]), 1e-5) << "the engines (or blockings) disagree";
+            EXPECT_LT(test::relative_error(dqkvs[i], dqkvs[0]), 1e-5) << "the engines (or blockings) disagree";
         }
     }
 }
@@ -578,6 +595,15 @@ bool all_bf16_values(const float* x, long n) {
     return true;
 }
 
+// The same over stored attention probabilities, (count, T, T): only their
+// causal triangle, the entries attention writes in the bf16 modes (kernels.h).
+bool all_bf16_probabilities(const float* att, long count, int T) {
+    for (long m = 0; m < count; m++)
+        for (int t = 0; t < T; t++)
+            if (!all_bf16_values(att + (m * T + t) * T, t + 1)) return false;
+    return true;
+}
+
 // Random tokens: the knobs' tests look at where values are rounded, not at learning.
 class RandomBatches : public BatchSource {
   public:
@@ -611,8 +637,8 @@ TEST(PrecisionKnobs, Bf16SoftmaxRoundsTheProbabilitiesBackwardUses) {
         data.next_batch(x.data(), y.data(), 2, 16);
         model.forward(x.data(), y.data());
         const ActivationTensors& a = model.activations();
-        long att = (long)c.model.n_layers * 2 * c.model.n_heads * 16 * 16, probs = 32L * c.model.vocab_size;
-        EXPECT_EQ(all_bf16_values(a.att, att), knob) << "attention probabilities, softmax bf16 = " << knob;
+        long heads = (long)c.model.n_layers * 2 * c.model.n_heads, probs = 32L * c.model.vocab_size;
+        EXPECT_EQ(all_bf16_probabilities(a.att, heads, 16), knob) << "attention probabilities, softmax bf16 = " << knob;
         EXPECT_EQ(all_bf16_values(a.logits, probs), knob) << "cross-entropy probabilities, softmax bf16 = " << knob;
     }
 }
@@ -631,7 +657,8 @@ TEST(PrecisionKnobs, Bf16GradientAccumulationKeepsABf16Sum) {
 }
 
 // The last layer's attention output recomputed from its stored probabilities
-// P and values v, in double: P @ v, with P rounded to bf16 first when asked.
+// P (their causal triangle: kernels.h) and values v, in double: P @ v, with P
+// rounded to bf16 first when asked.
 std::vector<double> probs_times_values(const float* P, const float* qkv, int B, int T, int NH, int HD,
                                        bool round_probs) {
     const int QKV = 3 * NH * HD, CA = NH * HD;
@@ -639,7 +666,7 @@ std::vector<double> probs_times_values(const float* P, const float* qkv, int B, 
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++)
-                for (int j = 0; j < T; j++) {
+                for (int j = 0; j <= t; j++) {
                     float p = P[(((long)b * NH + h) * T + t) * T + j];
                     if (round_probs) p = bf16_to_float(float_to_bf16_rne(p));
                     const float* v = qkv + ((long)b * T + j) * QKV + 2 * CA + h * HD;

@@ -2,14 +2,15 @@
 // precision: fp32 products on fp32 qkv, or bf16 products on the head-major
 // bf16 copy of qkv.
 //
-// One (batch, head) pair at a time, one block of kAttBlock query rows at a
-// time: block rows [r0, r1) only see keys [0, r1 + lookahead) (lookahead is 0
-// except when the mask_leak fault is injected), which skips most of the masked
-// upper triangle, and each block's scores, softmax and products run while the
-// block is still in cache (a whole head's T x T probabilities are not). The
-// products are small (64 query rows by up to T keys by HD): each runs on the
-// calling thread (sgemm or oneDNN inside a parallel region), the heads spread
-// over the threads.
+// One (batch, head) pair at a time, one block of query rows at a time
+// (kAttBlock of them): block rows [r0, r1) only see keys [0, r1 + lookahead)
+// (lookahead is 0 except when the mask_leak fault is injected), which skips
+// most of the masked upper triangle, and each block's scores, softmax and
+// products run while the block is still in cache (a whole head's T x T
+// probabilities are not). The products are small (64 query rows by up to T
+// keys by HD): each runs on the calling thread (sgemm or oneDNN inside a
+// parallel region), the heads spread over the threads. Where oneDNN runs bf16
+// on AMX the block is the whole head (query_block_rows says why).
 #include "trainer/model/bf16.h"
 #include "trainer/model/kernels.h"
 #include "trainer/model/kernels_bf16.h"
@@ -68,7 +69,32 @@ inline typename Ops::Op to_operand(float x) {
 
 constexpr int kAttBlock = 64;
 
-inline int block_end(int r0, int T) { return r0 + kAttBlock < T ? r0 + kAttBlock : T; }
+// Query rows per block. oneDNN 2.6 runs small bf16 products on AMX CPUs
+// (Sapphire Rapids) through its generic bf16 gemm, not its AMX kernels, at
+// 25-60 GFLOP/s a core: one head's per-block products at config M's shapes
+// (T 512, HD 64) took 0.70 ms forward, against 0.15 ms for the same head's
+// two products over all T x T scores, which take the AMX kernels (a bench of
+// gemm_bf16_on_thread on one core of a Xeon with AMX). There the products
+// computing the masked half too cost less than skipping it: the block is the
+// whole head.
+AttentionBlocking& blocking_choice() {
+    static AttentionBlocking blocking = AttentionBlocking::Auto;
+    return blocking;
+}
+
+bool bf16_whole_heads() {
+    const AttentionBlocking b = blocking_choice();
+    return b == AttentionBlocking::WholeHead || (b == AttentionBlocking::Auto && bf16_engine_uses_amx());
+}
+
+template <typename Ops>
+int query_block_rows(int T) {
+    if constexpr (std::is_same_v<typename Ops::Op, bf16>)
+        if (bf16_whole_heads()) return T;
+    return kAttBlock;
+}
+
+inline int block_end(int r0, int T, int rows) { return r0 + rows < T ? r0 + rows : T; }
 inline int visible_keys(int r1, int T, int lookahead) { return r1 + lookahead < T ? r1 + lookahead : T; }
 inline int last_key(int i, int T, int lookahead) { return i + lookahead < T ? i + lookahead : T - 1; }
 
@@ -76,9 +102,27 @@ void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, in
           float beta, float* C, int ldc) {
     sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
+// On AMX, oneDNN 2.6 takes its AMX kernels for these products only when C is
+// dense (ldc == N): a head's output lies HD floats wide in a row of all heads,
+// and into that the same whole-head product ran 2-3x slower (its generic
+// gemm). With whole heads the product goes to a dense scratch, then is copied
+// or added into C: the same products, one more pass over a T x HD block in
+// cache.
 void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B, int ldb,
           float beta, float* C, int ldc) {
-    gemm_bf16_on_thread(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta != 0.0f, C, ldc);
+    if (ldc == N || !bf16_whole_heads())
+        return gemm_bf16_on_thread(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta != 0.0f, C, ldc);
+    static thread_local std::vector<float> dense;
+    dense.resize((size_t)M * N);
+    gemm_bf16_on_thread(ta, tb, M, N, K, alpha, A, lda, B, ldb, false, dense.data(), N);
+    for (int i = 0; i < M; i++) {
+        float* c = C + (long)i * ldc;
+        const float* d = dense.data() + (long)i * N;
+        if (beta != 0.0f)
+            for (int j = 0; j < N; j++) c[j] += d[j];
+        else
+            std::copy(d, d + N, c);
+    }
 }
 
 // A T x HD slice of qkv or dout (leading dimension ld) as the products read it.
@@ -97,6 +141,7 @@ struct HeadScratch {
     std::vector<Op> dscores;         // T x T score gradients (Bf16Operands)
     std::vector<float> q, k, v;      // one head's widened q, k, v (Bf16ValuesInFp32)
     std::vector<float> columns;      // a block of columns, packed (causal_matmul_transposed)
+    std::vector<float> scores;       // T x T scores before the softmax (AMX: scores_buffer)
     static HeadScratch& mine(int T) {
         static thread_local HeadScratch s;
         if (s.probs.size() < (size_t)T * T) {
@@ -161,14 +206,18 @@ typename Ops::Op* scores_grad_operand(float* dP, std::vector<typename Ops::Op>& 
     else return scratch.data();
 }
 
-// Rows [r0, r1) of a T x T fp32 matrix into its product operand, columns
-// [0, columns); for fp32 the operand is the matrix itself.
+// Rows [r0, r1) of the T x T probabilities into their product operand: each
+// row's visible keys from P, zeros after them to `columns` (P holds only the
+// visible keys in the bf16 modes); for fp32 the operand is P itself.
 template <typename Ops>
-void narrow_rows(typename Ops::Op* out, const float* in, int r0, int r1, int T, int columns) {
+void narrow_rows(typename Ops::Op* out, const float* P, int r0, int r1, int T, int columns, int lookahead) {
     if constexpr (Ops::kBf16) {
-        for (long i = r0; i < r1; i++)
+        for (long i = r0; i < r1; i++) {
+            const int last = last_key((int)i, T, lookahead);
 #pragma omp simd
-            for (int j = 0; j < columns; j++) out[i * T + j] = to_operand<Ops>(in[i * T + j]);
+            for (int j = 0; j <= last; j++) out[i * T + j] = to_operand<Ops>(P[i * T + j]);
+            std::fill(out + i * T + last + 1, out + i * T + columns, typename Ops::Op(0));
+        }
     }
 }
 
@@ -199,29 +248,44 @@ inline float exp_row(float* row, int last, float maxv, float* weighted) {
 }
 
 // The columns of rows [r0, r1) that the products read, to the end of the
-// column block holding their last visible key: the transposed products
-// (causal_matmul_transposed) read whole column blocks. Past the last visible
-// key these hold zeros.
-inline int operand_columns(int r1, int T, int lookahead) {
+// column block (`rows` wide) holding their last visible key: the transposed
+// products (causal_matmul_transposed) read whole column blocks. Past the last
+// visible key these hold zeros.
+inline int operand_columns(int r1, int T, int lookahead, int rows) {
     const int keys = visible_keys(r1, T, lookahead);
-    const int blocked = (keys + kAttBlock - 1) / kAttBlock * kAttBlock;
+    const int blocked = (keys + rows - 1) / rows * rows;
     return blocked < T ? blocked : T;
+}
+
+// Where the scores go before the softmax: into P itself, or, where a block
+// is the whole head (AMX), into a per-thread T x T scratch that stays in
+// cache: P (the stored probabilities, T x T per head, in memory) is then
+// written once, by the softmax, and only on its visible keys.
+template <typename Ops>
+float* scores_buffer(float* P, int T) {
+    if (query_block_rows<Ops>(T) != T || T <= kAttBlock) return P;
+    std::vector<float>& scores = HeadScratch<typename Ops::Op>::mine(T).scores;
+    scores.resize((size_t)T * T);
+    return scores.data();
 }
 
 // Rows [r0, r1) of P = softmax(scale * Q K^T) under the causal mask (query i
 // sees keys j <= i + lookahead), in fp32, and of P_op, the operand the products
 // read (P itself for fp32), written in the same pass; masked entries zero up
-// to operand_columns, and the rest of each row left unwritten. With logit_max
-// (forward only), the rows' largest logit is max-ed into *logit_max and their
-// entropy added to *entropy_sum.
+// to operand_columns in the operand, and the rest of each row left unwritten
+// (in the bf16 modes, P's masked entries too). With logit_max (forward only),
+// the rows' largest logit is max-ed into *logit_max and their entropy added to
+// *entropy_sum.
 template <typename Ops, typename Op = typename Ops::Op>
 void probs_block(float* P, Op* P_op, Slice<Op> q, Slice<Op> k, int T, int HD, float scale, int lookahead,
                  bool probs_bf16, int r0, int r1, float* logit_max = nullptr, float* entropy_sum = nullptr) {
+    float* S = scores_buffer<Ops>(P, T);
     gemm(false, true, r1 - r0, visible_keys(r1, T, lookahead), HD, scale, q.data + (long)r0 * q.ld, q.ld, k.data,
-         k.ld, 0.0f, P + (long)r0 * T, T);
-    const int columns = operand_columns(r1, T, lookahead);
+         k.ld, 0.0f, S + (long)r0 * T, T);
+    const int columns = operand_columns(r1, T, lookahead, query_block_rows<Ops>(T));
     for (int i = r0; i < r1; i++) {
-        float* row = P + (long)i * T;
+        float* row = S + (long)i * T;
+        float* p_row = P + (long)i * T;
         Op* row_op = P_op + (long)i * T;
         const int last = last_key(i, T, lookahead);
         float maxv = -INFINITY;
@@ -239,11 +303,11 @@ void probs_block(float* P, Op* P_op, Slice<Op> q, Slice<Op> k, int T, int HD, fl
 #pragma omp simd
         for (int j = 0; j <= last; j++) {
             const float p = probs_bf16 ? bf16_value(row[j] * inv) : row[j] * inv;
-            row[j] = p;
+            p_row[j] = p;
             if constexpr (Ops::kBf16) row_op[j] = to_operand<Ops>(p);
         }
-        std::fill(row + last + 1, row + columns, 0.0f);
         if constexpr (Ops::kBf16) std::fill(row_op + last + 1, row_op + columns, Op(0));
+        else std::fill(p_row + last + 1, p_row + columns, 0.0f);
     }
 }
 
@@ -270,10 +334,10 @@ const float* packed_columns(std::vector<float>& packed, const float* P, int T, i
 // Y (T, HD, ld ldy) += P^T (T, T) @ X: key block [c0, c1) is seen by query
 // rows [c0 - lookahead, T) only.
 template <typename Op>
-void causal_matmul_transposed(float* Y, int ldy, const Op* P, Slice<Op> X, int T, int HD, int lookahead,
+void causal_matmul_transposed(float* Y, int ldy, const Op* P, Slice<Op> X, int T, int HD, int lookahead, int rows,
                               std::vector<float>& packed) {
-    for (int c0 = 0; c0 < T; c0 += kAttBlock) {
-        int c1 = block_end(c0, T);
+    for (int c0 = 0; c0 < T; c0 += rows) {
+        int c1 = block_end(c0, T, rows);
         int first_row = c0 - lookahead > 0 ? c0 - lookahead : 0;
         const Op* A = P + (long)first_row * T + c0;
         int lda = T;
@@ -310,8 +374,9 @@ void attention_forward_heads(float* out, float* att, float* scratch, const E* qk
                 *logit_max = -INFINITY;
                 *entropy_sum = 0.0f;
             }
-            for (int r0 = 0; r0 < T; r0 += kAttBlock) {
-                int r1 = block_end(r0, T);
+            const int rows = query_block_rows<Ops>(T);
+            for (int r0 = 0; r0 < T; r0 += rows) {
+                int r1 = block_end(r0, T, rows);
                 probs_block<Ops>(P, P_op, q, k, T, HD, scale, lookahead, probs_bf16, r0, r1, logit_max,
                                  entropy_sum);
                 causal_matmul_block(out + (long)b * T * CA + h * HD, CA, static_cast<const Op*>(P_op), v, T, HD,
@@ -331,7 +396,7 @@ void scores_backward_block(float* dq, int ldq, float* dP, Op* dS_op, const float
                            Slice<Op> v, int T, int HD, float scale, int lookahead, int r0, int r1) {
     gemm(false, true, r1 - r0, visible_keys(r1, T, lookahead), HD, 1.0f, dO.data + (long)r0 * dO.ld, dO.ld, v.data,
          v.ld, 0.0f, dP + (long)r0 * T, T);
-    const int columns = operand_columns(r1, T, lookahead);
+    const int columns = operand_columns(r1, T, lookahead, query_block_rows<Ops>(T));
     for (int i = r0; i < r1; i++) {
         const float* p = P + (long)i * T;
         const float* d = dP + (long)i * T;
@@ -365,6 +430,7 @@ void attention_backward_group(float* dqkv, float* thread_scratch, const float* d
     Slice<Op> v = head_operand<Ops>(qkv, b, NH + NKV + g, T, NH, NKV, HD, s.v);
     float* dk = dbase + (NH + g) * HD;
     float* dv = dbase + (NH + NKV + g) * HD;
+    const int rows = query_block_rows<Ops>(T);
     for (int i = 0; i < T; i++) {
         std::memset(dk + (long)i * QKV, 0, sizeof(float) * HD);
         std::memset(dv + (long)i * QKV, 0, sizeof(float) * HD);
@@ -375,17 +441,17 @@ void attention_backward_group(float* dqkv, float* thread_scratch, const float* d
         // Without stored probabilities each block's are recomputed just before use.
         float* P = att ? const_cast<float*>(att) + ((long)b * NH + h) * T * T : thread_scratch;
         Op* P_op = probs_operand<Ops>(P, s.probs);
-        for (int r0 = 0; r0 < T; r0 += kAttBlock) {
-            int r1 = block_end(r0, T);
+        for (int r0 = 0; r0 < T; r0 += rows) {
+            int r1 = block_end(r0, T, rows);
             if (att)
-                narrow_rows<Ops>(P_op, P, r0, r1, T, operand_columns(r1, T, lookahead));
+                narrow_rows<Ops>(P_op, P, r0, r1, T, operand_columns(r1, T, lookahead, rows), lookahead);
             else
                 probs_block<Ops>(P, P_op, q, k, T, HD, scale, lookahead, probs_bf16, r0, r1);
             scores_backward_block<Ops>(dbase + h * HD, QKV, dP, dS_op, P, dO, k, v, T, HD, scale, lookahead, r0, r1);
         }
         // dV += P^T dO, dK += dS^T Q
-        causal_matmul_transposed(dv, QKV, static_cast<const Op*>(P_op), dO, T, HD, lookahead, s.columns);
-        causal_matmul_transposed(dk, QKV, static_cast<const Op*>(dS_op), q, T, HD, lookahead, s.columns);
+        causal_matmul_transposed(dv, QKV, static_cast<const Op*>(P_op), dO, T, HD, lookahead, rows, s.columns);
+        causal_matmul_transposed(dk, QKV, static_cast<const Op*>(dS_op), q, T, HD, lookahead, rows, s.columns);
     }
 }
 
@@ -402,6 +468,8 @@ void attention_backward_groups(float* dqkv, float* scratch, const float* dout, c
 bool bf16_products_on_sgemm() { return bf16_matmul_engine() == Bf16MatmulEngine::Emulated; }
 
 }  // namespace
+
+void set_attention_blocking(AttentionBlocking blocking) { blocking_choice() = blocking; }
 
 void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T, int NH, int NKV,
                        int HD, int lookahead, bool probs_bf16, const AttentionStats* stats) {

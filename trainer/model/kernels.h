@@ -66,10 +66,11 @@ void rope_backward(float* dqkv, const float* cos_table, const float* sin_table, 
 // fault, where every position also sees the next token.
 // att (B, NH, T, T) receives the probabilities when non-null; when null they are
 // computed into per-thread scratch and not kept (activation checkpointing).
-// Only the entries the backward reads are written: each 64-row block's up to
-// the end of the 64-column block holding its last visible key, masked ones
-// zero. The rest of the upper triangle is left as it was (half a T x T
-// matrix's writes, which no one reads).
+// Only the entries the backward reads are written: in fp32 each 64-row
+// block's up to the end of the 64-column block holding its last visible key,
+// masked ones zero; in the bf16 modes (whose products read a bf16 copy) only
+// the visible keys. The rest is left as it was (half a T x T matrix's
+// writes, or more, which no one reads).
 // scratch holds AttentionScratch::floats(T) floats per OpenMP thread.
 struct AttentionScratch {
     static long floats(int T) { return 2L * T * T; }
@@ -109,6 +110,11 @@ void attention_forward(float* out, float* att, float* scratch, const bf16* qkv_h
                        const AttentionStats* stats = nullptr);
 void attention_backward(float* dqkv, float* scratch, const float* dout, const bf16* qkv_heads, const float* att,
                         int B, int T, int NH, int NKV, int HD, int lookahead = 0, bool probs_bf16 = false);
+// How those bf16 products walk a head: Auto picks by CPU (blocks of 64 query
+// rows, or the whole head where oneDNN runs bf16 on AMX: attention.cpp says
+// why); the tests force each, to check both on any CPU.
+enum class AttentionBlocking { Auto, RowBlocks, WholeHead };
+void set_attention_blocking(AttentionBlocking blocking);
 
 // out (N, H) = silu(gate) * up, gate_up (N, 2H) = [gate | up].
 void swiglu_forward(float* out, const float* gate_up, int N, int H);
