@@ -11,6 +11,7 @@
 // keys by HD): each runs on the calling thread (sgemm or oneDNN inside a
 // parallel region), the heads spread over the threads. Where oneDNN runs bf16
 // on AMX the block is the whole head (query_block_rows says why).
+#include "trainer/model/aligned.h"
 #include "trainer/model/bf16.h"
 #include "trainer/model/kernels.h"
 #include "trainer/model/kernels_bf16.h"
@@ -112,7 +113,7 @@ void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const bf16* A, int
           float beta, float* C, int ldc) {
     if (ldc == N || !bf16_whole_heads())
         return gemm_bf16_on_thread(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta != 0.0f, C, ldc);
-    static thread_local std::vector<float> dense;
+    static thread_local AlignedVector<float> dense;
     dense.resize((size_t)M * N);
     gemm_bf16_on_thread(ta, tb, M, N, K, alpha, A, lda, B, ldb, false, dense.data(), N);
     for (int i = 0; i < M; i++) {
@@ -136,12 +137,12 @@ struct Slice {
 // to the largest T and stays.
 template <typename Op>
 struct HeadScratch {
-    std::vector<Op> dout;            // one head's output gradient (bf16 modes)
-    std::vector<Op> probs;           // T x T probabilities (bf16 modes)
-    std::vector<Op> dscores;         // T x T score gradients (Bf16Operands)
-    std::vector<float> q, k, v;      // one head's widened q, k, v (Bf16ValuesInFp32)
-    std::vector<float> columns;      // a block of columns, packed (causal_matmul_transposed)
-    std::vector<float> scores;       // T x T scores before the softmax (AMX: scores_buffer)
+    AlignedVector<Op> dout;            // one head's output gradient (bf16 modes)
+    AlignedVector<Op> probs;           // T x T probabilities (bf16 modes)
+    AlignedVector<Op> dscores;         // T x T score gradients (Bf16Operands)
+    AlignedVector<float> q, k, v;      // one head's widened q, k, v (Bf16ValuesInFp32)
+    AlignedVector<float> columns;      // a block of columns, packed (causal_matmul_transposed)
+    AlignedVector<float> scores;       // T x T scores before the softmax (AMX: scores_buffer)
     static HeadScratch& mine(int T) {
         static thread_local HeadScratch s;
         if (s.probs.size() < (size_t)T * T) {
@@ -165,7 +166,7 @@ Slice<E> head_of(const E* qkv, int b, int h, int T, int NH, int NKV, int HD) {
 // (Bf16ValuesInFp32, whose qkv is bf16 and whose products read fp32).
 template <typename Ops, typename E>
 Slice<typename Ops::Op> head_operand(const E* qkv, int b, int h, int T, int NH, int NKV, int HD,
-                                     std::vector<float>& widened) {
+                                     AlignedVector<float>& widened) {
     const Slice<E> head = head_of(qkv, b, h, T, NH, NKV, HD);
     if constexpr (std::is_same_v<E, typename Ops::Op>) {
         return head;
@@ -179,7 +180,7 @@ Slice<typename Ops::Op> head_operand(const E* qkv, int b, int h, int T, int NH, 
 // dout's head (leading dimension ld) as the products read it: in place for
 // fp32, a contiguous per-thread copy of its bf16 values otherwise.
 template <typename Ops>
-Slice<typename Ops::Op> dout_operand(const float* x, int ld, int T, int HD, std::vector<typename Ops::Op>& copy) {
+Slice<typename Ops::Op> dout_operand(const float* x, int ld, int T, int HD, AlignedVector<typename Ops::Op>& copy) {
     if constexpr (!Ops::kBf16) {
         return {x, ld};
     } else {
@@ -193,7 +194,7 @@ Slice<typename Ops::Op> dout_operand(const float* x, int ld, int T, int HD, std:
 // The operand the products read for the T x T probabilities: P itself in
 // fp32, else the given scratch (backward needs P unrounded).
 template <typename Ops>
-typename Ops::Op* probs_operand(float* P, std::vector<typename Ops::Op>& scratch) {
+typename Ops::Op* probs_operand(float* P, AlignedVector<typename Ops::Op>& scratch) {
     if constexpr (!Ops::kBf16) return P;
     else return scratch.data();
 }
@@ -201,7 +202,7 @@ typename Ops::Op* probs_operand(float* P, std::vector<typename Ops::Op>& scratch
 // rounded in place where it is bf16 values (each dP is read before its dS is
 // written), else the given scratch.
 template <typename Ops>
-typename Ops::Op* scores_grad_operand(float* dP, std::vector<typename Ops::Op>& scratch) {
+typename Ops::Op* scores_grad_operand(float* dP, AlignedVector<typename Ops::Op>& scratch) {
     if constexpr (std::is_same_v<typename Ops::Op, float>) return dP;
     else return scratch.data();
 }
@@ -264,7 +265,7 @@ inline int operand_columns(int r1, int T, int lookahead, int rows) {
 template <typename Ops>
 float* scores_buffer(float* P, int T) {
     if (query_block_rows<Ops>(T) != T || T <= kAttBlock) return P;
-    std::vector<float>& scores = HeadScratch<typename Ops::Op>::mine(T).scores;
+    AlignedVector<float>& scores = HeadScratch<typename Ops::Op>::mine(T).scores;
     scores.resize((size_t)T * T);
     return scores.data();
 }
@@ -323,7 +324,7 @@ void causal_matmul_block(float* Y, int ldy, const Op* P, Slice<Op> X, int T, int
 // c1 - c0) into `packed`. sgemm reads a transposed left operand whose rows
 // lie T floats apart at ~45 GFLOP/s on one Zen 3 core, packed at ~58, with
 // the same sums (measured on attention's shapes).
-const float* packed_columns(std::vector<float>& packed, const float* P, int T, int first_row, int c0, int c1) {
+const float* packed_columns(AlignedVector<float>& packed, const float* P, int T, int first_row, int c0, int c1) {
     const int width = c1 - c0;
     packed.resize((size_t)(T - first_row) * width);
     for (int i = first_row; i < T; i++)
@@ -335,7 +336,7 @@ const float* packed_columns(std::vector<float>& packed, const float* P, int T, i
 // rows [c0 - lookahead, T) only.
 template <typename Op>
 void causal_matmul_transposed(float* Y, int ldy, const Op* P, Slice<Op> X, int T, int HD, int lookahead, int rows,
-                              std::vector<float>& packed) {
+                              AlignedVector<float>& packed) {
     for (int c0 = 0; c0 < T; c0 += rows) {
         int c1 = block_end(c0, T, rows);
         int first_row = c0 - lookahead > 0 ? c0 - lookahead : 0;

@@ -1,5 +1,6 @@
 #include "trainer/model/kernels_bf16.h"
 
+#include "trainer/model/aligned.h"
 #include "trainer/model/kernel_profile.h"
 #include "trainer/model/sgemm.h"
 
@@ -204,8 +205,8 @@ class ThreadMatmuls {
 // Scratch for the widened operands of the emulated engine and for a weight
 // being packed; grows to the largest and stays.
 struct Scratch {
-    std::vector<float> wa, wb;
-    std::vector<bf16> narrowed;  // a weight on its way to being packed
+    AlignedVector<float> wa, wb;
+    AlignedVector<bf16> narrowed;  // a weight on its way to being packed
 };
 
 Scratch& scratch() {
@@ -340,7 +341,7 @@ void Bf16Weight::assign(const float* w) {
     const long n = (long)out_ * in_;
     if (storage_->engine == Bf16MatmulEngine::Emulated) return bf16_round(storage_->widened.data(), w, n);
     // Narrowed once into scratch, then packed twice.
-    std::vector<bf16>& narrowed = scratch().narrowed;
+    AlignedVector<bf16>& narrowed = scratch().narrowed;
     if ((long)narrowed.size() < n) narrowed.resize(n);
     bf16_narrow(narrowed.data(), w, n);
     OneDnn::instance().pack(storage_->transposed, narrowed.data(), true, in_, out_);

@@ -8,6 +8,7 @@
 // the order of the fp32 sums.
 #pragma once
 
+#include "trainer/model/aligned.h"
 #include "trainer/model/bf16.h"
 
 #include <memory>
@@ -101,7 +102,7 @@ class Bf16OutputGrad {
   private:
     Bf16MatmulEngine engine_ = Bf16MatmulEngine::Emulated;
     const bf16* values_ = nullptr;
-    std::vector<float> widened_;  // grows to the largest and stays
+    AlignedVector<float> widened_;  // grows to the largest and stays
 };
 
 // The linear layers, N rows of tokens. Their outputs and input gradients are

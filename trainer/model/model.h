@@ -7,6 +7,7 @@
 // the shapes below are then the shard's.
 #pragma once
 
+#include "trainer/model/aligned.h"
 #include "trainer/model/bf16.h"
 #include "trainer/model/internals.h"
 #include "trainer/model/kernels.h"
@@ -356,29 +357,29 @@ class Model {
     bool checkpoint_attention_;
     int lookahead_ = 0;
     std::vector<TensorKind> kinds_;
-    std::vector<float> params_, grads_;
+    AlignedVector<float> params_, grads_;
     ParameterTensors p_, g_;
-    std::vector<float> acts_;
+    AlignedVector<float> acts_;
     long activation_floats_ = 0;
     ActivationTensors a_;
-    std::vector<bf16> acts_bf16_;
+    AlignedVector<bf16> acts_bf16_;
     Bf16Activations a16_{};  // all null in fp32
     // Backward scratch, one micro-batch and one layer at a time.
-    std::vector<float> d_residual_, d_norm_, d_qkv_, d_att_out_, d_gate_up_, d_swiglu_;
-    std::vector<bf16> dout16_;  // a matmul's output gradient narrowed, in the bf16 modes
+    AlignedVector<float> d_residual_, d_norm_, d_qkv_, d_att_out_, d_gate_up_, d_swiglu_;
+    AlignedVector<bf16> dout16_;  // a matmul's output gradient narrowed, in the bf16 modes
     Bf16OutputGrad dout_grad_;  // the same as both backward products read it
-    std::vector<float> att_scratch_;  // per OpenMP thread
+    AlignedVector<float> att_scratch_;  // per OpenMP thread
     std::vector<float> qk_dweight_;   // (2 HD) under tensor parallelism: one layer's qk-norm gain gradients
     // Sequence parallelism's buffers: full_ (B*T, C) and, in the bf16 modes,
     // full16_ (B*T, C) (sequence_parallel_buffer_bytes); a reduce-scattered
     // norm input gradient (stream_rows, C); a norm weight's gradient (C).
-    std::vector<float> full_;
-    std::vector<bf16> full16_;
-    std::vector<float> d_norm_rows_, norm_dweight_;
+    AlignedVector<float> full_;
+    AlignedVector<bf16> full16_;
+    AlignedVector<float> d_norm_rows_, norm_dweight_;
     // The k and v rows of one layer's qkv_proj gradient, this micro-batch's,
     // at their kv group's place among all kv heads (NKV, 2, HD, C), summed
     // over the group when kv heads are shared (model_sequence_parallel.cpp).
-    std::vector<float> kv_grads_, kv_grads_before_;
+    AlignedVector<float> kv_grads_, kv_grads_before_;
     double z_loss_term_ = NAN;
     std::vector<float> sequence_losses_, sequence_grad_norms_;  // (B)
     std::vector<char> dropped_;                                 // (B) or empty

@@ -1,4 +1,5 @@
 #include "trainer/model/sgemm.h"
+#include "trainer/model/aligned.h"
 
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
@@ -49,7 +50,7 @@ static bool blocked_columns_pay(bool trans_a, bool trans_b, int M, int N) {
 
 static void sgemm_blocked_columns(int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
                                   float beta, float* C, int ldc) {
-    static thread_local std::vector<float> scratch;  // grows, never shrinks: no zero-fill per call
+    static thread_local AlignedVector<float> scratch;  // grows, never shrinks: no zero-fill per call
     if (scratch.size() < (size_t)K * kColumnBlock) scratch.resize((size_t)K * kColumnBlock);
     float* block = scratch.data();  // the calling thread's, shared with the copy's threads
     for (int m0 = 0; m0 < M; m0 += kColumnBlock) {

@@ -5,6 +5,7 @@
 // widening a bf16 is exact, and narrowing a bf16 value back is too.
 #pragma once
 
+#include "trainer/model/aligned.h"
 #include "trainer/model/bf16.h"
 
 #include <vector>
@@ -30,7 +31,7 @@ class StateBuffer {
     float at(long i) const { return is_bf16_ ? bf16_to_float(b16_[i]) : f32_[i]; }
     // The values as fp32 (a copy).
     std::vector<float> to_float() const {
-        if (!is_bf16_) return f32_;
+        if (!is_bf16_) return std::vector<float>(f32_.begin(), f32_.end());
         std::vector<float> out(b16_.size());
         for (size_t i = 0; i < out.size(); i++) out[i] = bf16_to_float(b16_[i]);
         return out;
@@ -47,8 +48,8 @@ class StateBuffer {
 
   private:
     bool is_bf16_;
-    std::vector<float> f32_;
-    std::vector<bf16> b16_;
+    AlignedVector<float> f32_;
+    AlignedVector<bf16> b16_;
 };
 
 }  // namespace hlat
