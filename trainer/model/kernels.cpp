@@ -300,14 +300,12 @@ void swiglu_forward(float* out, const float* gate_up, int N, int H) {
     }
 }
 
-void swiglu_forward_bf16(bf16* out, bf16* gate_up16, const float* gate_up, int N, int H) {
+void swiglu_forward_bf16(bf16* out, const bf16* gate_up16, int N, int H) {
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
-        const float* g = gate_up + (long)n * 2 * H;
-        bf16* g16 = gate_up16 + (long)n * 2 * H;
-        bf16* u16 = g16 + H;
+        const bf16* g16 = gate_up16 + (long)n * 2 * H;
+        const bf16* u16 = g16 + H;
         bf16* y = out + (long)n * H;
-        for (int i = 0; i < 2 * H; i++) g16[i] = float_to_bf16_rne(g[i]);  // the row stays in cache
         for (int i = 0; i < H; i++) {
             const float gate = bf16_to_float(g16[i]);
             store(y[i], gate * sigmoid(gate) * bf16_to_float(u16[i]));

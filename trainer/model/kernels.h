@@ -168,8 +168,9 @@ void rope_forward_bf16_values(float* qkv, const float* cos_table, const float* s
 // dqkv16 = bf16(rope_backward(dqkv)), dqkv left as it was.
 void rope_backward_bf16(bf16* dqkv16, const float* dqkv, const float* cos_table, const float* sin_table, int B,
                         int T, int NH, int NKV, int HD);
-// gate_up16 = bf16(gate_up), kept for the backward; out = bf16(swiglu) of those values.
-void swiglu_forward_bf16(bf16* out, bf16* gate_up16, const float* gate_up, int N, int H);
+// out = bf16(swiglu) of gate_up16's values (the gate_up product, stored in
+// bf16 by matmul_forward_bf16 and kept for the backward).
+void swiglu_forward_bf16(bf16* out, const bf16* gate_up16, int N, int H);
 // dgate_up = bf16(swiglu_backward) of gate_up16's values, with dout rounded as read.
 void swiglu_backward_bf16(bf16* dgate_up, const float* dout, const bf16* gate_up16, int N, int H);
 // out = a + b with a (a matmul's output) rounded as read; the sum rounded to

@@ -59,11 +59,12 @@ class OneDnn {
         return o;
     }
 
-    // C (M, N) = op(A) (M, K) @ B (K, N) (+ C with accumulate), B laid out as `layout`.
-    void matmul(float* C, const bf16* A, bool ta, const bf16* B, Layout layout, int M, int N, int K,
+    // C (M, N) = op(A) (M, K) @ B (K, N) (+ C with accumulate), B laid out as
+    // `layout`; C is fp32, or bf16 (the fp32 sums rounded) with c_bf16.
+    void matmul(void* C, bool c_bf16, const bf16* A, bool ta, const bf16* B, Layout layout, int M, int N, int K,
                 bool accumulate) {
         std::lock_guard<std::mutex> lock(mutex_);
-        auto key = std::make_tuple(M, N, K, ta, (int)layout, accumulate);
+        auto key = std::make_tuple(M, N, K, ta, (int)layout, accumulate, c_bf16);
         auto it = matmuls_.find(key);
         if (it == matmuls_.end()) {
             dnnl::primitive_attr attr;
@@ -75,7 +76,7 @@ class OneDnn {
             MatmulEntry e;
             e.a = plain_bf16(M, K, ta);
             e.b = layout == Layout::Packed ? packed_layout(K, N) : plain_bf16(K, N, layout == Layout::Transposed);
-            e.c = memory::desc({M, N}, memory::data_type::f32, memory::dims{N, 1});
+            e.c = memory::desc({M, N}, c_bf16 ? memory::data_type::bf16 : memory::data_type::f32, memory::dims{N, 1});
             e.matmul = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(e.a, e.b, e.c), attr, engine_));
             it = matmuls_.emplace(key, std::move(e)).first;
         }
@@ -130,7 +131,7 @@ class OneDnn {
     dnnl::engine engine_;
     dnnl::stream stream_;
     std::mutex mutex_;
-    std::map<std::tuple<int, int, int, bool, int, bool>, MatmulEntry> matmuls_;
+    std::map<std::tuple<int, int, int, bool, int, bool, bool>, MatmulEntry> matmuls_;
     std::map<std::tuple<int, int, bool>, dnnl::reorder> reorders_;
     std::map<std::pair<int, int>, memory::desc> layouts_;
 };
@@ -206,6 +207,7 @@ class ThreadMatmuls {
 // being packed; grows to the largest and stays.
 struct Scratch {
     AlignedVector<float> wa, wb;
+    AlignedVector<float> sums;   // a product's fp32 sums on their way to bf16
     AlignedVector<bf16> narrowed;  // a weight on its way to being packed
 };
 
@@ -269,7 +271,8 @@ static void emulated_gemm(float* C, const bf16* A, const float* B, int M, int N,
 void gemm_bf16(float* C, const bf16* A, const bf16* B, int M, int N, int K, bool trans_a, bool trans_b,
                bool accumulate) {
     if (engine_choice() == Bf16MatmulEngine::OneDnn) {
-        OneDnn::instance().matmul(C, A, trans_a, B, trans_b ? Layout::Transposed : Layout::Plain, M, N, K, accumulate);
+        OneDnn::instance().matmul(C, false, A, trans_a, B, trans_b ? Layout::Transposed : Layout::Plain, M, N, K,
+                                  accumulate);
         flip_bit_if_injected(C);
         return;
     }
@@ -313,7 +316,7 @@ struct Bf16Weight::Storage {
     Bf16MatmulEngine engine;
     // The emulated engine's W (OC, IC): its bf16 values widened once per
     // optimizer step, as every sgemm it feeds would widen them again.
-    std::vector<float> widened;
+    AlignedVector<float> widened;
     dnnl::memory transposed, natural;  // oneDNN's: W^T (IC, OC) and W (OC, IC), packed
 };
 
@@ -352,9 +355,23 @@ void matmul_forward_bf16(float* out, const bf16* inp, const Bf16Weight& w, int N
     const Bf16Weight::Storage& s = w.storage();
     if (s.engine == Bf16MatmulEngine::Emulated)
         return emulated_gemm(out, inp, s.widened.data(), N, w.out_features(), w.in_features(), true);
-    OneDnn::instance().matmul(out, inp, false, static_cast<const bf16*>(s.transposed.get_data_handle()),
+    OneDnn::instance().matmul(out, false, inp, false, static_cast<const bf16*>(s.transposed.get_data_handle()),
                               Layout::Packed, N, w.out_features(), w.in_features(), false);
     flip_bit_if_injected(out);
+}
+
+void matmul_forward_bf16(bf16* out16, const bf16* inp, const Bf16Weight& w, int N) {
+    const Bf16Weight::Storage& s = w.storage();
+    const long n = (long)N * w.out_features();
+    if (s.engine == Bf16MatmulEngine::Emulated) {
+        AlignedVector<float>& sums = scratch().sums;
+        if ((long)sums.size() < n) sums.resize(n);
+        matmul_forward_bf16(sums.data(), inp, w, N);
+        return bf16_narrow(out16, sums.data(), n);
+    }
+    OneDnn::instance().matmul(out16, true, inp, false, static_cast<const bf16*>(s.transposed.get_data_handle()),
+                              Layout::Packed, N, w.out_features(), w.in_features(), false);
+    flip_bit_if_injected(out16);
 }
 
 void Bf16OutputGrad::assign(const float* dout, bf16* narrowed, long n) {
@@ -387,7 +404,7 @@ void matmul_dinput_bf16(float* dinp, const Bf16OutputGrad& dout, const Bf16Weigh
         throw std::logic_error("matmul_dinput_bf16: output gradient and weight made for different engines");
     if (s.engine == Bf16MatmulEngine::Emulated)
         return sgemm(false, false, N, IC, OC, 1.0f, dout.widened(), OC, s.widened.data(), IC, 0.0f, dinp, IC);
-    OneDnn::instance().matmul(dinp, dout.values(), false, static_cast<const bf16*>(s.natural.get_data_handle()),
+    OneDnn::instance().matmul(dinp, false, dout.values(), false, static_cast<const bf16*>(s.natural.get_data_handle()),
                               Layout::Packed, N, IC, OC, false);
     flip_bit_if_injected(dinp);
 }

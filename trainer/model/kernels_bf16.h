@@ -111,6 +111,11 @@ class Bf16OutputGrad {
 // with bf16_round_inplace where no kernel can.
 // out (N, OC) = inp (N, IC) @ W^T.
 void matmul_forward_bf16(float* out, const bf16* inp, const Bf16Weight& w, int N);
+// The same product rounded to bf16 as it is stored, for an output whose only
+// reader wants it rounded (SwiGLU's input): half the bytes written and read.
+// The same bits as the fp32 sums narrowed (bf16_narrow), except that oneDNN's
+// conversion (vcvtneps2bf16) flushes fp32 denormals, below 2^-126, to zero.
+void matmul_forward_bf16(bf16* out16, const bf16* inp, const Bf16Weight& w, int N);
 // dinp (N, IC) = dout (N, OC) @ W.
 void matmul_dinput_bf16(float* dinp, const Bf16OutputGrad& dout, const Bf16Weight& w, int N);
 // dweight (OC, IC) = dout^T @ inp, added to what dweight holds with

@@ -139,9 +139,10 @@ void Model::allocate_activations() {
     const bool bf16_mode = precision_.bf16_compute();
     const long qk_layers = config_.qk_norm ? L : 0;
     // One allocation, carved in the order of the struct. The bf16 modes keep
-    // the linear layers' and SwiGLU's inputs in bf16 only (a16_), and the fp32
-    // sums of attention's output, of gate_up and (with bf16 attention, whose
-    // input is then bf16 only) of qkv for one layer at a time.
+    // the linear layers' and SwiGLU's inputs in bf16 only (a16_; gate_up's
+    // product is stored there directly), and the fp32 sums of attention's
+    // output and (with bf16 attention, whose input is then bf16 only) of qkv
+    // for one layer at a time.
     const long f32_inputs = bf16_mode ? 0 : 1;
     const long qkv_layers = attention_bf16() ? 1 : L, fp32_sum_layers = bf16_mode ? 1 : L;
     const long sizes[] = {
@@ -154,7 +155,7 @@ void Model::allocate_activations() {
         L * R * C,                                          // residual_mid
         f32_inputs * L * R * C,                             // ffn_norm
         L * R,                                              // ffn_rstd
-        fp32_sum_layers * N * 2 * H,                        // gate_up
+        f32_inputs * L * N * 2 * H,                         // gate_up (bf16 modes: stored in bf16 only)
         f32_inputs * L * N * H,                             // swiglu
         f32_inputs * R * C,                                 // final_norm
         R,                                                  // final_rstd
@@ -320,6 +321,19 @@ void Model::linear_forward(float* out, const float* inp, bf16* inp16, const floa
     matmul_forward_bf16(out, inp16, weight16(weight), N);
 }
 
+// The same product in the bf16 modes, stored in bf16 (out16): for an output
+// read only as bf16 values.
+void Model::linear_forward_narrowed(bf16* out16, const float* inp, bf16* inp16, const float* weight, int N, int IC,
+                                    int OC) {
+    KernelScope scope("gemm forward", 2.0 * ((double)N * IC + (double)IC * OC + (double)N * OC), 2.0 * N * IC * OC,
+                      KernelProfile::active() ? &kind_name_of(weight) : nullptr);
+    if (inp) {
+        KernelScope narrow("narrow to bf16", 6.0 * N * IC);
+        bf16_narrow(inp16, inp, (long)N * IC);
+    }
+    matmul_forward_bf16(out16, inp16, weight16(weight), N);
+}
+
 void Model::linear_backward(float* dinp, float* dweight, const float* dout, const bf16* dout16, const float* inp,
                             const bf16* inp16, const float* weight, int N, int IC, int OC) {
     const bool accumulate = !overwrite_linear_grads_;
@@ -406,14 +420,13 @@ void Model::pack_bf16_weights() {
 }
 
 // out (N, H) = silu(gate) * up, from the gate_up matmul's output: in the bf16
-// modes from its fp32 sums rounded, kept as gate_up16 for the backward, into
-// out16; else into out.
-void Model::swiglu_layer_forward(float* out, bf16* out16, const float* gate_up, bf16* gate_up16) {
+// modes from gate_up16 (the product stored in bf16, kept for the backward)
+// into out16; else from gate_up into out.
+void Model::swiglu_layer_forward(float* out, bf16* out16, const float* gate_up, const bf16* gate_up16) {
     const int N = B_ * T_, H = shard_.hidden_dim;
     const bool bf16 = precision_.bf16_compute();
-    // bf16: the fp32 sums read, their bf16 values and out16 written.
-    KernelScope scope("swiglu forward", (double)N * H * (bf16 ? 14 : 12));
-    if (bf16) return swiglu_forward_bf16(out16, gate_up16, gate_up, N, H);
+    KernelScope scope("swiglu forward", (double)N * H * (bf16 ? 6 : 12));
+    if (bf16) return swiglu_forward_bf16(out16, gate_up16, N, H);
     swiglu_forward(out, gate_up, N, H);
 }
 
@@ -457,7 +470,7 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
         float* mid = a.residual_mid + nc;
         float* fn = layer_slot(a.ffn_norm, l, RC);
         bf16* fn16 = layer_slot(a16_.ffn_norm, l, RC);
-        float* gu = bf16_mode ? a.gate_up : a.gate_up + (long)l * N * 2 * H;
+        float* gu = bf16_mode ? nullptr : a.gate_up + (long)l * N * 2 * H;
         bf16* gu16 = layer_slot(a16_.gate_up, l, (long)N * 2 * H);
         float* sw = layer_slot(a.swiglu, l, (long)N * H);
         bf16* sw16 = layer_slot(a16_.swiglu, l, (long)N * H);
@@ -474,7 +487,10 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
         add_to_stream(mid, attn_out, res);
         norm_forward(fn, fn16, a.ffn_rstd + l * stream_rows_, mid, p.ffn_norm + (long)l * C);
         auto [y, y16] = gathered_input(fn, fn16);
-        linear_forward(gu, y, y16, p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
+        if (bf16_mode)
+            linear_forward_narrowed(gu16, y, y16, p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
+        else
+            linear_forward(gu, y, y16, p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
         swiglu_layer_forward(sw, sw16, gu, gu16);
         float* mlp_out = row_parallel_output(next);
         linear_forward(mlp_out, sw, sw16, p.down + (long)l * C * H, N, H, C);

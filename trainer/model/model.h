@@ -119,8 +119,7 @@ struct ActivationTensors {
     float* residual_mid;  // (L, B, T, C) stream after attention
     float* ffn_norm;      // (L, B, T, C)
     float* ffn_rstd;      // (L, B, T)
-    float* gate_up;       // (L, B, T, 2*H); in the bf16 modes (B, T, 2*H), one layer's matmul sums on
-                          // their way into Bf16Activations::gate_up
+    float* gate_up;       // (L, B, T, 2*H); null in the bf16 modes (Bf16Activations::gate_up)
     float* swiglu;        // (L, B, T, H)
     float* final_norm;    // (B, T, C)
     float* final_rstd;    // (B, T)
@@ -135,7 +134,7 @@ struct ActivationTensors {
 // The activations the bf16 modes keep in bf16 only, written narrowed by the
 // kernels that produce them (att_out: narrowed from fp32): the inputs of the
 // linear layers, kept for the weight gradients, attention's, and SwiGLU's
-// (gate_up, narrowed from the fp32 sums by swiglu_forward_bf16).
+// (gate_up, stored in bf16 by its product).
 struct Bf16Activations {
     bf16* attn_norm;   // (L, B, T, C) input of qkv_proj
     bf16* qkv_heads;   // (L, B, NH + 2 NKV, T, HD) attention's input, q and k after RoPE; null with
@@ -274,7 +273,7 @@ class Model {
     const Bf16Weight& weight16(const float* weight) const;
     void pack_bf16_weights();
     // SwiGLU between the gate_up and down matmuls, forward and backward.
-    void swiglu_layer_forward(float* out, bf16* out16, const float* gate_up, bf16* gate_up16);
+    void swiglu_layer_forward(float* out, bf16* out16, const float* gate_up, const bf16* gate_up16);
     void swiglu_layer_backward(const float* gate_up, const bf16* gate_up16);
     // The tensor kind a pointer into params_ or grads_ falls in (the profile's label).
     const std::string& kind_name_of(const float* p) const;
@@ -285,6 +284,8 @@ class Model {
     // into dout_grad_ for both backward products; out and dinp are left
     // unrounded for their reader to round.
     void linear_forward(float* out, const float* inp, bf16* inp16, const float* weight, int N, int IC, int OC);
+    void linear_forward_narrowed(bf16* out16, const float* inp, bf16* inp16, const float* weight, int N, int IC,
+                                 int OC);
     void linear_backward(float* dinp, float* dweight, const float* dout, const bf16* dout16, const float* inp,
                          const bf16* inp16, const float* weight, int N, int IC, int OC);
     // The steps around the matmuls that differ by precision: RMSNorm into the

@@ -23,6 +23,10 @@ void flip_bit_if_injected(float* C) {
     if (gemm_bit_flip) C[0] = std::bit_cast<float>(std::bit_cast<uint32_t>(C[0]) ^ (1u << 22));
 }
 
+void flip_bit_if_injected(bf16* C) {
+    if (gemm_bit_flip) C[0] ^= bf16(1u << 6);
+}
+
 static void dnnl_sgemm_or_throw(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                                 const float* B, int ldb, float beta, float* C, int ldc) {
     dnnl_status_t status =

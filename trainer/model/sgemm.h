@@ -8,6 +8,8 @@
 // OpenMP parallel region it runs on the calling thread only.
 #pragma once
 
+#include "trainer/model/bf16.h"
+
 namespace hlat {
 
 // Silent data corruption, injected (`--inject sdc`): while on, every sgemm
@@ -15,6 +17,8 @@ namespace hlat {
 // as a core with bad arithmetic corrupts results without crashing.
 void set_gemm_bit_flip(bool on);
 void flip_bit_if_injected(float* C);
+// The same bit of a bf16 output (fp32's bit 22 is bf16's bit 6).
+void flip_bit_if_injected(bf16* C);
 
 void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
            int ldb, float beta, float* C, int ldc);
