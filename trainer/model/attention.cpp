@@ -392,13 +392,17 @@ void attention_forward_heads(float* out, float* att, float* scratch, const E* qk
 // into dS_op (zero past the visible keys; dP itself where the operands are
 // fp32), and
 // dQ = dS K.
+// With P_op, each row of the stored P is also narrowed into it there (the
+// operand of dV's product, which runs after the block): one read of P, from
+// memory where a whole head is a block (AMX), instead of two.
 template <typename Ops, typename Op = typename Ops::Op>
-void scores_backward_block(float* dq, int ldq, float* dP, Op* dS_op, const float* P, Slice<Op> dO, Slice<Op> k,
-                           Slice<Op> v, int T, int HD, float scale, int lookahead, int r0, int r1) {
+void scores_backward_block(float* dq, int ldq, float* dP, Op* dS_op, const float* P, Op* P_op, Slice<Op> dO,
+                           Slice<Op> k, Slice<Op> v, int T, int HD, float scale, int lookahead, int r0, int r1) {
     gemm(false, true, r1 - r0, visible_keys(r1, T, lookahead), HD, 1.0f, dO.data + (long)r0 * dO.ld, dO.ld, v.data,
          v.ld, 0.0f, dP + (long)r0 * T, T);
     const int columns = operand_columns(r1, T, lookahead, query_block_rows<Ops>(T));
     for (int i = r0; i < r1; i++) {
+        if (P_op) narrow_rows<Ops>(P_op, P, i, i + 1, T, columns, lookahead);
         const float* p = P + (long)i * T;
         const float* d = dP + (long)i * T;
         Op* ds = dS_op + (long)i * T;
@@ -444,11 +448,9 @@ void attention_backward_group(float* dqkv, float* thread_scratch, const float* d
         Op* P_op = probs_operand<Ops>(P, s.probs);
         for (int r0 = 0; r0 < T; r0 += rows) {
             int r1 = block_end(r0, T, rows);
-            if (att)
-                narrow_rows<Ops>(P_op, P, r0, r1, T, operand_columns(r1, T, lookahead, rows), lookahead);
-            else
-                probs_block<Ops>(P, P_op, q, k, T, HD, scale, lookahead, probs_bf16, r0, r1);
-            scores_backward_block<Ops>(dbase + h * HD, QKV, dP, dS_op, P, dO, k, v, T, HD, scale, lookahead, r0, r1);
+            if (!att) probs_block<Ops>(P, P_op, q, k, T, HD, scale, lookahead, probs_bf16, r0, r1);
+            scores_backward_block<Ops>(dbase + h * HD, QKV, dP, dS_op, P, att ? P_op : nullptr, dO, k, v, T, HD,
+                                       scale, lookahead, r0, r1);
         }
         // dV += P^T dO, dK += dS^T Q
         causal_matmul_transposed(dv, QKV, static_cast<const Op*>(P_op), dO, T, HD, lookahead, rows, s.columns);
