@@ -139,10 +139,9 @@ void Model::allocate_activations() {
     const bool bf16_mode = precision_.bf16_compute();
     const long qk_layers = config_.qk_norm ? L : 0;
     // One allocation, carved in the order of the struct. The bf16 modes keep
-    // the linear layers' and SwiGLU's inputs in bf16 only (a16_; gate_up's
-    // product is stored there directly), and the fp32 sums of attention's
-    // output and (with bf16 attention, whose input is then bf16 only) of qkv
-    // for one layer at a time.
+    // the linear layers' and SwiGLU's inputs in bf16 only (a16_), and the fp32
+    // sums of attention's output and (with bf16 attention, whose input is then
+    // bf16 only) of qkv for one layer at a time.
     const long f32_inputs = bf16_mode ? 0 : 1;
     const long qkv_layers = attention_bf16() ? 1 : L, fp32_sum_layers = bf16_mode ? 1 : L;
     const long sizes[] = {
