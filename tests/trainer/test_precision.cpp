@@ -266,11 +266,12 @@ TEST(Bf16Matmul, PackedWeightsGiveThePlainProducts) {
 // rounded to nearest even, bit for bit, on every engine: oneDNN sums in the
 // same order whichever type it stores, and its conversion differs from ours
 // only on denormals, which these sums never are. Shapes: odd ones, and config
-// M's gate_up (K 512, OC 2752) and down_proj's K on fewer rows.
+// M's gate_up (K 512, OC 2752), down_proj's K on fewer rows, and a long K on
+// a small output (where a product might split K between threads).
 TEST(Bf16Matmul, ForwardStoredInBf16IsTheFp32ProductRounded) {
     EngineScope scope;
     for (auto [N, IC, OC] : std::vector<std::tuple<int, int, int>>{
-             {1, 1, 1}, {17, 33, 5}, {300, 130, 67}, {512, 512, 2752}, {96, 1376, 512}}) {
+             {1, 1, 1}, {17, 33, 5}, {300, 130, 67}, {512, 512, 2752}, {96, 1376, 512}, {4, 4096, 64}}) {
         SCOPED_TRACE(fmt::format("N {} IC {} OC {}", N, IC, OC));
         auto w = random_vector((long)OC * IC, 21);
         auto inp16 = narrow(random_vector((long)N * IC, 22));

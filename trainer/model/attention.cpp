@@ -403,9 +403,10 @@ inline void prefetch_visible_keys(const float* P, int i, int T, int lookahead) {
 // into dS_op (zero past the visible keys; dP itself where the operands are
 // fp32), and
 // dQ = dS K.
-// With P_op, each row of the stored P is also narrowed into it there (the
-// operand of dV's product, which runs after the block): one read of P, from
-// memory where a whole head is a block (AMX), instead of two.
+// With P_op (the stored P's operand: P itself in fp32), each row of the
+// stored P is also narrowed into it there (the operand of dV's product, which
+// runs after the block): one read of P, from memory where a whole head is a
+// block (AMX), instead of two; and P's rows are asked for ahead.
 template <typename Ops, typename Op = typename Ops::Op>
 void scores_backward_block(float* dq, int ldq, float* dP, Op* dS_op, const float* P, Op* P_op, Slice<Op> dO,
                            Slice<Op> k, Slice<Op> v, int T, int HD, float scale, int lookahead, int r0, int r1) {

@@ -115,6 +115,8 @@ void matmul_forward_bf16(float* out, const bf16* inp, const Bf16Weight& w, int N
 // reader wants it rounded (SwiGLU's input): half the bytes written and read.
 // The same bits as the fp32 sums narrowed (bf16_narrow), except that oneDNN's
 // conversion (vcvtneps2bf16) flushes fp32 denormals, below 2^-126, to zero.
+// The emulated engine computes the fp32 sums into a scratch it keeps and
+// narrows them: there the fp32 copy remains.
 void matmul_forward_bf16(bf16* out16, const bf16* inp, const Bf16Weight& w, int N);
 // dinp (N, IC) = dout (N, OC) @ W.
 void matmul_dinput_bf16(float* dinp, const Bf16OutputGrad& dout, const Bf16Weight& w, int N);

@@ -284,6 +284,8 @@ class Model {
     // into dout_grad_ for both backward products; out and dinp are left
     // unrounded for their reader to round.
     void linear_forward(float* out, const float* inp, bf16* inp16, const float* weight, int N, int IC, int OC);
+    // The bf16 modes' linear_forward for an output read only as bf16 values:
+    // stored in bf16 by the product itself.
     void linear_forward_narrowed(bf16* out16, const float* inp, bf16* inp16, const float* weight, int N, int IC,
                                  int OC);
     void linear_backward(float* dinp, float* dweight, const float* dout, const bf16* dout16, const float* inp,
