@@ -303,8 +303,18 @@ const std::string& Model::kind_name_of(const float* p) const {
 
 // A GEMM's bytes as the profile counts them: both operands and the output,
 // at e bytes an operand element (4 fp32, 2 bf16), the output fp32.
-static double gemm_bytes(long m, long n, long k, int e, bool accumulate = false) {
-    return (double)e * (m * k + k * n) + 4.0 * m * n * (accumulate ? 2 : 1);
+// A product's bytes: its operands at e bytes an element, its output at
+// e_out (read too when it accumulates).
+static double gemm_bytes(long m, long n, long k, int e, bool accumulate = false, int e_out = 4) {
+    return (double)e * (m * k + k * n) + (double)e_out * m * n * (accumulate ? 2 : 1);
+}
+
+// A linear layer's input as the bf16 products read it: inp narrowed into
+// inp16 where it comes in fp32 (inp null: inp16 holds it already).
+static void narrow_input(const float* inp, bf16* inp16, long n) {
+    if (!inp) return;
+    KernelScope narrow("narrow to bf16", 6.0 * n);
+    bf16_narrow(inp16, inp, n);
 }
 
 void Model::linear_forward(float* out, const float* inp, bf16* inp16, const float* weight, int N, int IC, int OC) {
@@ -313,10 +323,7 @@ void Model::linear_forward(float* out, const float* inp, bf16* inp16, const floa
     KernelScope scope("gemm forward", gemm_bytes(N, OC, IC, bf16 ? 2 : 4), 2.0 * N * IC * OC,
                       profiling ? &kind_name_of(weight) : nullptr);
     if (!bf16) return matmul_forward(out, inp, weight, N, IC, OC);
-    if (inp) {
-        KernelScope narrow("narrow to bf16", 6.0 * N * IC);
-        bf16_narrow(inp16, inp, (long)N * IC);
-    }
+    narrow_input(inp, inp16, (long)N * IC);
     matmul_forward_bf16(out, inp16, weight16(weight), N);
 }
 
@@ -324,12 +331,9 @@ void Model::linear_forward(float* out, const float* inp, bf16* inp16, const floa
 // read only as bf16 values.
 void Model::linear_forward_narrowed(bf16* out16, const float* inp, bf16* inp16, const float* weight, int N, int IC,
                                     int OC) {
-    KernelScope scope("gemm forward", 2.0 * ((double)N * IC + (double)IC * OC + (double)N * OC), 2.0 * N * IC * OC,
+    KernelScope scope("gemm forward", gemm_bytes(N, OC, IC, 2, false, 2), 2.0 * N * IC * OC,
                       KernelProfile::active() ? &kind_name_of(weight) : nullptr);
-    if (inp) {
-        KernelScope narrow("narrow to bf16", 6.0 * N * IC);
-        bf16_narrow(inp16, inp, (long)N * IC);
-    }
+    narrow_input(inp, inp16, (long)N * IC);
     matmul_forward_bf16(out16, inp16, weight16(weight), N);
 }
 
