@@ -255,7 +255,9 @@ void prepare_schema(Database& db, bool writable) {
     // WAL: readers never block the writer and the writer never blocks readers;
     // synchronous=NORMAL is durable up to the last commit in WAL mode on a crash
     // of the process (a power loss may lose the last commits, never corrupt).
-    db.exec("PRAGMA journal_mode=WAL");
+    // Retried by hand: two processes opening a new store at once both ask for
+    // the switch, and SQLite refuses one at once rather than risk a deadlock.
+    db.exec_retrying_when_busy("PRAGMA journal_mode=WAL");
     db.exec("PRAGMA synchronous=NORMAL");
     // A migration may rebuild a table that others refer to (7 -> 8: runs),
     // which foreign keys would refuse half way; they are off while it runs

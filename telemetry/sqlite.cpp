@@ -4,8 +4,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <thread>
 
 namespace hlat::telemetry {
 
@@ -112,6 +115,19 @@ void Database::exec(const std::string& sql) {
     int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err);
     sqlite3_free(err);
     if (rc != SQLITE_OK) fail(rc, "running " + sql.substr(0, 60));
+}
+
+void Database::exec_retrying_when_busy(const std::string& sql) {
+    auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(busy_timeout_ms_);
+    auto pause = std::chrono::milliseconds(1);
+    for (;;) {
+        int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, nullptr);
+        if (rc == SQLITE_OK) return;
+        if ((rc & 0xff) != SQLITE_BUSY || std::chrono::steady_clock::now() >= give_up)
+            fail(rc, "running " + sql.substr(0, 60));
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    }
 }
 
 Statement Database::prepare(const std::string& sql) {

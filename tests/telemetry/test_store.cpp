@@ -12,8 +12,10 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 namespace hlat {
 namespace {
@@ -351,6 +353,38 @@ TEST(Store, ReadOnlyStoreIsReported) {
         });
         ::chmod(dir.file("ro").c_str(), 0755);
         EXPECT_NE(e.find("read-only"), std::string::npos) << e;
+    }
+}
+
+// Two trainers launched at once on a new store (paper_lessons runs two at a
+// time) both switch it to WAL. SQLite answers one of them SQLITE_BUSY without
+// calling the busy handler (waiting could deadlock), so the switch itself
+// must be retried: here eight connections open each new file at once.
+TEST(Store, ConnectionsOpeningANewStoreAtOnceAllSucceed) {
+    test::ScratchDir dir("store_open_at_once");
+    constexpr int kFiles = 20, kConnections = 8;
+    for (int f = 0; f < kFiles; ++f) {
+        std::string db = dir.file(fmt::format("s{}.db", f));
+        std::atomic<int> ready{0};
+        std::vector<std::string> errors(kConnections);
+        std::vector<std::thread> threads;
+        for (int c = 0; c < kConnections; ++c)
+            threads.emplace_back([&, c] {
+                ready.fetch_add(1);
+                while (ready.load() < kConnections) std::this_thread::yield();
+                try {
+                    Database d(db, Database::Mode::Create, 5000);
+                    prepare_schema(d, true);
+                } catch (const StoreError& e) {
+                    errors[c] = e.what();
+                }
+            });
+        for (std::thread& t : threads) t.join();
+        for (const std::string& e : errors) EXPECT_EQ(e, "") << "file " << f;
+        Database d(db, Database::Mode::ReadOnly, 1000);
+        Statement mode = d.prepare("PRAGMA journal_mode");
+        ASSERT_TRUE(mode.step());
+        EXPECT_EQ(mode.column_text(0), "wal") << "file " << f;
     }
 }
 
