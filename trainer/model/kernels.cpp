@@ -5,8 +5,8 @@
 #include "trainer/model/kernels.h"
 
 #include "trainer/model/bf16.h"
+#include "trainer/model/cache_hints.h"
 #include "trainer/model/kernels_bf16.h"
-#include "trainer/model/prefetch.h"
 #include "trainer/model/qkv_layout.h"
 #include "trainer/model/sgemm.h"
 #include "trainer/model/vector_math.h"
@@ -95,7 +95,7 @@ static void rmsnorm_backward_rows(float* dinp, float* dweight, const float* dout
         const float* x = inp + (long)n * C;
         const float* dy = dout + (long)n * C;
         float* dx = dinp + (long)n * C;
-        // The next row asked for (prefetch.h): config M's rmsnorm backward,
+        // The next row asked for (cache_hints.h): config M's rmsnorm backward,
         // with the gains' gradients in parallel below, 18.8 -> 16.2 ms a step
         // in bf16 (a Xeon with AMX).
         if (n + 1 < N) {
@@ -244,7 +244,7 @@ static void rope_rotate(Out* out, QkvLayout out_layout, const float* in, const f
             Out* out_row = out + (long)b * T * QKV + t * out_layout.row;
             const float* cs = cos_table + (long)t * half;
             const float* sn = sin_table + (long)t * half;
-            // The next row asked for where the output is bf16 (prefetch.h):
+            // The next row asked for where the output is bf16 (cache_hints.h):
             // config M's bf16 RoPE forward 13.2 -> 9.8 ms a step (a Xeon with AMX).
             if (kCarryV && t + 1 < T) prefetch_span(row + QKV, QKV * sizeof(float));
             for (int h = 0; h < NH + NKV; h++) {
@@ -326,7 +326,7 @@ void swiglu_forward_bf16(bf16* out, const bf16* gate_up16, int N, int H) {
         const bf16* g16 = gate_up16 + (long)n * 2 * H;
         const bf16* u16 = g16 + H;
         bf16* y = out + (long)n * H;
-        // The next row asked for (prefetch.h): 14.3 -> 11.4 ms a step, config M
+        // The next row asked for (cache_hints.h): 14.3 -> 11.4 ms a step, config M
         // (a Xeon with AMX).
         if (n + 1 < N) prefetch_span(gate_up16 + (long)(n + 1) * 2 * H, 2L * H * sizeof(bf16));
         for (int i = 0; i < H; i++) {
@@ -348,7 +348,7 @@ static void swiglu_backward_rows(Out* dgate_up, const float* dout, const In* gat
         const float* dy = dout + (long)n * H;
         Out* dg = dgate_up + (long)n * 2 * H;
         Out* du = dg + H;
-        // The next row's inputs asked for in the bf16 modes (prefetch.h), whose
+        // The next row's inputs asked for in the bf16 modes (cache_hints.h), whose
         // loop rounds by hand: config M 28 -> 21 ms a step (a Xeon with AMX).
         // fp32's loop streams at 30 GB/s without; asking for the outputs too,
         // or in fp32, cost time (fp32 15 -> 23 ms).

@@ -1,7 +1,7 @@
 #include "trainer/model/optimizer.h"
 
 #include "trainer/model/bf16.h"
-#include "trainer/model/prefetch.h"
+#include "trainer/model/cache_hints.h"
 
 #include <algorithm>
 #include <cmath>
@@ -296,7 +296,7 @@ static long update(long lo, long hi, long per, UpdateSums* sums, const Update& u
 template <bool kSrParams, bool kSrMoments, bool kKahan>
 struct Bf16Coordinate {
     // With stochastic rounding, the next block's streams are asked for before
-    // each block (prefetch.h): config M's bf16_sr update 57-59 -> 39-40 ms a
+    // each block (cache_hints.h): config M's bf16_sr update 57-59 -> 39-40 ms a
     // step (a Xeon with AMX), bf16's 30-32. The other variants lost by it
     // (Kahan's 31 -> 39 ms) or did not move. next: where the next block
     // starts; end: where the range ends. Inlined by force, as prefetch_span.
