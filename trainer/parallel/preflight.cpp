@@ -1,6 +1,7 @@
 #include "trainer/parallel/preflight.h"
 
 #include "telemetry/clock.h"
+#include "trainer/model/aligned.h"
 #include "trainer/model/kernels_bf16.h"
 #include "trainer/model/sgemm.h"
 
@@ -39,18 +40,20 @@ double best_seconds(F&& call, double slowdown) {
     return best;
 }
 
-std::vector<float> uniform(long n, unsigned seed) {
+// On a cache line, as the step's buffers are (aligned.h): oneDNN's AMX
+// products ran up to 3x slower on glibc's 16-byte offset.
+AlignedVector<float> uniform(long n, unsigned seed) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    std::vector<float> x(n);
+    AlignedVector<float> x(n);
     for (float& v : x) v = u(rng);
     return x;
 }
 
 void measure_gemm_rates(RankMeasurement& m, double slowdown) {
     const int n = 768;
-    std::vector<float> a = uniform((long)n * n, 1), b = uniform((long)n * n, 2), c((long)n * n);
-    std::vector<bf16> a16(a.size()), b16(b.size());
+    AlignedVector<float> a = uniform((long)n * n, 1), b = uniform((long)n * n, 2), c((long)n * n);
+    AlignedVector<bf16> a16(a.size()), b16(b.size());
     bf16_narrow(a16.data(), a.data(), (long)a.size());
     bf16_narrow(b16.data(), b.data(), (long)b.size());
     const double flops = 2.0 * n * n * n;
