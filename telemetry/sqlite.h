@@ -60,10 +60,11 @@ class Database {
     Database& operator=(const Database&) = delete;
 
     void exec(const std::string& sql);
-    // exec, retried on SQLITE_BUSY for up to the busy timeout. For statements
-    // that SQLite answers "busy" at once instead of calling its busy handler
-    // (where waiting could deadlock): switching the journal mode while another
-    // connection switches it too.
+    // exec, retried on SQLITE_BUSY until the busy timeout has passed. For
+    // statements that SQLite answers "busy" at once instead of calling its busy
+    // handler (where waiting could deadlock): switching the journal mode while
+    // another connection switches it too. (A try that SQLite does wait on may
+    // itself wait the timeout: at worst about twice it in all.)
     void exec_retrying_when_busy(const std::string& sql);
     Statement prepare(const std::string& sql);
     int64_t last_insert_rowid() const { return sqlite3_last_insert_rowid(db_); }

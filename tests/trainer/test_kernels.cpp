@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <bit>
 #include <functional>
 
 namespace hlat {
@@ -263,6 +264,41 @@ TEST(RMSNorm, BackwardMatchesFiniteDifferences) {
     };
     expect_matches_finite_differences(forward_x, x, dout, dx);
     expect_matches_finite_differences(forward_w, w, dout, dw);
+}
+
+// The gains' gradients are split over the threads by columns, each column
+// summed over the rows in row order: the same bits on any thread count, in
+// fp32 and in the bf16 modes (whose dy is rounded first). C is odd and not a
+// whole number of cache lines, so some threads get none and one a ragged end.
+TEST(RMSNorm, BackwardGivesTheSameBitsOnAnyThreadCount) {
+    const int N = 33, C = 77;
+    auto x = random_vector(N * C, 25), w = random_vector(C, 26), dout = random_vector(N * C, 27);
+    std::vector<float> y(N * C), rstd(N);
+    rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+    const int saved = omp_get_max_threads();
+    for (bool bf16 : {false, true}) {
+        std::vector<float> dx1, dw1;
+        for (int threads : {1, 2, 3, 7}) {
+            omp_set_num_threads(threads);
+            std::vector<float> dx(N * C, 0.5f), dw(C, 0.25f);
+            if (bf16)
+                rmsnorm_backward_accumulate_bf16(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(),
+                                                 N, C);
+            else
+                rmsnorm_backward_accumulate(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+            if (threads == 1) {
+                dx1 = dx, dw1 = dw;
+                continue;
+            }
+            for (int c = 0; c < C; c++)
+                ASSERT_EQ(std::bit_cast<uint32_t>(dw[c]), std::bit_cast<uint32_t>(dw1[c]))
+                    << "bf16 " << bf16 << ", " << threads << " threads, column " << c;
+            for (int i = 0; i < N * C; i++)
+                ASSERT_EQ(std::bit_cast<uint32_t>(dx[i]), std::bit_cast<uint32_t>(dx1[i]))
+                    << "bf16 " << bf16 << ", " << threads << " threads, element " << i;
+        }
+    }
+    omp_set_num_threads(saved);
 }
 
 TEST(RoPE, RotatesHalvesByPositionAngle) {

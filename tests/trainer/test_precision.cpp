@@ -522,6 +522,51 @@ TEST(AdamWClipping, ClippingInTheUpdateEqualsClippingTheGradientsFirst) {
             }
 }
 
+// The update runs in blocks that the threads share out: the weights and the
+// optimizer state come out the same, bit for bit, on any thread count, in
+// every mode (stochastic rounding of the moments too), measured or not, over
+// a range whose ends split tensors at odd places.
+TEST(AdamW, TheUpdateGivesTheSameBitsOnAnyThreadCount) {
+    const int saved = omp_get_max_threads();
+    for (PrecisionMode mode : {PrecisionMode::Fp32, PrecisionMode::Mixed, PrecisionMode::Bf16, PrecisionMode::Bf16Sr,
+                               PrecisionMode::Bf16Kahan})
+        for (bool measured : {true, false}) {
+            SCOPED_TRACE(fmt::format("{}, measured {}", precision_mode_name(mode), measured));
+            PrecisionConfig p;
+            p.mode = mode;
+            p.sr_moments = mode == PrecisionMode::Bf16Sr;
+            std::vector<float> weights1, state1, initial;
+            for (int threads : {1, 3, 7}) {
+                omp_set_num_threads(threads);
+                FlatModel f(p);
+                const long n = f.model.num_parameters();
+                std::vector<float> w = random_vector(n, 8, 0.5f), g = random_vector(n, 9, 0.1f);
+                if (p.bf16_state()) bf16_round_inplace(w.data(), n), bf16_round_inplace(g.data(), n);
+                std::copy(w.begin(), w.end(), f.model.params());
+                AdamW opt(OptimizerConfig{}, n, p, 42, 0, n / 3 + 1, 2 * n / 3 + 5);
+                std::vector<UpdateSums> sums;
+                for (int step = 0; step < 3; step++) {
+                    std::copy(g.begin(), g.end(), f.model.grads());
+                    opt.step(f.model, 1e-2, measured ? &sums : nullptr);
+                }
+                std::vector<float> weights(f.model.params(), f.model.params() + n), state;
+                for (const auto& [name, buffer] : opt.state()) {
+                    std::vector<float> b = buffer->to_float();
+                    state.insert(state.end(), b.begin(), b.end());
+                }
+                if (threads == 1) {
+                    weights1 = weights, state1 = state, initial = w;
+                    continue;
+                }
+                SCOPED_TRACE(fmt::format("{} threads against 1", threads));
+                expect_same_bits(weights, weights1, "weights");
+                expect_same_bits(state, state1, "optimizer state");
+            }
+            EXPECT_NE(weights1[weights1.size() / 2], initial[initial.size() / 2]) << "the range was not updated";
+        }
+    omp_set_num_threads(saved);
+}
+
 // The paper's point about pure bf16, in one test: an update below half a bf16
 // step (at 1.0 a step is 2^-7) is lost to round-to-nearest every time, while
 // stochastic rounding keeps it in expectation.

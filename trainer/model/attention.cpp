@@ -277,10 +277,12 @@ float* scores_buffer(float* P, int T) {
 // to operand_columns in the operand, and the rest of each row left unwritten
 // (in the bf16 modes, P's masked entries too). With logit_max (forward only),
 // the rows' largest logit is max-ed into *logit_max and their entropy added to
-// *entropy_sum.
+// *entropy_sum. p_stored: P is the stored probabilities, read in backward
+// (not a scratch read right away, or never).
 template <typename Ops, typename Op = typename Ops::Op>
 void probs_block(float* P, Op* P_op, Slice<Op> q, Slice<Op> k, int T, int HD, float scale, int lookahead,
-                 bool probs_bf16, int r0, int r1, float* logit_max = nullptr, float* entropy_sum = nullptr) {
+                 bool probs_bf16, bool p_stored, int r0, int r1, float* logit_max = nullptr,
+                 float* entropy_sum = nullptr) {
     float* S = scores_buffer<Ops>(P, T);
     gemm(false, true, r1 - r0, visible_keys(r1, T, lookahead), HD, scale, q.data + (long)r0 * q.ld, q.ld, k.data,
          k.ld, 0.0f, S + (long)r0 * T, T);
@@ -308,13 +310,15 @@ void probs_block(float* P, Op* P_op, Slice<Op> q, Slice<Op> k, int T, int HD, fl
             row[j] = p;
             if constexpr (Ops::kBf16) row_op[j] = to_operand<Ops>(p);
         }
-        // From the scratch in cache to P in memory, past the cache: config
-        // M's bf16 attention forward 54 -> 48-50 ms a step (a Xeon with AMX).
-        if (row != p_row) stream_copy(p_row, row, last + 1);
+        // From the scratch in cache to P: the stored P past the cache (config
+        // M's bf16 attention forward 50.7-54.0 -> 47.9-51.5 ms a step, a Xeon
+        // with AMX), a scratch P, which backward reads back at once, through it.
+        if (row != p_row && p_stored) stream_copy(p_row, row, last + 1);
+        else if (row != p_row) std::memcpy(p_row, row, sizeof(float) * (last + 1));
         if constexpr (Ops::kBf16) std::fill(row_op + last + 1, row_op + columns, Op(0));
         else std::fill(p_row + last + 1, p_row + columns, 0.0f);
     }
-    if (S != P) stream_fence();
+    if (S != P && p_stored) stream_fence();
 }
 
 // Y rows [r0, r1) (ld ldy) = P rows [r0, r1) @ X, using that P is zero past
@@ -383,8 +387,8 @@ void attention_forward_heads(float* out, float* att, float* scratch, const E* qk
             const int rows = query_block_rows<Ops>(T);
             for (int r0 = 0; r0 < T; r0 += rows) {
                 int r1 = block_end(r0, T, rows);
-                probs_block<Ops>(P, P_op, q, k, T, HD, scale, lookahead, probs_bf16, r0, r1, logit_max,
-                                 entropy_sum);
+                probs_block<Ops>(P, P_op, q, k, T, HD, scale, lookahead, probs_bf16, att != nullptr, r0, r1,
+                                 logit_max, entropy_sum);
                 causal_matmul_block(out + (long)b * T * CA + h * HD, CA, static_cast<const Op*>(P_op), v, T, HD,
                                     lookahead, r0, r1);
             }
@@ -465,7 +469,7 @@ void attention_backward_group(float* dqkv, float* thread_scratch, const float* d
         Op* P_op = probs_operand<Ops>(P, s.probs);
         for (int r0 = 0; r0 < T; r0 += rows) {
             int r1 = block_end(r0, T, rows);
-            if (!att) probs_block<Ops>(P, P_op, q, k, T, HD, scale, lookahead, probs_bf16, r0, r1);
+            if (!att) probs_block<Ops>(P, P_op, q, k, T, HD, scale, lookahead, probs_bf16, false, r0, r1);
             scores_backward_block<Ops>(dbase + h * HD, QKV, dP, dS_op, P, att ? P_op : nullptr, dO, k, v, T, HD,
                                        scale, lookahead, r0, r1);
         }

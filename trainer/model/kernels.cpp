@@ -13,6 +13,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -96,8 +97,8 @@ static void rmsnorm_backward_rows(float* dinp, float* dweight, const float* dout
         const float* dy = dout + (long)n * C;
         float* dx = dinp + (long)n * C;
         // The next row asked for (cache_hints.h): config M's rmsnorm backward,
-        // with the gains' gradients in parallel below, 18.8 -> 16.2 ms a step
-        // in bf16 (a Xeon with AMX).
+        // with the gains' gradients in parallel below, 18.8 -> 16.2-16.6 ms a
+        // step in bf16 (a Xeon with AMX).
         if (n + 1 < N) {
             prefetch_span(x + C, C * sizeof(float));
             prefetch_span(dy + C, C * sizeof(float));
@@ -110,12 +111,16 @@ static void rmsnorm_backward_rows(float* dinp, float* dweight, const float* dout
         float k = dot * r * r * r / C;
         for (int c = 0; c < C; c++) dx[c] += r * weight[c] * load<kRoundDout>(dy[c]) - k * x[c];
     }
-    // The gains' gradients: each thread its own columns, every column's sum
-    // over the rows in row order (a fixed order whatever the thread count).
+    // The gains' gradients: each thread its own columns (whole cache lines of
+    // dweight), every column's sum over the rows in row order (a fixed order
+    // whatever the thread count).
 #pragma omp parallel
     {
         const int threads = omp_get_num_threads(), t = omp_get_thread_num();
-        const int c0 = (int)((long)C * t / threads), c1 = (int)((long)C * (t + 1) / threads);
+        constexpr int kLine = (int)(kCacheLineBytes / sizeof(float));
+        const int lines = (C + kLine - 1) / kLine;
+        const int c0 = std::min(C, lines * t / threads * kLine);
+        const int c1 = std::min(C, lines * (t + 1) / threads * kLine);
         for (int n = 0; n < N; n++) {
             const float* x = inp + (long)n * C;
             const float* dy = dout + (long)n * C;
@@ -245,8 +250,9 @@ static void rope_rotate(Out* out, QkvLayout out_layout, const float* in, const f
             const float* cs = cos_table + (long)t * half;
             const float* sn = sin_table + (long)t * half;
             // The next row asked for where the output is bf16 (cache_hints.h):
-            // config M's bf16 RoPE forward 13.2 -> 9.8 ms a step (a Xeon with AMX).
-            if (kCarryV && t + 1 < T) prefetch_span(row + QKV, QKV * sizeof(float));
+            // config M's bf16 RoPE forward 13.2 -> 9.6-9.8 ms a step, backward
+            // 6.8 -> 5.0 (a Xeon with AMX).
+            if (!std::is_same_v<Out, float> && t + 1 < T) prefetch_span(row + QKV, QKV * sizeof(float));
             for (int h = 0; h < NH + NKV; h++) {
                 const float* x = row + h * HD;
                 Out* y = out_row + h * out_layout.head;
@@ -326,8 +332,8 @@ void swiglu_forward_bf16(bf16* out, const bf16* gate_up16, int N, int H) {
         const bf16* g16 = gate_up16 + (long)n * 2 * H;
         const bf16* u16 = g16 + H;
         bf16* y = out + (long)n * H;
-        // The next row asked for (cache_hints.h): 14.3 -> 11.4 ms a step, config M
-        // (a Xeon with AMX).
+        // The next row asked for (cache_hints.h): 14.3 -> 11.4-11.9 ms a step,
+        // config M (a Xeon with AMX).
         if (n + 1 < N) prefetch_span(gate_up16 + (long)(n + 1) * 2 * H, 2L * H * sizeof(bf16));
         for (int i = 0; i < H; i++) {
             const float gate = bf16_to_float(g16[i]);

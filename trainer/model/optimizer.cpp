@@ -145,7 +145,6 @@ static inline void add_sums(UpdateSums& t, const UpdateSums& x) {
 //
 // The update runs in blocks of kSumBlock coordinates, and
 // coordinate.before_block(k, b1, hi) before each block [b0, b1).
-
 template <class Update, class Coordinate>
 static long unmeasured_update(long lo, long hi, const Update& shared, const Coordinate& coordinate) {
     long lost = 0;
