@@ -301,10 +301,9 @@ const std::string& Model::kind_name_of(const float* p) const {
     return kinds_.back().name;
 }
 
-// A GEMM's bytes as the profile counts them: both operands and the output,
-// at e bytes an operand element (4 fp32, 2 bf16), the output fp32.
-// A product's bytes: its operands at e bytes an element, its output at
-// e_out (read too when it accumulates).
+// A GEMM's bytes as the profile counts them: both operands at e bytes an
+// element (4 fp32, 2 bf16), the output at e_out (read too when it
+// accumulates).
 static double gemm_bytes(long m, long n, long k, int e, bool accumulate = false, int e_out = 4) {
     return (double)e * (m * k + k * n) + (double)e_out * m * n * (accumulate ? 2 : 1);
 }

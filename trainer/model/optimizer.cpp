@@ -295,8 +295,8 @@ static long update(long lo, long hi, long per, UpdateSums* sums, const Update& u
 template <bool kSrParams, bool kSrMoments, bool kKahan>
 struct Bf16Coordinate {
     // With stochastic rounding, the next block's streams are asked for before
-    // each block (cache_hints.h): config M's bf16_sr update 57-59 -> 39-40 ms a
-    // step (a Xeon with AMX), bf16's 30-32. The other variants lost by it
+    // each block (cache_hints.h): config M's bf16_sr update 56-59 -> 39-43 ms a
+    // step (a Xeon with AMX), bf16's 29-31. The other variants lost by it
     // (Kahan's 31 -> 39 ms) or did not move. next: where the next block
     // starts; end: where the range ends. Inlined by force, as prefetch_span.
     [[gnu::always_inline]] void before_block(const Bf16Update& u, long next, long end) const {
