@@ -262,6 +262,39 @@ TEST(Bf16Matmul, PackedWeightsGiveThePlainProducts) {
     }
 }
 
+// hlat's one-pass packing (paired_blocks.h) gives oneDNN's packed weights:
+// a weight packed each way gives the same forward and input-gradient products
+// to the bit, on odd shapes, config M's, and the vocabulary's. Where this
+// CPU's layout is not one hlat knows, both are oneDNN's and agree trivially.
+TEST(Bf16Matmul, HlatPacksWeightsAsOneDnnsReordersDo) {
+    EngineScope scope;
+    for (auto [N, IC, OC] : std::vector<std::tuple<int, int, int>>{
+             {1, 1, 1}, {17, 33, 5}, {300, 130, 67}, {64, 512, 1376}, {64, 1376, 512}, {8, 512, 8192}}) {
+        SCOPED_TRACE(fmt::format("N {} IC {} OC {}", N, IC, OC));
+        auto w = random_vector((long)OC * IC, 31, 0.05f);
+        auto inp16 = narrow(random_vector((long)N * IC, 32)), dout16 = narrow(random_vector((long)N * OC, 33));
+        for (Bf16MatmulEngine engine : engines_here()) {
+            set_bf16_matmul_engine(engine);
+            SCOPED_TRACE(bf16_matmul_engine_name());
+            Bf16OutputGrad dout;
+            dout.assign(dout16.data(), (long)dout16.size());
+            std::vector<float> out[2], dinp[2];
+            for (int i : {0, 1}) {
+                set_weight_packer(i == 0 ? WeightPacker::Hlat : WeightPacker::OneDnn);
+                Bf16Weight packed(OC, IC);
+                packed.assign(w.data());
+                out[i].assign((long)N * OC, NAN);
+                dinp[i].assign((long)N * IC, NAN);
+                matmul_forward_bf16(out[i].data(), inp16.data(), packed, N);
+                matmul_dinput_bf16(dinp[i].data(), dout, packed, N);
+            }
+            set_weight_packer(WeightPacker::Hlat);
+            expect_same_bits(out[0], out[1], "forward");
+            expect_same_bits(dinp[0], dinp[1], "input gradient");
+        }
+    }
+}
+
 // The forward product stored in bf16 (SwiGLU's input) is the fp32 product
 // rounded to nearest even, bit for bit, on every engine: oneDNN sums in the
 // same order whichever type it stores, and its conversion differs from ours

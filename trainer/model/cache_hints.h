@@ -9,7 +9,10 @@
 
 #include "trainer/model/aligned.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include <immintrin.h>
 
@@ -29,18 +32,32 @@ template <bool kWrite = false>
 
 // dst[0, n) = src[0, n), the aligned whole vectors of dst with non-temporal
 // stores, the unaligned head and tail with plain ones (all plain where the
-// build targets neither AVX-512 nor AVX; its one caller today runs only on
-// CPUs with AVX-512). Call stream_fence() before another thread reads dst.
-inline void stream_copy(float* dst, const float* src, long n) {
+// build targets neither AVX-512 nor AVX). Bits are moved, never converted.
+// Call stream_fence() before another thread reads dst.
+template <typename T>
+inline void stream_copy(T* dst, const T* src, long n) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    char* d = reinterpret_cast<char*>(dst);
+    const char* s = reinterpret_cast<const char*>(src);
+    const long bytes = n * (long)sizeof(T);
     long i = 0;
+#if defined(__AVX512F__) || defined(__AVX__)
 #if defined(__AVX512F__)
-    for (; i < n && (reinterpret_cast<std::uintptr_t>(dst + i) & 63); i++) dst[i] = src[i];
-    for (; i + 16 <= n; i += 16) _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
-#elif defined(__AVX__)
-    for (; i < n && (reinterpret_cast<std::uintptr_t>(dst + i) & 31); i++) dst[i] = src[i];
-    for (; i + 8 <= n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+    constexpr long kVector = 64;
+#else
+    constexpr long kVector = 32;
 #endif
-    for (; i < n; i++) dst[i] = src[i];
+    i = std::min(bytes, (long)((kVector - reinterpret_cast<std::uintptr_t>(d) % kVector) % kVector));
+    std::memcpy(d, s, i);
+    for (; i + kVector <= bytes; i += kVector) {
+#if defined(__AVX512F__)
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(d + i), _mm512_loadu_si512(s + i));
+#else
+        _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
+#endif
+    }
+#endif
+    std::memcpy(d + i, s + i, bytes - i);
 }
 
 // Orders the non-temporal stores before every later store: they are weakly

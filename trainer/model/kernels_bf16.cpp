@@ -2,6 +2,7 @@
 
 #include "trainer/model/aligned.h"
 #include "trainer/model/kernel_profile.h"
+#include "trainer/model/paired_blocks.h"
 #include "trainer/model/sgemm.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -34,6 +36,11 @@ Bf16MatmulEngine& engine_choice() {
     return engine;
 }
 
+WeightPacker& weight_packer() {
+    static WeightPacker packer = WeightPacker::Hlat;
+    return packer;
+}
+
 using dnnl::memory;
 
 // How a matmul's B operand (K, N) lies in memory.
@@ -42,6 +49,31 @@ enum class Layout { Plain, Transposed, Packed };
 memory::desc plain_bf16(int rows, int cols, bool transposed) {
     return memory::desc({rows, cols}, memory::data_type::bf16,
                         transposed ? memory::dims{1, rows} : memory::dims{cols, 1});
+}
+
+// oneDNN's packed layout as a PairedBlockLayout where it is one: two
+// dimensions, blocks of (2 a) x b rows and columns with the rows paired
+// inside ("BA<a>a<b>b2a"), laid out densely one after another. Any other
+// layout (another CPU's, another oneDNN's) is packed by oneDNN's reorders.
+std::optional<PairedBlockLayout> as_paired_blocks(const memory::desc& desc) {
+    const dnnl_memory_desc_t& d = desc.data;
+    if (d.ndims != 2 || d.data_type != dnnl_bf16 || d.format_kind != dnnl_blocked || d.offset0 != 0 ||
+        d.extra.flags != 0)
+        return std::nullopt;
+    const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+    if (b.inner_nblks != 3 || b.inner_idxs[0] != 0 || b.inner_idxs[1] != 1 || b.inner_idxs[2] != 0 ||
+        b.inner_blks[2] != 2)
+        return std::nullopt;
+    PairedBlockLayout l{(int)b.inner_blks[0] * 2, (int)b.inner_blks[1], b.strides[0], b.strides[1], d.padded_dims[0],
+                        d.padded_dims[1]};
+    if (l.padded_k % l.k_block != 0 || l.padded_n % l.n_block != 0) return std::nullopt;
+    const long block = (long)l.k_block * l.n_block, k_blocks = l.padded_k / l.k_block;
+    const long n_blocks = l.padded_n / l.n_block;
+    const bool k_inner = l.k_stride == block && l.n_stride == k_blocks * block;
+    const bool n_inner = l.n_stride == block && l.k_stride == n_blocks * block;
+    if (!k_inner && !n_inner) return std::nullopt;
+    if ((size_t)(k_blocks * n_blocks * block) * sizeof(bf16) != desc.get_size()) return std::nullopt;
+    return l;
 }
 
 dnnl::engine& cpu_engine() {
@@ -220,6 +252,7 @@ Scratch& scratch() {
 
 Bf16MatmulEngine bf16_matmul_engine() { return engine_choice(); }
 void set_bf16_matmul_engine(Bf16MatmulEngine engine) { engine_choice() = engine; }
+void set_weight_packer(WeightPacker packer) { weight_packer() = packer; }
 bool bf16_engine_uses_amx() {
     return engine_choice() == Bf16MatmulEngine::OneDnn && dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
 }
@@ -318,6 +351,8 @@ struct Bf16Weight::Storage {
     // optimizer step, as every sgemm it feeds would widen them again.
     AlignedVector<float> widened;
     dnnl::memory transposed, natural;  // oneDNN's: W^T (IC, OC) and W (OC, IC), packed
+    // Their layouts, where hlat packs them itself (pack_weight_pair).
+    std::optional<PairedBlockLayout> transposed_layout, natural_layout;
 };
 
 Bf16Weight::Bf16Weight(int out_features, int in_features)
@@ -329,6 +364,8 @@ Bf16Weight::Bf16Weight(int out_features, int in_features)
     }
     storage_->transposed = OneDnn::instance().packed(in_, out_);
     storage_->natural = OneDnn::instance().packed(out_, in_);
+    storage_->transposed_layout = as_paired_blocks(storage_->transposed.get_desc());
+    storage_->natural_layout = as_paired_blocks(storage_->natural.get_desc());
 }
 
 Bf16Weight::~Bf16Weight() = default;
@@ -343,6 +380,10 @@ long Bf16Weight::bytes() const {
 void Bf16Weight::assign(const float* w) {
     const long n = (long)out_ * in_;
     if (storage_->engine == Bf16MatmulEngine::Emulated) return bf16_round(storage_->widened.data(), w, n);
+    const Storage& s = *storage_;
+    if (s.transposed_layout && s.natural_layout && weight_packer() == WeightPacker::Hlat)
+        return pack_weight_pair(static_cast<bf16*>(s.transposed.get_data_handle()), *s.transposed_layout,
+                                static_cast<bf16*>(s.natural.get_data_handle()), *s.natural_layout, w, out_, in_);
     // Narrowed once into scratch, then packed twice.
     AlignedVector<bf16>& narrowed = scratch().narrowed;
     if ((long)narrowed.size() < n) narrowed.resize(n);

@@ -54,6 +54,12 @@ void gemm_bf16(float* C, const bf16* A, const bf16* B, int M, int N, int K, bool
 void gemm_bf16_on_thread(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
                          const bf16* B, int ldb, bool accumulate, float* C, int ldc);
 
+// Who packs a weight for oneDNN: hlat, in one pass over the fp32 weight
+// (paired_blocks.h), where oneDNN's layout is the one it knows, or oneDNN's
+// reorders after narrowing. The same bits either way; tests compare the two.
+enum class WeightPacker { Hlat, OneDnn };
+void set_weight_packer(WeightPacker packer);  // tests and benchmarks
+
 // A linear layer's weight W (OC, IC) in bf16, as the matmuls read it. On
 // oneDNN it is held twice, each copy packed into the blocked layout oneDNN's
 // kernels read fastest: W^T for the forward and W for the input gradient.
