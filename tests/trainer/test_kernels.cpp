@@ -2,6 +2,7 @@
 // central finite differences of its forward on small shapes.
 #include "test_util.h"
 #include "trainer/model/kernels.h"
+#include "trainer/model/kernels_bf16.h"
 #include "trainer/model/kernels_reference.h"
 #include "trainer/model/vector_math.h"
 
@@ -299,6 +300,35 @@ TEST(RMSNorm, BackwardGivesTheSameBitsOnAnyThreadCount) {
         }
     }
     omp_set_num_threads(saved);
+}
+
+// In the bf16 modes the stream's gradient is rounded to bf16 values and
+// narrowed for the next matmul in RMSNorm backward's own pass: the same bits
+// as bf16_round_inplace and bf16_narrow after it, each on or off, with dx
+// accumulated onto (a bf16 value's neighbourhood, where rounding matters).
+TEST(RMSNorm, BackwardRoundsAndNarrowsTheStreamGradientAsTheSeparatePassesDo) {
+    const int N = 33, C = 77;
+    auto x = random_vector(N * C, 41), w = random_vector(C, 42), dout = random_vector(N * C, 43);
+    auto dx0 = random_vector(N * C, 44);
+    std::vector<float> y(N * C), rstd(N);
+    rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+    for (bool round : {false, true})
+        for (bool narrow : {false, true}) {
+            SCOPED_TRACE(fmt::format("round {} narrow {}", round, narrow));
+            std::vector<float> dx = dx0, dw(C, 0.25f), dx_ref = dx0, dw_ref(C, 0.25f);
+            std::vector<bf16> dx16(N * C, bf16(0x7fc1)), dx16_ref(N * C, bf16(0x7fc1));
+            rmsnorm_backward_accumulate_bf16(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C,
+                                             {round, narrow ? dx16.data() : nullptr});
+            rmsnorm_backward_accumulate_bf16(dx_ref.data(), dw_ref.data(), dout.data(), x.data(), w.data(),
+                                             rstd.data(), N, C);
+            if (round) bf16_round_inplace(dx_ref.data(), N * C);
+            if (narrow) bf16_narrow(dx16_ref.data(), dx_ref.data(), N * C);
+            for (int i = 0; i < N * C; i++)
+                ASSERT_EQ(std::bit_cast<uint32_t>(dx[i]), std::bit_cast<uint32_t>(dx_ref[i])) << "dx element " << i;
+            for (int c = 0; c < C; c++)
+                ASSERT_EQ(std::bit_cast<uint32_t>(dw[c]), std::bit_cast<uint32_t>(dw_ref[c])) << "dweight " << c;
+            EXPECT_EQ(dx16, dx16_ref);
+        }
 }
 
 TEST(RoPE, RotatesHalvesByPositionAngle) {

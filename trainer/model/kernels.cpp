@@ -88,7 +88,7 @@ void rmsnorm_forward_bf16(bf16* out, float* rstd, const float* inp, const float*
 
 template <bool kRoundDout>
 static void rmsnorm_backward_rows(float* dinp, float* dweight, const float* dout, const float* inp,
-                                  const float* weight, const float* rstd, int N, int C) {
+                                  const float* weight, const float* rstd, int N, int C, Bf16StreamGrad out = {}) {
     // y = x r w with r = (mean(x^2) + eps)^-1/2, so
     // dx = r w dy - x r^3 / C * sum_j(dy_j w_j x_j).
 #pragma omp parallel for
@@ -110,6 +110,15 @@ static void rmsnorm_backward_rows(float* dinp, float* dweight, const float* dout
         for (int c = 0; c < C; c++) dot += load<kRoundDout>(dy[c]) * weight[c] * x[c];
         float k = dot * r * r * r / C;
         for (int c = 0; c < C; c++) dx[c] += r * weight[c] * load<kRoundDout>(dy[c]) - k * x[c];
+        // The row still in cache: a pass each over memory saved (config M,
+        // bf16, a Xeon with AMX: "round to bf16" 4.7 ms and most of "narrow
+        // to bf16" 3.9 ms a step, for 2 MB more written a layer).
+        if (out.round)
+            for (int c = 0; c < C; c++) dx[c] = bf16_value(dx[c]);
+        if (out.narrowed) {
+            bf16* dx16 = out.narrowed + (long)n * C;
+            for (int c = 0; c < C; c++) dx16[c] = float_to_bf16_rne(dx[c]);
+        }
     }
     // The gains' gradients: each thread its own columns (whole cache lines of
     // dweight), every column's sum over the rows in row order (a fixed order
@@ -136,8 +145,8 @@ void rmsnorm_backward_accumulate(float* dinp, float* dweight, const float* dout,
 }
 
 void rmsnorm_backward_accumulate_bf16(float* dinp, float* dweight, const float* dout, const float* inp,
-                                      const float* weight, const float* rstd, int N, int C) {
-    rmsnorm_backward_rows<true>(dinp, dweight, dout, inp, weight, rstd, N, C);
+                                      const float* weight, const float* rstd, int N, int C, Bf16StreamGrad out) {
+    rmsnorm_backward_rows<true>(dinp, dweight, dout, inp, weight, rstd, N, C, out);
 }
 
 // Head h of row n of a qkv-shaped array (N, QKV): its first float.

@@ -145,9 +145,19 @@ void crossentropy_backward(float* logits, const int32_t* targets, const float* l
 
 // out = bf16(rmsnorm(inp)): the next matmul's input, written narrowed.
 void rmsnorm_forward_bf16(bf16* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps);
+// Where a bf16 mode's stream gradient goes besides dinp, each in the pass
+// that sums it: with `round`, dinp's sums are left rounded to bf16 values (a
+// bf16 stream, as bf16_round_inplace would leave them); with `narrowed`, the
+// sums (rounded or not) are also written there narrowed, as bf16_narrow would
+// (the next matmul's output gradient).
+struct Bf16StreamGrad {
+    bool round = false;
+    bf16* narrowed = nullptr;
+};
 // rmsnorm_backward_accumulate with dout rounded as read.
 void rmsnorm_backward_accumulate_bf16(float* dinp, float* dweight, const float* dout, const float* inp,
-                                      const float* weight, const float* rstd, int N, int C);
+                                      const float* weight, const float* rstd, int N, int C,
+                                      Bf16StreamGrad out = {});
 // qk_norm_forward on a matmul's fp32 sums: the q and k heads rounded as read
 // (inp keeps those bf16 values) and their output rounded to bf16 values in
 // place, as rmsnorm_forward_bf16 narrows its output; the v heads left.

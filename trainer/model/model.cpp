@@ -391,22 +391,33 @@ void Model::add_to_stream(float* out, float* linear_out, const float* stream) {
 
 // d_norm is a matmul's input gradient (unrounded in the bf16 modes). The input
 // of a column-parallel matmul is replicated: its gradient is the sum of every
-// rank's part, each rounded first in the bf16 modes.
-void Model::norm_backward(float* d_stream, float* dweight, float* d_norm, const float* inp, const float* weight,
-                          const float* rstd) {
+// rank's part, each rounded first in the bf16 modes. With round_stream, the
+// stream's gradient is left rounded to bf16 values where the stream is a bf16
+// tensor. Returns that gradient narrowed to bf16 (in dout16_), the next
+// matmul's output gradient, where the kernel wrote it in its own pass (the
+// bf16 modes on one rank), else null.
+const bf16* Model::norm_backward(float* d_stream, float* dweight, float* d_norm, const float* inp,
+                                 const float* weight, const float* rstd, bool round_stream) {
     const int N = B_ * T_, C = config_.dim;
-    KernelScope scope("rmsnorm backward", 16.0 * N * C);
-    if (!precision_.bf16_compute() || tp_) {
+    if (precision_.bf16_compute() && !tp_) {
+        KernelScope scope("rmsnorm backward", 18.0 * N * C);
+        rmsnorm_backward_accumulate_bf16(d_stream, dweight, d_norm, inp, weight, rstd, N, C,
+                                         {round_stream && precision_.bf16_state(), dout16_.data()});
+        return dout16_.data();
+    }
+    {
+        KernelScope scope("rmsnorm backward", 16.0 * N * C);
         if (tp_ && precision_.bf16_compute()) bf16_round_inplace(d_norm, (long)N * C);
         if (sp_) {
             tp_->reduce_scatter_sum(d_norm, d_norm_rows_.data(), stream_rows_ * C);
-            return norm_backward_rows(d_stream, dweight, d_norm_rows_.data(), inp, weight, rstd);
+            norm_backward_rows(d_stream, dweight, d_norm_rows_.data(), inp, weight, rstd);
+        } else {
+            if (tp_) tp_->allreduce_sum(d_norm, (long)N * C);
+            rmsnorm_backward_accumulate(d_stream, dweight, d_norm, inp, weight, rstd, N, C);
         }
-        if (tp_) tp_->allreduce_sum(d_norm, (long)N * C);
-        rmsnorm_backward_accumulate(d_stream, dweight, d_norm, inp, weight, rstd, N, C);
-    } else {
-        rmsnorm_backward_accumulate_bf16(d_stream, dweight, d_norm, inp, weight, rstd, N, C);
     }
+    if (round_stream) round_if_bf16_state(d_stream, stream_rows_ * C);
+    return nullptr;
 }
 
 // The copies the bf16 matmuls read, once per optimizer step: each weight read
@@ -822,13 +833,15 @@ void Model::backward(float loss_scale) {
         linear_backward(d_norm, g.lm_head, dlogits, d16, z, z16, p.lm_head, N, C, V);
     }
     std::fill(d_residual_.begin(), d_residual_.end(), 0.0f);
-    norm_backward(d_res, g.final_norm, d_norm, a.residual + L * RC, p.final_norm, a.final_rstd);
+    // d_res16: d_res narrowed for the next matmul, where the norm's backward wrote it.
+    const bf16* d_res16 = norm_backward(d_res, g.final_norm, d_norm, a.residual + L * RC, p.final_norm,
+                                        a.final_rstd, false);
     if (grads_ready_) grads_ready_(L);
 
     for (int l = L - 1; l >= 0; l--) {
         const long nc = (long)l * RC;
         // d_res holds the gradient of the stream leaving layer l.
-        auto [d_out, d_out16] = gathered_stream_grad(d_res);
+        auto [d_out, d_out16] = gathered_stream_grad(d_res, d_res16);
         linear_backward(d_swiglu_.data(), g.down + (long)l * C * H, d_out, d_out16,
                         layer_slot(a.swiglu, l, (long)N * H), layer_slot(a16_.swiglu, l, (long)N * H),
                         p.down + (long)l * C * H, N, H, C);
@@ -837,13 +850,12 @@ void Model::backward(float loss_scale) {
         auto [y, y16] = gathered_input(layer_slot(a.ffn_norm, l, RC), layer_slot(a16_.ffn_norm, l, RC));
         linear_backward(d_norm, g.gate_up + (long)l * 2 * H * C, bf16_mode ? nullptr : d_gate_up_.data(), d16, y, y16,
                         p.gate_up + (long)l * 2 * H * C, N, C, 2 * H);
-        norm_backward(d_res, g.ffn_norm + (long)l * C, d_norm, a.residual_mid + nc, p.ffn_norm + (long)l * C,
-                      a.ffn_rstd + l * stream_rows_);
-        round_if_bf16_state(d_res, RC);
+        d_res16 = norm_backward(d_res, g.ffn_norm + (long)l * C, d_norm, a.residual_mid + nc,
+                                p.ffn_norm + (long)l * C, a.ffn_rstd + l * stream_rows_, true);
         // d_res now holds the gradient of the stream after attention.
         const float* att = a.att ? a.att + (long)l * B * NH * T * T : nullptr;
         const float* att_out = bf16_mode ? nullptr : a.att_out + (long)l * N * CA;  // bf16: a16_.att_out's
-        auto [d_mid, d_mid16] = gathered_stream_grad(d_res);
+        auto [d_mid, d_mid16] = gathered_stream_grad(d_res, d_res16);
         linear_backward(d_att_out_.data(), g.o_proj + (long)l * C * CA, d_mid, d_mid16, att_out,
                         layer_slot(a16_.att_out, l, (long)N * CA), p.o_proj + (long)l * C * CA, N, CA, C);
         attention_layer_backward(l, att);
@@ -852,9 +864,8 @@ void Model::backward(float loss_scale) {
         linear_backward(d_norm, g.qkv + (long)l * QKV * C, bf16_mode ? nullptr : d_qkv_.data(), d16, x, x16,
                         p.qkv + (long)l * QKV * C, N, C, QKV);
         if (shard_.shares_kv()) sum_shared_kv_grads(l);
-        norm_backward(d_res, g.attn_norm + (long)l * C, d_norm, a.residual + nc, p.attn_norm + (long)l * C,
-                      a.attn_rstd + l * stream_rows_);
-        round_if_bf16_state(d_res, RC);
+        d_res16 = norm_backward(d_res, g.attn_norm + (long)l * C, d_norm, a.residual + nc,
+                                p.attn_norm + (long)l * C, a.attn_rstd + l * stream_rows_, true);
         if (grads_ready_) grads_ready_(l);
     }
     embedding_backward_rows(d_res);

@@ -296,15 +296,16 @@ class Model {
     // stream's gradient (each with the tensor-parallel all-reduce between).
     void norm_forward(float* out, bf16* out16, float* rstd, const float* inp, const float* weight);
     void add_to_stream(float* out, float* linear_out, const float* stream);
-    void norm_backward(float* d_stream, float* dweight, float* d_norm, const float* inp, const float* weight,
-                       const float* rstd);
+    const bf16* norm_backward(float* d_stream, float* dweight, float* d_norm, const float* inp,
+                              const float* weight, const float* rstd, bool round_stream);
     // Sequence parallelism's all-gathers (model_sequence_parallel.cpp): a
     // norm's output rows (fp32, or bf16 in the bf16 modes) into the full
     // input of a column-parallel matmul, as linear_forward/backward take it
     // (inp, inp16); the stream gradient's rows into a matmul's full output
-    // gradient (dout, dout16). Without it, the rows themselves.
+    // gradient (dout, dout16). Without it, the rows themselves (their bf16
+    // copy where norm_backward made one).
     std::pair<const float*, bf16*> gathered_input(const float* rows, bf16* rows16);
-    std::pair<const float*, const bf16*> gathered_stream_grad(const float* d_rows);
+    std::pair<const float*, const bf16*> gathered_stream_grad(const float* d_rows, const bf16* d_rows16);
     // Where a row-parallel matmul writes its output: full_ under sequence
     // parallelism (add_to_stream reduce-scatters it into the stream's rows),
     // else the stream slot itself.

@@ -36,7 +36,8 @@ std::pair<const float*, bf16*> Model::gathered_input(const float* rows, bf16* ro
 // In the bf16 modes the matmul reads its output gradient narrowed to bf16:
 // narrowing each rank's rows before the gather gives the same bits at half the
 // bytes on the wire.
-std::pair<const float*, const bf16*> Model::gathered_stream_grad(const float* d_rows) {
+std::pair<const float*, const bf16*> Model::gathered_stream_grad(const float* d_rows, const bf16* d_rows16) {
+    if (!sp_ && d_rows16) return {nullptr, d_rows16};
     if (!sp_) return {d_rows, nullptr};
     const long n = stream_rows_ * config_.dim;
     if (precision_.bf16_compute()) {
