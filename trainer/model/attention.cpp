@@ -234,6 +234,24 @@ void narrow_rows(typename Ops::Op* out, const float* P, int r0, int r1, int T, i
 // alignment (the same sum at 16 offsets of a row, -march native, znver2 and
 // znver3), and the tests hold stored and recomputed probabilities, which lie
 // at different offsets, to the same bits.
+// The largest of row[0, n), NaNs passed over. Four running maxima, combined
+// at the end: with one, each vector waited on the last one's max (a
+// dependency chain at the instruction's latency, on every row of every head).
+// max is exact, so the order gives the same value.
+inline float row_max(const float* row, int n) {
+    constexpr int kWays = 4, kLanes = 8;
+    float m[kWays * kLanes];
+    std::fill(m, m + kWays * kLanes, -INFINITY);
+    int j = 0;
+    for (; j + kWays * kLanes <= n; j += kWays * kLanes)
+#pragma omp simd
+        for (int k = 0; k < kWays * kLanes; k++) m[k] = row[j + k] > m[k] ? row[j + k] : m[k];
+    float maxv = -INFINITY;
+    for (; j < n; j++) maxv = row[j] > maxv ? row[j] : maxv;
+    for (int k = 0; k < kWays * kLanes; k++) maxv = m[k] > maxv ? m[k] : maxv;
+    return maxv;
+}
+
 template <bool kMeasure>
 inline float exp_row(float* row, int last, float maxv, float* weighted) {
     float sum = 0.0f, ws = 0.0f;
@@ -292,9 +310,7 @@ void probs_block(float* P, Op* P_op, Slice<Op> q, Slice<Op> k, int T, int HD, fl
         float* p_row = P + (long)i * T;
         Op* row_op = P_op + (long)i * T;
         const int last = last_key(i, T, lookahead);
-        float maxv = -INFINITY;
-#pragma omp simd reduction(max : maxv)
-        for (int j = 0; j <= last; j++) maxv = row[j] > maxv ? row[j] : maxv;
+        const float maxv = row_max(row, last + 1);
         float sum, weighted;
         if (logit_max) {
             sum = exp_row<true>(row, last, maxv, &weighted);
