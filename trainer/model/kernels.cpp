@@ -354,33 +354,33 @@ void swiglu_forward_bf16(bf16* out, const bf16* gate_up16, int N, int H) {
 static inline float widen(float x) { return x; }
 static inline float widen(bf16 x) { return bf16_to_float(x); }
 
-template <bool kRoundDout, typename Out, typename In>
-static void swiglu_backward_rows(Out* dgate_up, const float* dout, const In* gate_up, int N, int H) {
+template <bool kBf16, typename Out, typename In>
+static void swiglu_backward_rows(Out* dgate_up, const In* dout, const In* gate_up, int N, int H) {
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const In* g = gate_up + (long)n * 2 * H;
         const In* u = g + H;
-        const float* dy = dout + (long)n * H;
+        const In* dy = dout + (long)n * H;
         Out* dg = dgate_up + (long)n * 2 * H;
         Out* du = dg + H;
         // The next row's inputs asked for in the bf16 modes (cache_hints.h), whose
         // loop rounds by hand: config M 28 -> 21 ms a step (a Xeon with AMX).
         // fp32's loop streams at 30 GB/s without; asking for the outputs too,
         // or in fp32, cost time (fp32 15 -> 23 ms).
-        if (kRoundDout && n + 1 < N) {
+        if (kBf16 && n + 1 < N) {
             prefetch_span(gate_up + (long)(n + 1) * 2 * H, 2L * H * sizeof(In));
-            prefetch_span(dout + (long)(n + 1) * H, (long)H * sizeof(float));
+            prefetch_span(dout + (long)(n + 1) * H, (long)H * sizeof(In));
         }
         for (int i = 0; i < H; i++) {
             const float gate = widen(g[i]), up = widen(u[i]);
             float s = sigmoid(gate);
             float silu = gate * s;
-            float d = load<kRoundDout>(dy[i]);
+            float d = widen(dy[i]);
             // Written so the vectorized loop gives the bits the scalar one did:
             // GCC 12 contracted the fp32 instantiation's inner term to an fma
             // and not the bf16 one's; the vectorized loops contract the other
             // way round unless told (measured on every mode, bit for bit).
-            const float dsilu = kRoundDout ? 1.0f + gate * (1.0f - s) : std::fma(gate, 1.0f - s, 1.0f);
+            const float dsilu = kBf16 ? 1.0f + gate * (1.0f - s) : std::fma(gate, 1.0f - s, 1.0f);
             store(dg[i], d * up * s * dsilu);
             store(du[i], d * silu);
         }
@@ -391,8 +391,8 @@ void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, i
     swiglu_backward_rows<false>(dgate_up, dout, gate_up, N, H);
 }
 
-void swiglu_backward_bf16(bf16* dgate_up, const float* dout, const bf16* gate_up16, int N, int H) {
-    swiglu_backward_rows<true>(dgate_up, dout, gate_up16, N, H);
+void swiglu_backward_bf16(bf16* dgate_up, const bf16* dout16, const bf16* gate_up16, int N, int H) {
+    swiglu_backward_rows<true>(dgate_up, dout16, gate_up16, N, H);
 }
 
 void residual_forward(float* out, const float* a, const float* b, long n) {

@@ -181,8 +181,9 @@ void rope_backward_bf16(bf16* dqkv16, const float* dqkv, const float* cos_table,
 // out = bf16(swiglu) of gate_up16's values (the gate_up product, stored in
 // bf16 by matmul_forward_bf16 and kept for the backward).
 void swiglu_forward_bf16(bf16* out, const bf16* gate_up16, int N, int H);
-// dgate_up = bf16(swiglu_backward) of gate_up16's values, with dout rounded as read.
-void swiglu_backward_bf16(bf16* dgate_up, const float* dout, const bf16* gate_up16, int N, int H);
+// dgate_up = bf16(swiglu_backward) of gate_up16's values and dout16's (the
+// down projection's input gradient, stored in bf16 by its product).
+void swiglu_backward_bf16(bf16* dgate_up, const bf16* dout16, const bf16* gate_up16, int N, int H);
 // out = a + b with a (a matmul's output) rounded as read; the sum rounded to
 // bf16 too when round_sum (the pure bf16 modes' residual stream).
 void residual_forward_bf16(float* out, const float* a, const float* b, long n, bool round_sum);

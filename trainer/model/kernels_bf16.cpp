@@ -450,6 +450,20 @@ void matmul_dinput_bf16(float* dinp, const Bf16OutputGrad& dout, const Bf16Weigh
     flip_bit_if_injected(dinp);
 }
 
+void matmul_dinput_bf16(bf16* dinp16, const Bf16OutputGrad& dout, const Bf16Weight& w, int N) {
+    const Bf16Weight::Storage& s = w.storage();
+    const long n = (long)N * w.in_features();
+    if (s.engine == Bf16MatmulEngine::Emulated || dout.engine() != s.engine) {
+        AlignedVector<float>& sums = scratch().sums;
+        if ((long)sums.size() < n) sums.resize(n);
+        matmul_dinput_bf16(sums.data(), dout, w, N);  // throws on mixed engines
+        return bf16_narrow(dinp16, sums.data(), n);
+    }
+    OneDnn::instance().matmul(dinp16, true, dout.values(), false, static_cast<const bf16*>(s.natural.get_data_handle()),
+                              Layout::Packed, N, w.in_features(), w.out_features(), false);
+    flip_bit_if_injected(dinp16);
+}
+
 // dweight (OC, IC) = dout^T (OC, N) @ inp (N, IC): on the emulated engine only
 // inp is widened here.
 void matmul_dweight_bf16(float* dweight, const Bf16OutputGrad& dout, const bf16* inp, int N, int IC, int OC,

@@ -208,7 +208,8 @@ void Model::allocate_activations() {
     d_qkv_.assign(N * QKV, 0.0f);
     d_att_out_.assign(N * CA, 0.0f);
     if (!bf16_mode) d_gate_up_.assign(N * 2 * H, 0.0f);
-    d_swiglu_.assign(N * H, 0.0f);
+    if (bf16_mode) d_swiglu16_.assign(N * H, 0);
+    else d_swiglu_.assign(N * H, 0.0f);
 }
 
 long Model::stream_activation_bytes() const {
@@ -337,7 +338,7 @@ void Model::linear_forward_narrowed(bf16* out16, const float* inp, bf16* inp16, 
 }
 
 void Model::linear_backward(float* dinp, float* dweight, const float* dout, const bf16* dout16, const float* inp,
-                            const bf16* inp16, const float* weight, int N, int IC, int OC) {
+                            const bf16* inp16, const float* weight, int N, int IC, int OC, bf16* dinp16) {
     const bool accumulate = !overwrite_linear_grads_;
     const bool bf16 = precision_.bf16_compute();
     const std::string* name = KernelProfile::active() ? &kind_name_of(weight) : nullptr;
@@ -347,8 +348,10 @@ void Model::linear_backward(float* dinp, float* dweight, const float* dout, cons
     else if (bf16)
         dout_grad_.assign(dout16, (long)N * OC);
     {
-        KernelScope scope("gemm dinput", gemm_bytes(N, IC, OC, e), 2.0 * N * IC * OC, name);
-        if (bf16)
+        KernelScope scope("gemm dinput", gemm_bytes(N, IC, OC, e, false, dinp16 ? 2 : 4), 2.0 * N * IC * OC, name);
+        if (bf16 && dinp16)
+            matmul_dinput_bf16(dinp16, dout_grad_, weight16(weight), N);
+        else if (bf16)
             matmul_dinput_bf16(dinp, dout_grad_, weight16(weight), N);
         else
             matmul_dinput(dinp, dout, weight, N, IC, OC);
@@ -443,13 +446,14 @@ void Model::swiglu_layer_forward(float* out, bf16* out16, const float* gate_up, 
     swiglu_forward(out, gate_up, N, H);
 }
 
-// d_swiglu_ (N, H) through SwiGLU into the gate_up gradient: dout16_ from
-// gate_up16 in the bf16 modes, d_gate_up_ from gate_up in fp32.
+// SwiGLU's output gradient (N, H) through SwiGLU into the gate_up gradient:
+// from d_swiglu16_ and gate_up16 into dout16_ in the bf16 modes, from
+// d_swiglu_ and gate_up into d_gate_up_ in fp32.
 void Model::swiglu_layer_backward(const float* gate_up, const bf16* gate_up16) {
     const int N = B_ * T_, H = shard_.hidden_dim;
     const bool bf16 = precision_.bf16_compute();
-    KernelScope scope("swiglu backward", (double)N * H * (bf16 ? 12 : 20));
-    if (bf16) return swiglu_backward_bf16(dout16_.data(), d_swiglu_.data(), gate_up16, N, H);
+    KernelScope scope("swiglu backward", (double)N * H * (bf16 ? 10 : 20));
+    if (bf16) return swiglu_backward_bf16(dout16_.data(), d_swiglu16_.data(), gate_up16, N, H);
     swiglu_backward(d_gate_up_.data(), d_swiglu_.data(), gate_up, N, H);
 }
 
@@ -844,7 +848,7 @@ void Model::backward(float loss_scale) {
         auto [d_out, d_out16] = gathered_stream_grad(d_res, d_res16);
         linear_backward(d_swiglu_.data(), g.down + (long)l * C * H, d_out, d_out16,
                         layer_slot(a.swiglu, l, (long)N * H), layer_slot(a16_.swiglu, l, (long)N * H),
-                        p.down + (long)l * C * H, N, H, C);
+                        p.down + (long)l * C * H, N, H, C, bf16_mode ? d_swiglu16_.data() : nullptr);
         swiglu_layer_backward(bf16_mode ? nullptr : a.gate_up + (long)l * N * 2 * H,
                               layer_slot(a16_.gate_up, l, (long)N * 2 * H));
         auto [y, y16] = gathered_input(layer_slot(a.ffn_norm, l, RC), layer_slot(a16_.ffn_norm, l, RC));

@@ -288,8 +288,11 @@ class Model {
     // stored in bf16 by the product itself.
     void linear_forward_narrowed(bf16* out16, const float* inp, bf16* inp16, const float* weight, int N, int IC,
                                  int OC);
+    // With dinp16 (the bf16 modes), the input gradient is stored in bf16 by
+    // the product itself, there and not in dinp: for a gradient read only
+    // as bf16 values (SwiGLU's backward).
     void linear_backward(float* dinp, float* dweight, const float* dout, const bf16* dout16, const float* inp,
-                         const bf16* inp16, const float* weight, int N, int IC, int OC);
+                         const bf16* inp16, const float* weight, int N, int IC, int OC, bf16* dinp16 = nullptr);
     // The steps around the matmuls that differ by precision: RMSNorm into the
     // next matmul's input; a row-parallel matmul's output added to the
     // residual stream; a matmul's input gradient through an RMSNorm into the
@@ -371,6 +374,7 @@ class Model {
     // Backward scratch, one micro-batch and one layer at a time.
     AlignedVector<float> d_residual_, d_norm_, d_qkv_, d_att_out_, d_gate_up_, d_swiglu_;
     AlignedVector<bf16> dout16_;  // a matmul's output gradient narrowed, in the bf16 modes
+    AlignedVector<bf16> d_swiglu16_;  // the bf16 modes' d_swiglu_, stored in bf16 by its product
     Bf16OutputGrad dout_grad_;  // the same as both backward products read it
     AlignedVector<float> att_scratch_;  // per OpenMP thread
     std::vector<float> qk_dweight_;   // (2 HD) under tensor parallelism: one layer's qk-norm gain gradients
