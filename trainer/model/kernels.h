@@ -187,6 +187,8 @@ void swiglu_backward_bf16(bf16* dgate_up, const bf16* dout16, const bf16* gate_u
 // out = a + b with a (a matmul's output) rounded as read; the sum rounded to
 // bf16 too when round_sum (the pure bf16 modes' residual stream).
 void residual_forward_bf16(float* out, const float* a, const float* b, long n, bool round_sum);
+// The same with a stored in bf16 by its product.
+void residual_forward_bf16(float* out, const bf16* a, const float* b, long n, bool round_sum);
 // crossentropy_forward with the logits rounded as read.
 void crossentropy_forward_bf16(float* logits, float* losses, float* logz, const int32_t* targets, int N, int V,
                                float* row_max = nullptr);

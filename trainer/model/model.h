@@ -298,6 +298,8 @@ class Model {
     // residual stream; a matmul's input gradient through an RMSNorm into the
     // stream's gradient (each with the tensor-parallel all-reduce between).
     void norm_forward(float* out, bf16* out16, float* rstd, const float* inp, const float* weight);
+    void project_into_stream(float* out, const float* inp, bf16* inp16, const float* weight, int IC,
+                             const float* stream, bool in_bf16);
     void add_to_stream(float* out, float* linear_out, const float* stream);
     const bf16* norm_backward(float* d_stream, float* dweight, float* d_norm, const float* inp,
                               const float* weight, const float* rstd, bool round_stream);
@@ -375,6 +377,7 @@ class Model {
     AlignedVector<float> d_residual_, d_norm_, d_qkv_, d_att_out_, d_gate_up_, d_swiglu_;
     AlignedVector<bf16> dout16_;  // a matmul's output gradient narrowed, in the bf16 modes
     AlignedVector<bf16> d_swiglu16_;  // the bf16 modes' d_swiglu_, stored in bf16 by its product
+    AlignedVector<bf16> stream16_;  // a projection into the stream, stored in bf16 (bf16 modes, one rank)
     Bf16OutputGrad dout_grad_;  // the same as both backward products read it
     AlignedVector<float> att_scratch_;  // per OpenMP thread
     std::vector<float> qk_dweight_;   // (2 HD) under tensor parallelism: one layer's qk-norm gain gradients
