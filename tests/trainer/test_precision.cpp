@@ -15,6 +15,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <tuple>
 #include <random>
@@ -336,28 +337,35 @@ void expect_rounded_sum(bf16 stored, float sum, int K, const std::string& what) 
 }
 
 // The products hlat stores in bf16 as they come out of oneDNN, read only as
-// bf16 values after: o_proj's output (the residual add's input) and down
-// proj's input gradient (SwiGLU's output gradient), at configs M's and S's
-// shapes and bench/precision_verdict's model's, and odd ones, on 1 and 2
-// threads, on every engine. Each value is the fp32 product rounded (on the
-// AMX Xeon every one, bit for bit); elsewhere the test allows the other side
-// of a rounding tie within summation-order error, for a CPU whose kernels
-// sum in another order when they store bf16 (the AMX Xeon's did, at down
-// proj's forward shape, N 2048, IC 1376, OC 512, which hlat therefore keeps
-// in fp32).
-TEST(Bf16Matmul, ProjectionsStoredInBf16AreTheFp32ProductsRounded) {
+// bf16 values after: qkv's and o_proj's outputs (RoPE's and the residual
+// add's input) and down_proj's input gradient (SwiGLU's output gradient), at
+// configs M's and S's shapes and bench/precision_verdict's model's, and odd
+// ones, on 1 and 2 threads, on every engine. Each value is the fp32 product
+// rounded (on the AMX Xeon every one, bit for bit); the test allows the other
+// side of a rounding tie within summation-order error, for a CPU whose
+// kernels sum in another order when they store bf16 (the AMX Xeon's did at
+// down_proj's forward shape, N 2048, IC 1376, OC 512, which hlat therefore
+// keeps in fp32).
+TEST(Bf16Matmul, ProductsStoredInBf16AreTheFp32ProductsRounded) {
     EngineScope scope;
     const int saved_threads = omp_get_max_threads();
-    // (N, IC, OC) of the layer: o_proj (IC = OC) and down_proj (IC > OC).
-    for (auto [N, IC, OC] : std::vector<std::tuple<int, int, int>>{{1, 1, 1},
-                                                                     {17, 33, 5},
-                                                                     {300, 130, 67},
-                                                                     {2048, 512, 512},
-                                                                     {2048, 256, 256},
-                                                                     {2048, 128, 128},
-                                                                     {2048, 1376, 512},
-                                                                     {2048, 704, 256},
-                                                                     {2048, 352, 128}}) {
+    struct Shape {
+        int N, IC, OC;
+        bool forward, dinput;  // which of its products is stored in bf16
+    };
+    for (const Shape& sh : std::vector<Shape>{{1, 1, 1, true, true},
+                                              {17, 33, 5, true, true},
+                                              {300, 130, 67, true, true},
+                                              {2048, 512, 1536, true, false},  // qkv: M, S, the verdict's
+                                              {2048, 256, 768, true, false},
+                                              {2048, 128, 384, true, false},
+                                              {2048, 512, 512, true, false},  // o_proj
+                                              {2048, 256, 256, true, false},
+                                              {2048, 128, 128, true, false},
+                                              {2048, 1376, 512, false, true},  // down_proj
+                                              {2048, 704, 256, false, true},
+                                              {2048, 352, 128, false, true}}) {
+        const int N = sh.N, IC = sh.IC, OC = sh.OC;
         auto w = random_vector((long)OC * IC, 24, 0.05f);
         auto inp16 = narrow(random_vector((long)N * IC, 25)), dout16 = narrow(random_vector((long)N * OC, 26));
         for (Bf16MatmulEngine engine : engines_here())
@@ -372,17 +380,18 @@ TEST(Bf16Matmul, ProjectionsStoredInBf16AreTheFp32ProductsRounded) {
                 dout.assign(dout16.data(), (long)dout16.size());
                 std::vector<float> out((long)N * OC), dinp((long)N * IC);
                 std::vector<bf16> out16(out.size(), bf16(0x7fc0)), dinp16(dinp.size(), bf16(0x7fc0));
-                if (IC == OC) {
+                if (sh.forward) {
                     matmul_forward_bf16(out.data(), inp16.data(), w16, N);
                     matmul_forward_bf16(out16.data(), inp16.data(), w16, N);
                 }
-                matmul_dinput_bf16(dinp.data(), dout, w16, N);
-                matmul_dinput_bf16(dinp16.data(), dout, w16, N);
+                if (sh.dinput) {
+                    matmul_dinput_bf16(dinp.data(), dout, w16, N);
+                    matmul_dinput_bf16(dinp16.data(), dout, w16, N);
+                }
                 omp_set_num_threads(saved_threads);
-                if (IC == OC)
-                    for (long i = 0; i < (long)out.size(); i++)
-                        expect_rounded_sum(out16[i], out[i], IC, fmt::format("output {}, {}", i, where));
-                for (long i = 0; i < (long)dinp.size(); i++)
+                for (long i = 0; sh.forward && i < (long)out.size(); i++)
+                    expect_rounded_sum(out16[i], out[i], IC, fmt::format("output {}, {}", i, where));
+                for (long i = 0; sh.dinput && i < (long)dinp.size(); i++)
                     expect_rounded_sum(dinp16[i], dinp[i], OC, fmt::format("input gradient {}, {}", i, where));
             }
     }
@@ -556,6 +565,10 @@ TEST(Bf16FusedKernels, RopeEqualsTheUnfusedPassesWithGroupedHeads) {
     rope_forward_bf16(heads.data(), qkv.data(), cs.data(), sn.data(), B, T, NH, NKV, HD);
     expect_same_bits(widened(heads), widened(unfused_heads), "rope forward (v heads included)");
     expect_same_bits(qkv, qkv_before, "rope forward's input, left as it was");
+    // From the qkv product stored in bf16: the same heads.
+    std::vector<bf16> heads_from16(qkv.size());
+    rope_forward_bf16(heads_from16.data(), narrow(qkv).data(), cs.data(), sn.data(), B, T, NH, NKV, HD);
+    expect_same_bits(widened(heads_from16), widened(unfused_heads), "rope forward from bf16 (v heads included)");
     // The head-major layout, element by element: head h of (b, t) at ((b * heads + h) * T + t) * HD.
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
@@ -832,9 +845,10 @@ TEST(PrecisionKnobs, Bf16GradientAccumulationKeepsABf16Sum) {
 // The last layer's attention output recomputed from its stored probabilities
 // P (their causal triangle: kernels.h) and values v, in double: P @ v, with P
 // rounded to bf16 first when asked.
-std::vector<double> probs_times_values(const float* P, const float* qkv, int B, int T, int NH, int HD,
-                                       bool round_probs) {
-    const int QKV = 3 * NH * HD, CA = NH * HD;
+// value(b, j, h, d): element d of head h's v at position j of sequence b.
+std::vector<double> probs_times_values(const float* P, int B, int T, int NH, int HD, bool round_probs,
+                                       const std::function<float(int, int, int, int)>& value) {
+    const int CA = NH * HD;
     std::vector<double> out((long)B * T * CA, 0.0);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
@@ -842,9 +856,7 @@ std::vector<double> probs_times_values(const float* P, const float* qkv, int B, 
                 for (int j = 0; j <= t; j++) {
                     float p = P[(((long)b * NH + h) * T + t) * T + j];
                     if (round_probs) p = bf16_to_float(float_to_bf16_rne(p));
-                    const float* v = qkv + ((long)b * T + j) * QKV + 2 * CA + h * HD;
-                    for (int d = 0; d < HD; d++)
-                        out[((long)b * T + t) * CA + h * HD + d] += (double)p * bf16_to_float(float_to_bf16_rne(v[d]));
+                    for (int d = 0; d < HD; d++) out[((long)b * T + t) * CA + h * HD + d] += (double)p * value(b, j, h, d);
                 }
     return out;
 }
@@ -871,11 +883,19 @@ TEST(PrecisionKnobs, Fp32AttentionMultipliesTheProbabilitiesUnrounded) {
         data.next_batch(x.data(), y.data(), B, T);
         model.forward(x.data(), y.data());
         const ActivationTensors& a = model.activations();
-        // The bf16 modes keep the last layer's attention output; qkv too when attention is bf16.
+        // The bf16 modes keep the last layer's attention output. Its v: with
+        // fp32 products, every layer's qkv rows (bf16 values); with bf16
+        // products, the bf16 heads attention reads (head-major, v after q, k).
         const float* P = a.att + (long)(L - 1) * B * NH * T * T;
-        const float* qkv = fp32_products ? a.qkv + (long)(L - 1) * B * T * 3 * NH * HD : a.qkv;
-        double vs_exact = max_relative_difference(a.att_out, probs_times_values(P, qkv, B, T, NH, HD, false));
-        double vs_rounded = max_relative_difference(a.att_out, probs_times_values(P, qkv, B, T, NH, HD, true));
+        const float* qkv = a.qkv + (long)(L - 1) * B * T * 3 * NH * HD;
+        const bf16* heads = model.bf16_activations().qkv_heads;
+        const auto value = [&](int b, int j, int h, int d) {
+            if (fp32_products) return bf16_value(qkv[((long)b * T + j) * 3 * NH * HD + 2 * NH * HD + h * HD + d]);
+            const long head = ((long)(L - 1) * B + b) * 3 * NH + 2 * NH + h;
+            return bf16_to_float(heads[(head * T + j) * HD + d]);
+        };
+        double vs_exact = max_relative_difference(a.att_out, probs_times_values(P, B, T, NH, HD, false, value));
+        double vs_rounded = max_relative_difference(a.att_out, probs_times_values(P, B, T, NH, HD, true, value));
         std::printf("attention %s: output against P v %.2e, against bf16(P) v %.2e\n",
                     fp32_products ? "fp32" : "bf16", vs_exact, vs_rounded);
         const double near = 1e-6, far = 1e-4;  // fp32 summation order; bf16's rounding of P

@@ -25,6 +25,12 @@ template <bool kRound>
 static inline float load(float x) {
     return kRound ? bf16_value(x) : x;
 }
+// A bf16 tensor stored in bf16: its value, already rounded.
+template <bool kRound>
+static inline float load(bf16 x) {
+    static_assert(kRound, "bf16 values are read only where the kernel rounds");
+    return bf16_to_float(x);
+}
 // A kernel's result, into an fp32 buffer as is or into a bf16 one narrowed.
 static inline void store(float& y, float v) { y = v; }
 static inline void store(bf16& y, float v) { y = float_to_bf16_rne(v); }
@@ -242,11 +248,11 @@ void rope_tables(float* cos_table, float* sin_table, int T, int HD, float theta)
 // Rotates every head of the first (NH + NKV) heads of each qkv row of `in` by
 // the angle of its position into `out` (which may be `in`, both row-major, or
 // a head-major bf16 array); sign = -1 applies the inverse rotation (the
-// transpose). With kRound the values are rounded to bf16 as read and once
-// more as rotated. The v heads are carried over when that changes them:
-// rounded, or narrowed into a bf16 output.
-template <bool kRound, typename Out>
-static void rope_rotate(Out* out, QkvLayout out_layout, const float* in, const float* cos_table,
+// transpose). With kRound the values are rounded to bf16 as read (or are
+// bf16 already) and once more as rotated. The v heads are carried over when
+// that changes them: rounded, or narrowed into a bf16 output.
+template <bool kRound, typename Out, typename In>
+static void rope_rotate(Out* out, QkvLayout out_layout, const In* in, const float* cos_table,
                         const float* sin_table, int B, int T, int NH, int NKV, int HD, float sign) {
     constexpr bool kCarryV = kRound || !std::is_same_v<Out, float>;
     int half = HD / 2;
@@ -254,16 +260,16 @@ static void rope_rotate(Out* out, QkvLayout out_layout, const float* in, const f
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
-            const float* row = in + ((long)b * T + t) * QKV;
+            const In* row = in + ((long)b * T + t) * QKV;
             Out* out_row = out + (long)b * T * QKV + t * out_layout.row;
             const float* cs = cos_table + (long)t * half;
             const float* sn = sin_table + (long)t * half;
             // The next row asked for where the output is bf16 (cache_hints.h):
             // config M's bf16 RoPE forward 13.2 -> 9.6-9.8 ms a step, backward
             // 6.8 -> 5.0 (a Xeon with AMX).
-            if (!std::is_same_v<Out, float> && t + 1 < T) prefetch_span(row + QKV, QKV * sizeof(float));
+            if (!std::is_same_v<Out, float> && t + 1 < T) prefetch_span(row + QKV, QKV * sizeof(In));
             for (int h = 0; h < NH + NKV; h++) {
-                const float* x = row + h * HD;
+                const In* x = row + h * HD;
                 Out* y = out_row + h * out_layout.head;
                 for (int i = 0; i < half; i++) {
                     float x1 = load<kRound>(x[i]), x2 = load<kRound>(x[i + half]);
@@ -296,6 +302,11 @@ void rope_backward(float* dqkv, const float* cos_table, const float* sin_table, 
 void rope_forward_bf16(bf16* heads, const float* qkv, const float* cos_table, const float* sin_table, int B, int T,
                        int NH, int NKV, int HD) {
     rope_rotate<true>(heads, QkvLayout::head_major(T, HD), qkv, cos_table, sin_table, B, T, NH, NKV, HD, 1.0f);
+}
+
+void rope_forward_bf16(bf16* heads, const bf16* qkv16, const float* cos_table, const float* sin_table, int B, int T,
+                       int NH, int NKV, int HD) {
+    rope_rotate<true>(heads, QkvLayout::head_major(T, HD), qkv16, cos_table, sin_table, B, T, NH, NKV, HD, 1.0f);
 }
 
 void rope_forward_bf16_values(float* qkv, const float* cos_table, const float* sin_table, int B, int T, int NH,

@@ -171,6 +171,9 @@ void qk_norm_backward_bf16(float* dqkv, float* dq_weight, float* dk_weight, cons
 // head-major layout attention's bf16 products read (above).
 void rope_forward_bf16(bf16* heads, const float* qkv, const float* cos_table, const float* sin_table, int B, int T,
                        int NH, int NKV, int HD);
+// The same from qkv16, the matmul's output stored in bf16 by its product.
+void rope_forward_bf16(bf16* heads, const bf16* qkv16, const float* cos_table, const float* sin_table, int B, int T,
+                       int NH, int NKV, int HD);
 // The same as bf16 values left in qkv (fp32): rounded as read, q and k rotated
 // and rounded again, in place; for attention with fp32 products.
 void rope_forward_bf16_values(float* qkv, const float* cos_table, const float* sin_table, int B, int T, int NH,

@@ -141,9 +141,10 @@ void Model::allocate_activations() {
     // One allocation, carved in the order of the struct. The bf16 modes keep
     // the linear layers' and SwiGLU's inputs in bf16 only (a16_), and the fp32
     // sums of attention's output and (with bf16 attention, whose input is then
-    // bf16 only) of qkv for one layer at a time.
+    // bf16 only) of qkv for one layer at a time, or none where qkv is stored
+    // in bf16 by its product (qkv_in_bf16).
     const long f32_inputs = bf16_mode ? 0 : 1;
-    const long qkv_layers = attention_bf16() ? 1 : L, fp32_sum_layers = bf16_mode ? 1 : L;
+    const long qkv_layers = qkv_in_bf16() ? 0 : attention_bf16() ? 1 : L, fp32_sum_layers = bf16_mode ? 1 : L;
     const long sizes[] = {
         (L + 1) * R * C,                                    // residual
         f32_inputs * L * R * C,                             // attn_norm
@@ -190,9 +191,22 @@ void Model::allocate_activations() {
         a16_.gate_up = carve(L * N * 2 * H);
         a16_.swiglu = carve(L * N * H);
         a16_.final_norm = carve(R * C);
-        dout16_.assign(std::max({N * V, N * 2 * H, N * QKV, N * C}), 0);
     }
-    // Backward scratch; in the bf16 modes SwiGLU's gradient goes narrowed into dout16_.
+    allocate_scratch();
+}
+
+// The products' outputs that are stored in bf16 (the bf16 modes), and the
+// backward's scratch; in the bf16 modes SwiGLU's gradient goes narrowed into
+// dout16_.
+void Model::allocate_scratch() {
+    const long C = config_.dim, V = shard_.vocab_size, H = shard_.hidden_dim;
+    const long NH = shard_.n_heads, NKV = shard_.n_kv_heads, HD = config_.head_dim();
+    const long QKV = (NH + 2 * NKV) * HD, CA = NH * HD;
+    const long N = (long)B_ * T_, R = stream_rows_;
+    const bool bf16_mode = precision_.bf16_compute();
+    if (bf16_mode) dout16_.assign(std::max({N * V, N * 2 * H, N * QKV, N * C}), 0);
+    if (bf16_mode && !tp_) stream16_.assign(N * C, 0);
+    if (qkv_in_bf16()) qkv16_.assign(N * QKV, 0);
     d_residual_.assign(R * C, 0.0f);
     d_norm_.assign(N * C, 0.0f);
     if (sp_) {
@@ -208,7 +222,6 @@ void Model::allocate_activations() {
     d_qkv_.assign(N * QKV, 0.0f);
     d_att_out_.assign(N * CA, 0.0f);
     if (!bf16_mode) d_gate_up_.assign(N * 2 * H, 0.0f);
-    if (bf16_mode && !tp_) stream16_.assign(N * C, 0);
     if (bf16_mode) d_swiglu16_.assign(N * H, 0);
     else d_swiglu_.assign(N * H, 0.0f);
 }
@@ -518,7 +531,10 @@ float Model::forward(const int32_t* inputs, const int32_t* targets) {
 
         norm_forward(an, an16, a.attn_rstd + l * stream_rows_, res, p.attn_norm + (long)l * C);
         auto [x, x16] = gathered_input(an, an16);
-        linear_forward(qkv, x, x16, p.qkv + (long)l * QKV * C, N, C, QKV);
+        if (qkv_in_bf16())
+            linear_forward_narrowed(qkv16_.data(), x, x16, p.qkv + (long)l * QKV * C, N, C, QKV);
+        else
+            linear_forward(qkv, x, x16, p.qkv + (long)l * QKV * C, N, C, QKV);
         attention_layer_forward(l, qkv, att, att_out);
         if (measure_internals_ && targets) add_attention_internals(l);
         project_into_stream(mid, att_out, layer_slot(a16_.att_out, l, (long)N * CA), p.o_proj + (long)l * C * CA, CA,
@@ -684,8 +700,11 @@ void Model::attention_layer_forward(int l, float* qkv, float* att, float* att_ou
     if (attention_bf16()) {
         bf16* heads = a16_.qkv_heads + (long)l * B * T * (NH + 2 * NKV) * HD;
         {
-            KernelScope scope("rope forward", 6.0 * rows * qkv_width);
-            rope_forward_bf16(heads, qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+            KernelScope scope("rope forward", (qkv_in_bf16() ? 4.0 : 6.0) * rows * qkv_width);
+            if (qkv_in_bf16())
+                rope_forward_bf16(heads, qkv16_.data(), rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
+            else
+                rope_forward_bf16(heads, qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, HD);
         }
         KernelScope scope("attention forward", attention_bytes(att, 2, false), attention_flops(2));
         attention_forward(att_out, att, attention_scratch(), heads, B, T, NH, NKV, HD, lookahead_, probs_bf16,
