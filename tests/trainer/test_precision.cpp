@@ -326,14 +326,17 @@ TEST(Bf16Matmul, ForwardStoredInBf16IsTheFp32ProductRounded) {
 
 // `stored` is `sum` (the same product into fp32) rounded to nearest even;
 // or, where oneDNN summed the K terms in another order for the bf16 output,
-// its neighbour across a rounding tie that `sum` lies within fp32
-// summation-order error of. A wrong product lands nowhere near a tie.
-void expect_rounded_sum(bf16 stored, float sum, int K, const std::string& what) {
+// its neighbour across a rounding tie that `sum` lies within that order's
+// error of: K * 2^-24 * sum_k |a_k b_k| (`magnitude`, computed only then). A
+// wrong product lands nowhere near a tie.
+template <typename Magnitude>
+void expect_rounded_sum(bf16 stored, float sum, int K, const Magnitude& magnitude, const char* what, long i) {
     const bf16 rounded = float_to_bf16_rne(sum);
     if (stored == rounded) return;
-    ASSERT_EQ(std::abs((int)stored - (int)rounded), 1) << what << ": " << bf16_to_float(stored) << " for " << sum;
+    ASSERT_EQ(std::abs((int)stored - (int)rounded), 1) << what << " " << i << ": " << bf16_to_float(stored)
+                                                        << " for " << sum;
     const double tie = 0.5 * ((double)bf16_to_float(stored) + bf16_to_float(rounded));
-    ASSERT_LE(std::fabs(sum - tie), K * std::ldexp(1.0, -24) * std::fabs(sum)) << what << ": " << sum;
+    ASSERT_LE(std::fabs(sum - tie), K * std::ldexp(1.0, -24) * magnitude()) << what << " " << i << ": " << sum;
 }
 
 // The products hlat stores in bf16 as they come out of oneDNN, read only as
@@ -389,10 +392,23 @@ TEST(Bf16Matmul, ProductsStoredInBf16AreTheFp32ProductsRounded) {
                     matmul_dinput_bf16(dinp16.data(), dout, w16, N);
                 }
                 omp_set_num_threads(saved_threads);
+                SCOPED_TRACE(where);
+                // sum_k |a_k b_k| of output (n, o) = inp (n, :) . W (o, :), and of
+                // input gradient (n, c) = dout (n, :) . W (:, c).
                 for (long i = 0; sh.forward && i < (long)out.size(); i++)
-                    expect_rounded_sum(out16[i], out[i], IC, fmt::format("output {}, {}", i, where));
+                    expect_rounded_sum(out16[i], out[i], IC, [&] {
+                        double m = 0;
+                        for (int k = 0; k < IC; k++)
+                            m += std::fabs(bf16_to_float(inp16[i / OC * IC + k]) * bf16_value(w[i % OC * IC + k]));
+                        return m;
+                    }, "output", i);
                 for (long i = 0; sh.dinput && i < (long)dinp.size(); i++)
-                    expect_rounded_sum(dinp16[i], dinp[i], OC, fmt::format("input gradient {}, {}", i, where));
+                    expect_rounded_sum(dinp16[i], dinp[i], OC, [&] {
+                        double m = 0;
+                        for (int k = 0; k < OC; k++)
+                            m += std::fabs(bf16_to_float(dout16[i / IC * OC + k]) * bf16_value(w[(long)k * IC + i % IC]));
+                        return m;
+                    }, "input gradient", i);
             }
     }
 }
@@ -887,7 +903,7 @@ TEST(PrecisionKnobs, Fp32AttentionMultipliesTheProbabilitiesUnrounded) {
         // fp32 products, every layer's qkv rows (bf16 values); with bf16
         // products, the bf16 heads attention reads (head-major, v after q, k).
         const float* P = a.att + (long)(L - 1) * B * NH * T * T;
-        const float* qkv = a.qkv + (long)(L - 1) * B * T * 3 * NH * HD;
+        const float* qkv = fp32_products ? a.qkv + (long)(L - 1) * B * T * 3 * NH * HD : nullptr;
         const bf16* heads = model.bf16_activations().qkv_heads;
         const auto value = [&](int b, int j, int h, int d) {
             if (fp32_products) return bf16_value(qkv[((long)b * T + j) * 3 * NH * HD + 2 * NH * HD + h * HD + d]);

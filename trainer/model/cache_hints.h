@@ -4,8 +4,8 @@
 //    iterations are in flight at once; without it they run at the latency of
 //    their loads from memory, not its bandwidth.
 //  - stream_copy: for an output written once and read much later (attention's
-//    stored probabilities): its whole cache lines stored past the cache,
-//    without first reading the lines they overwrite.
+//    stored probabilities, the packed bf16 weights): its whole cache lines
+//    stored past the cache, without first reading the lines they overwrite.
 
 #include "trainer/model/aligned.h"
 

@@ -411,19 +411,15 @@ void residual_forward(float* out, const float* a, const float* b, long n) {
     for (long i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-// A bf16 tensor's value: an fp32 sum rounded, or a bf16 value widened.
-static inline float bf16_tensor_value(float x) { return bf16_value(x); }
-static inline float bf16_tensor_value(bf16 x) { return bf16_to_float(x); }
-
 template <typename A>
 static void residual_rows_bf16(float* out, const A* a, const float* b, long n, bool round_sum) {
     if (round_sum) {
 #pragma omp parallel for
-        for (long i = 0; i < n; i++) out[i] = bf16_value(bf16_tensor_value(a[i]) + b[i]);
+        for (long i = 0; i < n; i++) out[i] = bf16_value(load<true>(a[i]) + b[i]);
         return;
     }
 #pragma omp parallel for
-    for (long i = 0; i < n; i++) out[i] = bf16_tensor_value(a[i]) + b[i];
+    for (long i = 0; i < n; i++) out[i] = load<true>(a[i]) + b[i];
 }
 
 void residual_forward_bf16(float* out, const float* a, const float* b, long n, bool round_sum) {

@@ -401,15 +401,21 @@ void matmul_forward_bf16(float* out, const bf16* inp, const Bf16Weight& w, int N
     flip_bit_if_injected(out);
 }
 
+// A product stored in bf16 where oneDNN does not store it (the emulated
+// engine): its n fp32 sums into scratch, then narrowed into out16.
+template <typename Product>
+static void narrowed_product(bf16* out16, long n, const Product& product) {
+    AlignedVector<float>& sums = scratch().sums;
+    if ((long)sums.size() < n) sums.resize(n);
+    product(sums.data());
+    bf16_narrow(out16, sums.data(), n);
+}
+
 void matmul_forward_bf16(bf16* out16, const bf16* inp, const Bf16Weight& w, int N) {
     const Bf16Weight::Storage& s = w.storage();
     const long n = (long)N * w.out_features();
-    if (s.engine == Bf16MatmulEngine::Emulated) {
-        AlignedVector<float>& sums = scratch().sums;
-        if ((long)sums.size() < n) sums.resize(n);
-        matmul_forward_bf16(sums.data(), inp, w, N);
-        return bf16_narrow(out16, sums.data(), n);
-    }
+    if (s.engine == Bf16MatmulEngine::Emulated)
+        return narrowed_product(out16, n, [&](float* sums) { matmul_forward_bf16(sums, inp, w, N); });
     OneDnn::instance().matmul(out16, true, inp, false, static_cast<const bf16*>(s.transposed.get_data_handle()),
                               Layout::Packed, N, w.out_features(), w.in_features(), false);
     flip_bit_if_injected(out16);
@@ -453,12 +459,8 @@ void matmul_dinput_bf16(float* dinp, const Bf16OutputGrad& dout, const Bf16Weigh
 void matmul_dinput_bf16(bf16* dinp16, const Bf16OutputGrad& dout, const Bf16Weight& w, int N) {
     const Bf16Weight::Storage& s = w.storage();
     const long n = (long)N * w.in_features();
-    if (s.engine == Bf16MatmulEngine::Emulated || dout.engine() != s.engine) {
-        AlignedVector<float>& sums = scratch().sums;
-        if ((long)sums.size() < n) sums.resize(n);
-        matmul_dinput_bf16(sums.data(), dout, w, N);  // throws on mixed engines
-        return bf16_narrow(dinp16, sums.data(), n);
-    }
+    if (s.engine == Bf16MatmulEngine::Emulated || dout.engine() != s.engine)  // the fp32 product throws on the latter
+        return narrowed_product(dinp16, n, [&](float* sums) { matmul_dinput_bf16(sums, dout, w, N); });
     OneDnn::instance().matmul(dinp16, true, dout.values(), false, static_cast<const bf16*>(s.natural.get_data_handle()),
                               Layout::Packed, N, w.in_features(), w.out_features(), false);
     flip_bit_if_injected(dinp16);

@@ -389,9 +389,10 @@ void Model::norm_forward(float* out, bf16* out16, float* rstd, const float* inp,
 // stream + inp @ W^T. With in_bf16, in the bf16 modes on one rank, the
 // product is stored in bf16 (stream16_), which is all the sum reads of it:
 // half the bytes, and oneDNN's AMX kernels run o_proj faster into bf16 than
-// into fp32 (config M, a Xeon with AMX: 6.7 -> 3.4-4.1 ms a step). Not
-// down_proj: into bf16 (10.1 ms against 15.3) its K of 1,376 was summed in
-// another order there, which would change the bf16 modes' numbers. Under
+// into fp32 (config M, a Xeon with AMX: 6.7 -> 4.1-4.6 ms a step). The same
+// values the sum rounded as read, but for denormals (oneDNN flushes them).
+// Not down_proj: into bf16 (10.1 ms against 15.3) its K of 1,376 was summed
+// in another order there, which would change the bf16 modes' numbers. Under
 // tensor parallelism the partial products are summed over the ranks in fp32.
 void Model::project_into_stream(float* out, const float* inp, bf16* inp16, const float* weight, int IC,
                                 const float* stream, bool in_bf16) {
@@ -884,7 +885,7 @@ void Model::backward(float loss_scale) {
         const long nc = (long)l * RC;
         // d_res holds the gradient of the stream leaving layer l.
         auto [d_out, d_out16] = gathered_stream_grad(d_res, d_res16);
-        linear_backward(d_swiglu_.data(), g.down + (long)l * C * H, d_out, d_out16,
+        linear_backward(bf16_mode ? nullptr : d_swiglu_.data(), g.down + (long)l * C * H, d_out, d_out16,
                         layer_slot(a.swiglu, l, (long)N * H), layer_slot(a16_.swiglu, l, (long)N * H),
                         p.down + (long)l * C * H, N, H, C, bf16_mode ? d_swiglu16_.data() : nullptr);
         swiglu_layer_backward(bf16_mode ? nullptr : a.gate_up + (long)l * N * 2 * H,

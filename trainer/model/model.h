@@ -241,7 +241,10 @@ class Model {
     // Under sequence parallelism these include the one-layer buffers the
     // gathers fill (sequence_parallel_buffer_bytes).
     long activation_bytes() const {
-        return activation_floats_ * 4 + (long)acts_bf16_.size() * 2 + sequence_parallel_buffer_bytes();
+        // qkv16_ and stream16_: products stored in bf16 for their one reader,
+        // as the one layer's fp32 sums they replace were counted in acts_.
+        return activation_floats_ * 4 + (long)(acts_bf16_.size() + qkv16_.size() + stream16_.size()) * 2 +
+               sequence_parallel_buffer_bytes();
     }
     long activation_bytes_without_checkpointing() const;
     // The part of activation_bytes that sequence parallelism splits: the
@@ -271,8 +274,9 @@ class Model {
     bool attention_bf16() const { return precision_.bf16_compute() && !precision_.attention_fp32; }
     // Whether the qkv product is stored in bf16 by the product itself: where
     // its only reader is RoPE into attention's bf16 operands (no qk-norm,
-    // which reads the fp32 sums). Config M, a Xeon with AMX: 22 -> 13.5 ms a
-    // step, and RoPE reads half the bytes.
+    // which reads the fp32 sums). The fp32 sums rounded, as RoPE rounded them
+    // as read, but for denormals (oneDNN flushes them to zero). Config M, a
+    // Xeon with AMX: 22 -> 14.1-15.2 ms a step, and RoPE reads half the bytes.
     bool qkv_in_bf16() const { return attention_bf16() && !config_.qk_norm; }
     // The linear layers' bf16 weights (weights16_), and the one for a weight
     // pointing into params_.
