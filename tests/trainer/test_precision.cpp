@@ -406,7 +406,8 @@ TEST(Bf16Matmul, ProductsStoredInBf16AreTheFp32ProductsRounded) {
                     expect_rounded_sum(dinp16[i], dinp[i], OC, [&] {
                         double m = 0;
                         for (int k = 0; k < OC; k++)
-                            m += std::fabs(bf16_to_float(dout16[i / IC * OC + k]) * bf16_value(w[(long)k * IC + i % IC]));
+                            m += std::fabs(bf16_to_float(dout16[i / IC * OC + k]) *
+                                           bf16_value(w[(long)k * IC + i % IC]));
                         return m;
                     }, "input gradient", i);
             }
@@ -872,7 +873,8 @@ std::vector<double> probs_times_values(const float* P, int B, int T, int NH, int
                 for (int j = 0; j <= t; j++) {
                     float p = P[(((long)b * NH + h) * T + t) * T + j];
                     if (round_probs) p = bf16_to_float(float_to_bf16_rne(p));
-                    for (int d = 0; d < HD; d++) out[((long)b * T + t) * CA + h * HD + d] += (double)p * value(b, j, h, d);
+                    for (int d = 0; d < HD; d++)
+                        out[((long)b * T + t) * CA + h * HD + d] += (double)p * value(b, j, h, d);
                 }
     return out;
 }

@@ -53,7 +53,8 @@ inline void stream_copy(T* dst, const T* src, long n) {
 #if defined(__AVX512F__)
         _mm512_stream_si512(reinterpret_cast<__m512i*>(d + i), _mm512_loadu_si512(s + i));
 #else
-        _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+        _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), v);
 #endif
     }
 #endif

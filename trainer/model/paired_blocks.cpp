@@ -72,7 +72,8 @@ void pack_weight_pair(bf16* transposed, const PairedBlockLayout& t_layout, bf16*
     const long strips = (std::max(n_layout.padded_k, t_layout.padded_n) + strip - 1) / strip;
     uint32_t* t_out = reinterpret_cast<uint32_t*>(transposed);
     uint32_t* n_out = reinterpret_cast<uint32_t*>(natural);
-    const long n_words = (long)n_layout.k_block * n_layout.n_block / 2, t_words = (long)t_layout.k_block * t_layout.n_block / 2;
+    const long n_words = (long)n_layout.k_block * n_layout.n_block / 2;  // 32-bit pairs in a block
+    const long t_words = (long)t_layout.k_block * t_layout.n_block / 2;
 #pragma omp parallel
     {
         // Each block is made in cache, then stored past it: the copies are
