@@ -1,6 +1,7 @@
 // hlat: one binary, one subcommand per job. Errors are reported here, once, as
 // one line on stderr, with a non-zero exit code.
 #include "cli/commands.h"
+#include "cli/signal_thread.h"
 #include "trainer/parallel/parallel.h"
 
 #include <fmt/format.h>
@@ -51,6 +52,7 @@ void print_usage() {
 }  // namespace
 
 int main(int argc, char** argv) {
+    hlat::cli::give_stop_signals_their_own_thread();
     if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
         print_usage();
         return argc < 2 ? 2 : 0;

@@ -35,6 +35,15 @@ extern "C" void supervisor_stop(int sig) { g_supervisor_signal = sig; }
 
 std::string self_path() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
 
+// In a forked child, before exec: the mask survives exec, and `hlat` blocks
+// the stop signals on all its threads but one (cli/signal_thread.h). A job
+// that starts with them blocked could not be stopped.
+void clear_signal_mask() {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
 std::vector<char*> c_args(std::vector<std::string>& args) {
     std::vector<char*> out;
     for (std::string& a : args) out.push_back(a.data());
@@ -48,6 +57,7 @@ std::string capture(std::vector<std::string> argv) {
     if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
     pid_t pid = fork();
     if (pid == 0) {
+        clear_signal_mask();
         dup2(fds[1], 1);
         close(fds[0]);
         close(fds[1]);
@@ -73,6 +83,7 @@ pid_t launch(std::vector<std::string> argv, int attempt) {
     pid_t pid = fork();
     if (pid < 0) throw std::runtime_error("fork failed");
     if (pid == 0) {
+        clear_signal_mask();
         setpgid(0, 0);
         setenv("HLAT_ATTEMPT", std::to_string(attempt).c_str(), 1);
         std::vector<char*> args = c_args(argv);

@@ -1,5 +1,7 @@
 // SIGINT and SIGTERM ask a training run to stop after its current step; the
 // run then checkpoints and the store drains before the process exits.
+// The handler must not run on a thread inside oneDNN's sgemm: `hlat` gives the
+// stop signals a thread of their own (cli/signal_thread.h).
 #pragma once
 
 namespace hlat {
