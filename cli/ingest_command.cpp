@@ -20,6 +20,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cerrno>
 #include <csignal>
@@ -37,7 +38,7 @@ namespace {
 
 constexpr int kExitHalted = 3;  // as hlat train: a supervisor must not restart a halted run
 
-volatile std::sig_atomic_t g_ingest_stop = 0;
+std::atomic<int> g_ingest_stop{0};  // lock-free: set in a handler, on the signal thread
 extern "C" void stop_ingesting(int) { g_ingest_stop = 1; }
 
 // What --on-halt asks for when a halt is requested (a halt-policy alert or the page).

@@ -23,7 +23,7 @@ namespace hlat::cli {
 namespace po = boost::program_options;
 
 namespace {
-volatile std::sig_atomic_t g_serve_stop = 0;
+std::atomic<int> g_serve_stop{0};  // lock-free: set in a handler, on the signal thread
 std::atomic<bool>* g_server_stopping = nullptr;  // the server's: a read or catch-up in progress ends at once
 extern "C" void stop_serving(int) {
     g_serve_stop = 1;

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -30,7 +31,7 @@ namespace hlat {
 
 namespace {
 
-volatile std::sig_atomic_t g_supervisor_signal = 0;
+std::atomic<int> g_supervisor_signal{0};  // lock-free: set in a handler, on the signal thread
 extern "C" void supervisor_stop(int sig) { g_supervisor_signal = sig; }
 
 std::string self_path() { return std::filesystem::read_symlink("/proc/self/exe").string(); }

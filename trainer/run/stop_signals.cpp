@@ -1,11 +1,15 @@
 #include "trainer/run/stop_signals.h"
 
+#include <atomic>
 #include <csignal>
 
 namespace hlat {
 namespace {
 
-volatile std::sig_atomic_t g_stop_signal = 0;
+// Set by a handler on the signal thread (cli/signal_thread.h), read by the
+// main one: a lock-free atomic, safe in both.
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
 extern "C" void request_stop(int sig) { g_stop_signal = sig; }
 
 }  // namespace
