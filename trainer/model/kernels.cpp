@@ -93,8 +93,9 @@ void rmsnorm_forward_bf16(bf16* out, float* rstd, const float* inp, const float*
 }
 
 template <bool kRoundDout>
-static void rmsnorm_backward_rows(float* dinp, float* dweight, const float* dout, const float* inp,
-                                  const float* weight, const float* rstd, int N, int C, Bf16StreamGrad out = {}) {
+HLAT_WIDE_VECTORS static void rmsnorm_backward_rows(float* dinp, float* dweight, const float* dout,
+                                                    const float* inp, const float* weight, const float* rstd, int N,
+                                                    int C, Bf16StreamGrad out = {}) {
     // y = x r w with r = (mean(x^2) + eps)^-1/2, so
     // dx = r w dy - x r^3 / C * sum_j(dy_j w_j x_j).
 #pragma omp parallel for
@@ -112,7 +113,7 @@ static void rmsnorm_backward_rows(float* dinp, float* dweight, const float* dout
         }
         float r = rstd[n];
         float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
+#pragma omp simd reduction(+ : dot) safelen(8)
         for (int c = 0; c < C; c++) dot += load<kRoundDout>(dy[c]) * weight[c] * x[c];
         float k = dot * r * r * r / C;
         for (int c = 0; c < C; c++) dx[c] += r * weight[c] * load<kRoundDout>(dy[c]) - k * x[c];
@@ -252,8 +253,8 @@ void rope_tables(float* cos_table, float* sin_table, int T, int HD, float theta)
 // bf16 already) and once more as rotated. The v heads are carried over when
 // that changes them: rounded, or narrowed into a bf16 output.
 template <bool kRound, typename Out, typename In>
-static void rope_rotate(Out* out, QkvLayout out_layout, const In* in, const float* cos_table,
-                        const float* sin_table, int B, int T, int NH, int NKV, int HD, float sign) {
+HLAT_WIDE_VECTORS static void rope_rotate(Out* out, QkvLayout out_layout, const In* in, const float* cos_table,
+                                          const float* sin_table, int B, int T, int NH, int NKV, int HD, float sign) {
     constexpr bool kCarryV = kRound || !std::is_same_v<Out, float>;
     int half = HD / 2;
     int QKV = (NH + 2 * NKV) * HD;
@@ -346,7 +347,7 @@ void swiglu_forward(float* out, const float* gate_up, int N, int H) {
     }
 }
 
-void swiglu_forward_bf16(bf16* out, const bf16* gate_up16, int N, int H) {
+HLAT_WIDE_VECTORS void swiglu_forward_bf16(bf16* out, const bf16* gate_up16, int N, int H) {
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const bf16* g16 = gate_up16 + (long)n * 2 * H;
@@ -366,7 +367,7 @@ static inline float widen(float x) { return x; }
 static inline float widen(bf16 x) { return bf16_to_float(x); }
 
 template <bool kBf16, typename Out, typename In>
-static void swiglu_backward_rows(Out* dgate_up, const In* dout, const In* gate_up, int N, int H) {
+HLAT_WIDE_VECTORS static void swiglu_backward_rows(Out* dgate_up, const In* dout, const In* gate_up, int N, int H) {
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const In* g = gate_up + (long)n * 2 * H;
@@ -431,8 +432,8 @@ void residual_forward_bf16(float* out, const bf16* a, const float* b, long n, bo
 }
 
 template <bool kRoundLogits>
-static void crossentropy_rows(float* logits, float* losses, float* logz, const int32_t* targets, int N, int V,
-                              float* row_max) {
+HLAT_WIDE_VECTORS static void crossentropy_rows(float* logits, float* losses, float* logz, const int32_t* targets,
+                                                 int N, int V, float* row_max) {
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         float* row = logits + (long)n * V;
@@ -446,7 +447,7 @@ static void crossentropy_rows(float* logits, float* losses, float* logz, const i
         // A vector sum, as attention's softmax (exp_row): in index order it
         // costs a dependent add per logit.
         float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
+#pragma omp simd reduction(+ : sum) safelen(8)
         for (int v = 0; v < V; v++) {
             const float e = vexp(row[v] - maxv);
             row[v] = e;
@@ -488,8 +489,8 @@ void crossentropy_backward(float* logits, const int32_t* targets, const float* l
     }
 }
 
-void crossentropy_backward_bf16(bf16* dlogits, const float* probs, const int32_t* targets, const float* logz,
-                                float z_loss, float dloss, int N, int V) {
+HLAT_WIDE_VECTORS void crossentropy_backward_bf16(bf16* dlogits, const float* probs, const int32_t* targets,
+                                                    const float* logz, float z_loss, float dloss, int N, int V) {
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float* p = probs + (long)n * V;
