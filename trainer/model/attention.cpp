@@ -10,8 +10,11 @@
 // probabilities are not). The products are small (64 query rows by up to T
 // keys by HD): each runs on the calling thread (sgemm or oneDNN inside a
 // parallel region), the heads spread over the threads. Where oneDNN runs bf16
-// on AMX the block is the whole head (query_block_rows says why).
+// on AMX the block is the whole head (query_block_rows says why), and the
+// four products that the causal mask cuts run on hlat's own tile products
+// (amx_tiles.h) where the shapes fit.
 #include "trainer/model/aligned.h"
+#include "trainer/model/amx_tiles.h"
 #include "trainer/model/bf16.h"
 #include "trainer/model/cache_hints.h"
 #include "trainer/model/kernels.h"
@@ -86,7 +89,16 @@ AttentionBlocking& blocking_choice() {
 
 bool bf16_whole_heads() {
     const AttentionBlocking b = blocking_choice();
-    return b == AttentionBlocking::WholeHead || (b == AttentionBlocking::Auto && bf16_engine_uses_amx());
+    return b == AttentionBlocking::WholeHead || b == AttentionBlocking::WholeHeadOnTiles ||
+           (b == AttentionBlocking::Auto && bf16_engine_uses_amx());
+}
+
+// Whole heads with the causal products on hlat's tiles: what Auto picks where
+// oneDNN runs on AMX and this process may use the tiles itself.
+bool bf16_on_tiles() {
+    const AttentionBlocking b = blocking_choice();
+    return b == AttentionBlocking::WholeHeadOnTiles ||
+           (b == AttentionBlocking::Auto && bf16_engine_uses_amx() && amx_tiles_usable());
 }
 
 template <typename Ops>
@@ -125,6 +137,22 @@ void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const bf16* A, int
         else
             std::copy(d, d + N, c);
     }
+}
+
+// C (M x N) = alpha * A @ op(B) for the products the causal mask cuts: the
+// scores (q k^T, dO v^T; trans_b) and the probabilities or score gradients
+// times v or k (A zero past each row's visible keys). On hlat's tiles for
+// whole heads (row0 0: row i of A is query i) where the shapes fit, which
+// skip what the mask hides (amx_tiles.h: the same sums, the same bits as
+// oneDNN's); else gemm(). C's entries past a row's visible keys are then
+// either left as they were or computed: no reader looks at them.
+template <typename Op>
+void causal_gemm(bool tb, int M, int N, int K, float alpha, const Op* A, int lda, const Op* B, int ldb, float* C,
+                 int ldc, int lookahead, int row0) {
+    if constexpr (std::is_same_v<Op, bf16>)
+        if (row0 == 0 && bf16_on_tiles() && fits_tiles(M, N, K))
+            return causal_tile_product(tb, M, N, K, alpha, A, lda, B, ldb, C, ldc, lookahead);
+    gemm(false, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc);
 }
 
 // A T x HD slice of qkv or dout (leading dimension ld) as the products read it.
@@ -304,8 +332,8 @@ void probs_block(float* P, Op* P_op, Slice<Op> q, Slice<Op> k, int T, int HD, fl
                  bool probs_bf16, bool p_stored, int r0, int r1, float* logit_max = nullptr,
                  float* entropy_sum = nullptr) {
     float* S = scores_buffer<Ops>(P, T);
-    gemm(false, true, r1 - r0, visible_keys(r1, T, lookahead), HD, scale, q.data + (long)r0 * q.ld, q.ld, k.data,
-         k.ld, 0.0f, S + (long)r0 * T, T);
+    causal_gemm(true, r1 - r0, visible_keys(r1, T, lookahead), HD, scale, q.data + (long)r0 * q.ld, q.ld, k.data,
+                k.ld, S + (long)r0 * T, T, lookahead, r0);
     const int columns = operand_columns(r1, T, lookahead, query_block_rows<Ops>(T));
     for (int i = r0; i < r1; i++) {
         float* row = S + (long)i * T;
@@ -343,8 +371,8 @@ void probs_block(float* P, Op* P_op, Slice<Op> q, Slice<Op> k, int T, int HD, fl
 // each row's visible keys.
 template <typename Op>
 void causal_matmul_block(float* Y, int ldy, const Op* P, Slice<Op> X, int T, int HD, int lookahead, int r0, int r1) {
-    gemm(false, false, r1 - r0, HD, visible_keys(r1, T, lookahead), 1.0f, P + (long)r0 * T, T, X.data, X.ld, 0.0f,
-         Y + (long)r0 * ldy, ldy);
+    causal_gemm(false, r1 - r0, HD, visible_keys(r1, T, lookahead), 1.0f, P + (long)r0 * T, T, X.data, X.ld,
+                Y + (long)r0 * ldy, ldy, lookahead, r0);
 }
 
 // Rows [first_row, T) of P's columns [c0, c1), packed (leading dimension
@@ -436,8 +464,8 @@ constexpr int kPrefetchRowsAhead = 2;
 template <typename Ops, typename Op = typename Ops::Op>
 void scores_backward_block(float* dq, int ldq, float* dP, Op* dS_op, const float* P, Op* P_op, Slice<Op> dO,
                            Slice<Op> k, Slice<Op> v, int T, int HD, float scale, int lookahead, int r0, int r1) {
-    gemm(false, true, r1 - r0, visible_keys(r1, T, lookahead), HD, 1.0f, dO.data + (long)r0 * dO.ld, dO.ld, v.data,
-         v.ld, 0.0f, dP + (long)r0 * T, T);
+    causal_gemm(true, r1 - r0, visible_keys(r1, T, lookahead), HD, 1.0f, dO.data + (long)r0 * dO.ld, dO.ld, v.data,
+                v.ld, dP + (long)r0 * T, T, lookahead, r0);
     const int columns = operand_columns(r1, T, lookahead, query_block_rows<Ops>(T));
     for (int i = r0; i < r1; i++) {
         if (P_op && i + kPrefetchRowsAhead < T) prefetch_visible_keys(P, i + kPrefetchRowsAhead, T, lookahead);

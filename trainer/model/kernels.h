@@ -112,8 +112,10 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const bf
                         int B, int T, int NH, int NKV, int HD, int lookahead = 0, bool probs_bf16 = false);
 // How those bf16 products walk a head: Auto picks by CPU (blocks of 64 query
 // rows, or the whole head where oneDNN runs bf16 on AMX: attention.cpp says
-// why); the tests force each, to check both on any CPU.
-enum class AttentionBlocking { Auto, RowBlocks, WholeHead };
+// why, with q k^T, p v and their backward's dO v^T and dS k on hlat's own
+// tile products where the shapes fit: amx_tiles.h); the tests force each, to
+// check them all on any CPU that can run them.
+enum class AttentionBlocking { Auto, RowBlocks, WholeHead, WholeHeadOnTiles };
 void set_attention_blocking(AttentionBlocking blocking);
 
 // out (N, H) = silu(gate) * up, gate_up (N, 2H) = [gate | up].

@@ -1,0 +1,143 @@
+// hlat's AMX tile products (amx_tiles.h) and attention on them: against a
+// plain double-precision product of the same bf16 operands, and bit for bit
+// against oneDNN's products, which attention ran on before them, with the
+// causal mask's skipped blocks left untouched. These run where the CPU has
+// AMX (Sapphire Rapids and later); everywhere, the first test checks that
+// the tiles are used exactly where the CPU reports them.
+#include "test_util.h"
+#include "trainer/model/amx_tiles.h"
+#include "trainer/model/kernels.h"
+#include "trainer/model/kernels_bf16.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <bit>
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <string>
+
+namespace hlat {
+namespace {
+
+bool cpuinfo_reports(const std::string& flag) {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind("flags", 0) == 0) return (line + " ").find(" " + flag + " ") != std::string::npos;
+    return false;
+}
+
+std::vector<bf16> random_bf16(long n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<bf16> v(n);
+    for (bf16& x : v) x = float_to_bf16_rne(dist(rng));
+    return v;
+}
+
+uint32_t bits(float x) { return std::bit_cast<uint32_t>(x); }
+
+TEST(AmxTiles, UsedExactlyWhereTheCpuHasThem) {
+    EXPECT_EQ(amx_tiles_usable(), cpuinfo_reports("amx_bf16") && cpuinfo_reports("amx_tile"));
+    EXPECT_TRUE(fits_tiles(64, 512, 32));
+    EXPECT_FALSE(fits_tiles(64, 512, 48));
+    EXPECT_FALSE(fits_tiles(130, 64, 64));
+}
+
+// Scores (trans_b, alpha 1/8) and probabilities times values (plain B, A
+// zero past each row's visible keys), lookahead 0, 1 and 33 (past a block
+// edge), leading dimensions wider than the rows: every visible entry equals
+// oneDNN's product of the whole matrices bit for bit and a double-precision
+// sum of the same products to fp32 summation error; entries of blocks the
+// mask hides keep the NaN they had.
+TEST(AmxTiles, CausalProductsEqualOneDnnsAndAPlainSum) {
+    if (!amx_tiles_usable()) {
+        EXPECT_FALSE(cpuinfo_reports("amx_bf16"));
+        return;
+    }
+    const Bf16MatmulEngine saved = bf16_matmul_engine();
+    set_bf16_matmul_engine(Bf16MatmulEngine::OneDnn);
+    const int T = 96, HD = 64, ld = HD + 32, ldc = T + 16;
+    for (bool trans_b : {true, false})
+        for (int lookahead : {0, 1, 33}) {
+            SCOPED_TRACE(fmt::format("trans_b {} lookahead {}", trans_b, lookahead));
+            const int M = T, N = trans_b ? T : HD, K = trans_b ? HD : T;
+            const int lda = trans_b ? ld : T, ldb = trans_b ? ld : ld;
+            std::vector<bf16> A = random_bf16((long)M * lda, 1), B = random_bf16((long)(trans_b ? N : K) * ldb, 2);
+            if (!trans_b)  // probabilities: zero past each row's visible keys
+                for (int i = 0; i < M; i++)
+                    for (int k = i + lookahead + 1; k < K; k++) A[(long)i * lda + k] = 0;
+            const float alpha = trans_b ? 0.125f : 1.0f;
+            std::vector<float> tiles((long)M * ldc, NAN), onednn((long)M * ldc, NAN);
+            causal_tile_product(trans_b, M, N, K, alpha, A.data(), lda, B.data(), ldb, tiles.data(), ldc, lookahead);
+            gemm_bf16_on_thread(false, trans_b, M, N, K, alpha, A.data(), lda, B.data(), ldb, false, onednn.data(),
+                                ldc);
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++) {
+                    const float got = tiles[(long)i * ldc + j];
+                    const bool block_seen = !trans_b || j / 32 * 32 <= i / 32 * 32 + 31 + lookahead;
+                    if (!block_seen) {
+                        ASSERT_TRUE(std::isnan(got)) << "a hidden block was written at " << i << ", " << j;
+                        continue;
+                    }
+                    double sum = 0.0, magnitude = 0.0;
+                    for (int k = 0; k < K; k++) {
+                        const double b = trans_b ? bf16_to_float(B[(long)j * ldb + k]) : bf16_to_float(B[(long)k * ldb + j]);
+                        const double p = bf16_to_float(A[(long)i * lda + k]) * b;
+                        sum += p, magnitude += std::fabs(p);
+                    }
+                    ASSERT_NEAR(got, alpha * sum, alpha * magnitude * K * 0x1p-24 + 1e-30) << i << ", " << j;
+                    ASSERT_EQ(bits(got), bits(onednn[(long)i * ldc + j])) << "against oneDNN at " << i << ", " << j;
+                }
+            for (int i = 0; i < M; i++)
+                for (int j = N; j < ldc; j++) ASSERT_TRUE(std::isnan(tiles[(long)i * ldc + j])) << "past N";
+        }
+    set_bf16_matmul_engine(saved);
+}
+
+// Whole-head attention, forward and backward, with its causal products on the
+// tiles and on oneDNN: the same bits, with grouped heads, the mask_leak
+// lookahead, and stored and recomputed probabilities.
+TEST(AmxTiles, AttentionOnTilesGivesOneDnnsBits) {
+    if (!amx_tiles_usable()) {
+        EXPECT_FALSE(cpuinfo_reports("amx_bf16"));
+        return;
+    }
+    const Bf16MatmulEngine saved = bf16_matmul_engine();
+    set_bf16_matmul_engine(Bf16MatmulEngine::OneDnn);
+    const int B = 2, T = 96, NH = 4, NKV = 2, HD = 32, QKV = (NH + 2 * NKV) * HD, CA = NH * HD;
+    std::mt19937 rng(7);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> qkv((long)B * T * QKV), dout((long)B * T * CA);
+    for (float& x : qkv) x = 2.0f * dist(rng);
+    for (float& x : dout) x = dist(rng);
+    std::vector<bf16> heads(qkv.size());
+    qkv_heads_bf16(heads.data(), qkv.data(), B, T, NH, NKV, HD);
+    std::vector<float> scratch(omp_get_max_threads() * AttentionScratch::floats(T));
+    for (int lookahead : {0, 1})
+        for (bool stored : {true, false}) {
+            SCOPED_TRACE(fmt::format("lookahead {} stored probabilities {}", lookahead, stored));
+            std::vector<std::vector<float>> outs, dqkvs;
+            for (AttentionBlocking blocking : {AttentionBlocking::WholeHead, AttentionBlocking::WholeHeadOnTiles}) {
+                set_attention_blocking(blocking);
+                std::vector<float> out((long)B * T * CA), dqkv(qkv.size()), att((long)B * NH * T * T, NAN);
+                float* probs = stored ? att.data() : nullptr;
+                attention_forward(out.data(), probs, scratch.data(), heads.data(), B, T, NH, NKV, HD, lookahead);
+                attention_backward(dqkv.data(), scratch.data(), dout.data(), heads.data(), probs, B, T, NH, NKV, HD,
+                                   lookahead);
+                outs.push_back(out);
+                dqkvs.push_back(dqkv);
+            }
+            for (size_t i = 0; i < outs[0].size(); i++)
+                ASSERT_EQ(bits(outs[1][i]), bits(outs[0][i])) << "output element " << i;
+            for (size_t i = 0; i < dqkvs[0].size(); i++)
+                ASSERT_EQ(bits(dqkvs[1][i]), bits(dqkvs[0][i])) << "dqkv element " << i;
+        }
+    set_attention_blocking(AttentionBlocking::Auto);
+    set_bf16_matmul_engine(saved);
+}
+
+}  // namespace
+}  // namespace hlat
