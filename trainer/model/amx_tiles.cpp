@@ -8,7 +8,13 @@
 #include "trainer/model/aligned.h"
 
 #include <cpuid.h>
+// GCC 12 warns that the AVX-512 intrinsics' own undefined pass-through
+// operand "may be used uninitialized" when they are built through a target
+// attribute (GCC bug 105593, fixed in GCC 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -37,26 +43,63 @@ struct alignas(64) TileConfig {
     uint8_t rows[16] = {};
 };
 
+// Sixteen rows of 16 32-bit words, transposed in registers: unpacking
+// neighbouring rows' words, then their pairs, then 128-bit lanes twice.
+[[gnu::target("avx512f")]] inline void transpose_16x16(__m512i (&r)[16]) {
+    __m512i t[16], u[16], v[8], w[8];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    // u[4i + j], lane L: rows 4i..4i+3 of column 4L + j.
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88);  // lanes 0, 2 of each
+        v[j + 4] = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xdd);  // lanes 1, 3
+        w[j] = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88);
+        w[j + 4] = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xdd);
+    }
+    for (int j = 0; j < 4; j++) {
+        r[j] = _mm512_shuffle_i32x4(v[j], w[j], 0x88);
+        r[j + 8] = _mm512_shuffle_i32x4(v[j], w[j], 0xdd);
+        r[j + 4] = _mm512_shuffle_i32x4(v[j + 4], w[j + 4], 0x88);
+        r[j + 12] = _mm512_shuffle_i32x4(v[j + 4], w[j + 4], 0xdd);
+    }
+}
+
 // B's 16-column panels, each 16 x 2-value pairs per pair of rows of op(B):
 // panel p, pair kp, column n holds op(B)[2kp][16p + n], op(B)[2kp + 1][16p + n].
-// As 32-bit words: trans_b reads them straight from B's rows (two
-// neighbouring values of row 16p + n); plain B interleaves two rows.
-void pack_panels(uint32_t* out, bool trans_b, const bf16* B, int ldb, int N, int K) {
+// For trans_b these 32-bit words are B's own, from rows 16p..16p+15,
+// transposed 16 x 16 at a time (1 us for config M's k, 9 one word at a time).
+[[gnu::target("avx512f")]] void pack_transposed_panels(uint32_t* out, const bf16* B, int ldb, int N, int K) {
     const int pairs = K / 2;
     for (int p = 0; p < N / 16; p++) {
         uint32_t* panel = out + (long)p * pairs * 16;
-        if (trans_b) {
-            for (int n = 0; n < 16; n++) {
-                const bf16* row = B + (long)(16 * p + n) * ldb;
-                for (int kp = 0; kp < pairs; kp++) std::memcpy(&panel[kp * 16 + n], row + 2 * kp, 4);
-            }
-        } else {
-            for (int kp = 0; kp < pairs; kp++) {
-                const bf16* r0 = B + (long)(2 * kp) * ldb + 16 * p;
-                const bf16* r1 = r0 + ldb;
-                for (int n = 0; n < 16; n++)
-                    panel[kp * 16 + n] = (uint32_t)r0[n] | ((uint32_t)r1[n] << 16);
-            }
+        for (int kp0 = 0; kp0 < pairs; kp0 += 16) {
+            __m512i r[16];
+            for (int n = 0; n < 16; n++) r[n] = _mm512_loadu_si512(B + (long)(16 * p + n) * ldb + 2 * kp0);
+            transpose_16x16(r);
+            for (int c = 0; c < 16; c++) _mm512_storeu_si512(panel + (kp0 + c) * 16, r[c]);
+        }
+    }
+}
+
+// ... and for plain B (K x N): rows 2kp and 2kp + 1 interleaved, 16 values
+// at a time.
+[[gnu::target("avx512f")]] void pack_plain_panels(uint32_t* out, const bf16* B, int ldb, int N, int K) {
+    const int pairs = K / 2;
+    for (int p = 0; p < N / 16; p++) {
+        uint32_t* panel = out + (long)p * pairs * 16;
+        for (int kp = 0; kp < pairs; kp++) {
+            const bf16* r0 = B + (long)(2 * kp) * ldb + 16 * p;
+            const __m512i low = _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256((const __m256i*)r0));
+            const __m512i high = _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256((const __m256i*)(r0 + ldb)));
+            _mm512_storeu_si512(panel + kp * 16, _mm512_or_si512(low, _mm512_slli_epi32(high, 16)));
         }
     }
 }
@@ -129,7 +172,8 @@ void causal_tile_product(bool trans_b, int M, int N, int K, float alpha, const b
     static thread_local AlignedVector<uint32_t> panels;
     const long panel_words = (long)K / 2 * 16;
     panels.resize((size_t)(N / 16) * panel_words);
-    pack_panels(panels.data(), trans_b, B, ldb, N, K);
+    if (trans_b) pack_transposed_panels(panels.data(), B, ldb, N, K);
+    else pack_plain_panels(panels.data(), B, ldb, N, K);
     configure_tiles();
     alignas(64) float sums[4][256];
     for (int i0 = 0; i0 < M; i0 += 32) {
