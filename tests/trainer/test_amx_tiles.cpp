@@ -1,9 +1,12 @@
 // hlat's AMX tile products (amx_tiles.h) and attention on them: against a
 // plain double-precision product of the same bf16 operands, and bit for bit
-// against oneDNN's products, which attention ran on before them, with the
-// causal mask's skipped blocks left untouched. These run where the CPU has
-// AMX (Sapphire Rapids and later); everywhere, the first test checks that
-// the tiles are used exactly where the CPU reports them.
+// against oneDNN's products as attention ran them before (into a dense
+// block), with the causal mask's skipped blocks left untouched. The products
+// run where the CPU has AMX (Sapphire Rapids and later); elsewhere those
+// tests check that the CPU has none, and attention forced onto the tiles
+// must fall back to oneDNN's products, with the same bits. Where the kernel
+// refuses this process the tile state (seccomp; ASan's small signal stacks)
+// they fail: hlat would then not use the tiles on an AMX CPU.
 #include "test_util.h"
 #include "trainer/model/amx_tiles.h"
 #include "trainer/model/kernels.h"
@@ -39,6 +42,20 @@ std::vector<bf16> random_bf16(long n, unsigned seed) {
 
 uint32_t bits(float x) { return std::bit_cast<uint32_t>(x); }
 
+// Restores the process's bf16 engine and attention blocking whatever a test set.
+struct EngineScope {
+    Bf16MatmulEngine saved = bf16_matmul_engine();
+    ~EngineScope() {
+        set_bf16_matmul_engine(saved);
+        set_attention_blocking(AttentionBlocking::Auto);
+    }
+};
+
+std::vector<Bf16MatmulEngine> engines_here() {
+    if (__builtin_cpu_supports("avx512bf16")) return {Bf16MatmulEngine::OneDnn, Bf16MatmulEngine::Emulated};
+    return {Bf16MatmulEngine::Emulated};
+}
+
 TEST(AmxTiles, UsedExactlyWhereTheCpuHasThem) {
     EXPECT_EQ(amx_tiles_usable(), cpuinfo_reports("amx_bf16") && cpuinfo_reports("amx_tile"));
     EXPECT_TRUE(fits_tiles(64, 512, 32));
@@ -49,15 +66,16 @@ TEST(AmxTiles, UsedExactlyWhereTheCpuHasThem) {
 // Scores (trans_b, alpha 1/8) and probabilities times values (plain B, A
 // zero past each row's visible keys), lookahead 0, 1 and 33 (past a block
 // edge), leading dimensions wider than the rows: every visible entry equals
-// oneDNN's product of the whole matrices bit for bit and a double-precision
-// sum of the same products to fp32 summation error; entries of blocks the
-// mask hides keep the NaN they had.
+// oneDNN's product of the whole matrices into a dense block (as attention
+// ran it) bit for bit and a double-precision sum of the same products to
+// fp32 summation error; entries of blocks the mask hides keep the NaN they
+// had. HD 64: two chunks of K in the scores.
 TEST(AmxTiles, CausalProductsEqualOneDnnsAndAPlainSum) {
     if (!amx_tiles_usable()) {
         EXPECT_FALSE(cpuinfo_reports("amx_bf16"));
         return;
     }
-    const Bf16MatmulEngine saved = bf16_matmul_engine();
+    EngineScope scope;
     set_bf16_matmul_engine(Bf16MatmulEngine::OneDnn);
     const int T = 96, HD = 64, ld = HD + 32, ldc = T + 16;
     for (bool trans_b : {true, false})
@@ -70,10 +88,9 @@ TEST(AmxTiles, CausalProductsEqualOneDnnsAndAPlainSum) {
                 for (int i = 0; i < M; i++)
                     for (int k = i + lookahead + 1; k < K; k++) A[(long)i * lda + k] = 0;
             const float alpha = trans_b ? 0.125f : 1.0f;
-            std::vector<float> tiles((long)M * ldc, NAN), onednn((long)M * ldc, NAN);
+            std::vector<float> tiles((long)M * ldc, NAN), onednn((long)M * N, NAN);
             causal_tile_product(trans_b, M, N, K, alpha, A.data(), lda, B.data(), ldb, tiles.data(), ldc, lookahead);
-            gemm_bf16_on_thread(false, trans_b, M, N, K, alpha, A.data(), lda, B.data(), ldb, false, onednn.data(),
-                                ldc);
+            gemm_bf16_on_thread(false, trans_b, M, N, K, alpha, A.data(), lda, B.data(), ldb, false, onednn.data(), N);
             for (int i = 0; i < M; i++)
                 for (int j = 0; j < N; j++) {
                     const float got = tiles[(long)i * ldc + j];
@@ -89,25 +106,22 @@ TEST(AmxTiles, CausalProductsEqualOneDnnsAndAPlainSum) {
                         sum += p, magnitude += std::fabs(p);
                     }
                     ASSERT_NEAR(got, alpha * sum, alpha * magnitude * K * 0x1p-24 + 1e-30) << i << ", " << j;
-                    ASSERT_EQ(bits(got), bits(onednn[(long)i * ldc + j])) << "against oneDNN at " << i << ", " << j;
+                    ASSERT_EQ(bits(got), bits(onednn[(long)i * N + j])) << "against oneDNN at " << i << ", " << j;
                 }
             for (int i = 0; i < M; i++)
                 for (int j = N; j < ldc; j++) ASSERT_TRUE(std::isnan(tiles[(long)i * ldc + j])) << "past N";
         }
-    set_bf16_matmul_engine(saved);
 }
 
 // Whole-head attention, forward and backward, with its causal products on the
 // tiles and on oneDNN: the same bits, with grouped heads, the mask_leak
-// lookahead, and stored and recomputed probabilities.
+// lookahead, and stored and recomputed probabilities (HD 64: two chunks of K
+// in the scores). On every engine here: where the tiles cannot run, or the
+// operands are not bf16 (the emulated engine), forcing them must change
+// nothing.
 TEST(AmxTiles, AttentionOnTilesGivesOneDnnsBits) {
-    if (!amx_tiles_usable()) {
-        EXPECT_FALSE(cpuinfo_reports("amx_bf16"));
-        return;
-    }
-    const Bf16MatmulEngine saved = bf16_matmul_engine();
-    set_bf16_matmul_engine(Bf16MatmulEngine::OneDnn);
-    const int B = 2, T = 96, NH = 4, NKV = 2, HD = 32, QKV = (NH + 2 * NKV) * HD, CA = NH * HD;
+    EngineScope scope;
+    const int B = 2, T = 96, NH = 4, NKV = 2, HD = 64, QKV = (NH + 2 * NKV) * HD, CA = NH * HD;
     std::mt19937 rng(7);
     std::normal_distribution<float> dist(0.0f, 1.0f);
     std::vector<float> qkv((long)B * T * QKV), dout((long)B * T * CA);
@@ -116,27 +130,29 @@ TEST(AmxTiles, AttentionOnTilesGivesOneDnnsBits) {
     std::vector<bf16> heads(qkv.size());
     qkv_heads_bf16(heads.data(), qkv.data(), B, T, NH, NKV, HD);
     std::vector<float> scratch(omp_get_max_threads() * AttentionScratch::floats(T));
-    for (int lookahead : {0, 1})
-        for (bool stored : {true, false}) {
-            SCOPED_TRACE(fmt::format("lookahead {} stored probabilities {}", lookahead, stored));
-            std::vector<std::vector<float>> outs, dqkvs;
-            for (AttentionBlocking blocking : {AttentionBlocking::WholeHead, AttentionBlocking::WholeHeadOnTiles}) {
-                set_attention_blocking(blocking);
-                std::vector<float> out((long)B * T * CA), dqkv(qkv.size()), att((long)B * NH * T * T, NAN);
-                float* probs = stored ? att.data() : nullptr;
-                attention_forward(out.data(), probs, scratch.data(), heads.data(), B, T, NH, NKV, HD, lookahead);
-                attention_backward(dqkv.data(), scratch.data(), dout.data(), heads.data(), probs, B, T, NH, NKV, HD,
-                                   lookahead);
-                outs.push_back(out);
-                dqkvs.push_back(dqkv);
+    for (Bf16MatmulEngine engine : engines_here())
+        for (int lookahead : {0, 1})
+            for (bool stored : {true, false}) {
+                set_bf16_matmul_engine(engine);
+                SCOPED_TRACE(fmt::format("{}, tiles {}, lookahead {}, stored probabilities {}",
+                                         bf16_matmul_engine_name(), amx_tiles_usable(), lookahead, stored));
+                std::vector<std::vector<float>> outs, dqkvs;
+                for (AttentionBlocking blocking : {AttentionBlocking::WholeHead, AttentionBlocking::WholeHeadOnTiles}) {
+                    set_attention_blocking(blocking);
+                    std::vector<float> out((long)B * T * CA), dqkv(qkv.size()), att((long)B * NH * T * T, NAN);
+                    float* probs = stored ? att.data() : nullptr;
+                    attention_forward(out.data(), probs, scratch.data(), heads.data(), B, T, NH, NKV, HD, lookahead);
+                    attention_backward(dqkv.data(), scratch.data(), dout.data(), heads.data(), probs, B, T, NH, NKV,
+                                       HD, lookahead);
+                    outs.push_back(out);
+                    dqkvs.push_back(dqkv);
+                }
+                for (size_t i = 0; i < outs[0].size(); i++)
+                    ASSERT_EQ(bits(outs[1][i]), bits(outs[0][i])) << "output element " << i;
+                for (size_t i = 0; i < dqkvs[0].size(); i++)
+                    ASSERT_EQ(bits(dqkvs[1][i]), bits(dqkvs[0][i])) << "dqkv element " << i;
+                ASSERT_FALSE(std::isnan(outs[0][0])) << "attention ran";
             }
-            for (size_t i = 0; i < outs[0].size(); i++)
-                ASSERT_EQ(bits(outs[1][i]), bits(outs[0][i])) << "output element " << i;
-            for (size_t i = 0; i < dqkvs[0].size(); i++)
-                ASSERT_EQ(bits(dqkvs[1][i]), bits(dqkvs[0][i])) << "dqkv element " << i;
-        }
-    set_attention_blocking(AttentionBlocking::Auto);
-    set_bf16_matmul_engine(saved);
 }
 
 }  // namespace

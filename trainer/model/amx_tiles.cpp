@@ -124,6 +124,10 @@ struct alignas(64) TileConfig {
 [[gnu::target("amx-tile,amx-bf16")]] void block_sums(float (&sums)[4][256], const bf16* A, int lda,
                                                      const uint32_t* panels, long panel_words, int i0, int j0,
                                                      int k_end) {
+    // GCC 12's tile loads and stores are asm statements that do not say they
+    // touch memory: these barriers keep the packed panels written before the
+    // loads read them, and `sums` read only after the stores, once inlined.
+    asm volatile("" : : : "memory");
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
@@ -146,6 +150,7 @@ struct alignas(64) TileConfig {
     _tile_stored(1, sums[1], 64);
     _tile_stored(2, sums[2], 64);
     _tile_stored(3, sums[3], 64);
+    asm volatile("" : : : "memory");
 }
 
 [[gnu::target("amx-tile")]] void configure_tiles() {
@@ -162,8 +167,9 @@ struct alignas(64) TileConfig {
 }  // namespace
 
 bool amx_tiles_usable() {
-    static const bool usable =
-        cpu_has_amx_bf16() && syscall(SYS_arch_prctl, kArchRequestXcompPerm, kXfeatureTileData) == 0;
+    // The packing and the stores around the tiles are AVX-512.
+    static const bool usable = cpu_has_amx_bf16() && __builtin_cpu_supports("avx512f") &&
+                               syscall(SYS_arch_prctl, kArchRequestXcompPerm, kXfeatureTileData) == 0;
     return usable;
 }
 

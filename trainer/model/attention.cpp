@@ -94,11 +94,12 @@ bool bf16_whole_heads() {
 }
 
 // Whole heads with the causal products on hlat's tiles: what Auto picks where
-// oneDNN runs on AMX and this process may use the tiles itself.
+// oneDNN runs on AMX, and what WholeHeadOnTiles asks for; either only where
+// this process may use the tiles (elsewhere WholeHeadOnTiles is WholeHead).
 bool bf16_on_tiles() {
     const AttentionBlocking b = blocking_choice();
-    return b == AttentionBlocking::WholeHeadOnTiles ||
-           (b == AttentionBlocking::Auto && bf16_engine_uses_amx() && amx_tiles_usable());
+    return (b == AttentionBlocking::WholeHeadOnTiles || (b == AttentionBlocking::Auto && bf16_engine_uses_amx())) &&
+           amx_tiles_usable();
 }
 
 template <typename Ops>
