@@ -7,6 +7,7 @@
 // must fall back to oneDNN's products, with the same bits. Where the kernel
 // refuses this process the tile state (seccomp; ASan's small signal stacks)
 // they fail: hlat would then not use the tiles on an AMX CPU.
+#include "bf16_engines.h"
 #include "test_util.h"
 #include "trainer/model/amx_tiles.h"
 #include "trainer/model/kernels.h"
@@ -42,19 +43,8 @@ std::vector<bf16> random_bf16(long n, unsigned seed) {
 
 uint32_t bits(float x) { return std::bit_cast<uint32_t>(x); }
 
-// Restores the process's bf16 engine and attention blocking whatever a test set.
-struct EngineScope {
-    Bf16MatmulEngine saved = bf16_matmul_engine();
-    ~EngineScope() {
-        set_bf16_matmul_engine(saved);
-        set_attention_blocking(AttentionBlocking::Auto);
-    }
-};
-
-std::vector<Bf16MatmulEngine> engines_here() {
-    if (__builtin_cpu_supports("avx512bf16")) return {Bf16MatmulEngine::OneDnn, Bf16MatmulEngine::Emulated};
-    return {Bf16MatmulEngine::Emulated};
-}
+using test::EngineScope;
+using test::engines_here;
 
 TEST(AmxTiles, UsedExactlyWhereTheCpuHasThem) {
     EXPECT_EQ(amx_tiles_usable(), cpuinfo_reports("amx_bf16") && cpuinfo_reports("amx_tile"));

@@ -2,6 +2,7 @@
 // and the two matmul engines against each other, what the bf16 optimizer does
 // with updates smaller than half a bf16 step, rank-keyed rounding, and the
 // precision section of the config.
+#include "bf16_engines.h"
 #include "test_util.h"
 #include "trainer/config/config.h"
 #include "trainer/model/kernels.h"
@@ -49,19 +50,8 @@ void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b, 
         ASSERT_EQ(std::bit_cast<uint32_t>(a[i]), std::bit_cast<uint32_t>(b[i])) << what << " element " << i;
 }
 
-// Restores the process's engine whatever a test set.
-struct EngineScope {
-    Bf16MatmulEngine saved = bf16_matmul_engine();
-    ~EngineScope() {
-        set_bf16_matmul_engine(saved);
-        set_attention_blocking(AttentionBlocking::Auto);
-    }
-};
-
-std::vector<Bf16MatmulEngine> engines_here() {
-    if (__builtin_cpu_supports("avx512bf16")) return {Bf16MatmulEngine::OneDnn, Bf16MatmulEngine::Emulated};
-    return {Bf16MatmulEngine::Emulated};
-}
+using test::EngineScope;
+using test::engines_here;
 
 // Each engine here, and oneDNN's with both ways attention walks a head.
 std::vector<std::pair<Bf16MatmulEngine, AttentionBlocking>> engines_and_blockings() {
