@@ -114,7 +114,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const bf
 // rows, or the whole head where oneDNN runs bf16 on AMX: attention.cpp says
 // why, with q k^T, p v and their backward's dO v^T and dS k on hlat's own
 // tile products where the shapes fit: amx_tiles.h); the tests force each, to
-// check them all on any CPU that can run them.
+// check them all (WholeHeadOnTiles is WholeHead where the tiles cannot run).
 enum class AttentionBlocking { Auto, RowBlocks, WholeHead, WholeHeadOnTiles };
 void set_attention_blocking(AttentionBlocking blocking);
 
