@@ -36,13 +36,6 @@ bool cpu_has_amx_bf16() {
     return (d & amx_bf16) && (d & amx_tile);
 }
 
-// The tile configuration: palette 1, eight tiles of 16 rows x 64 bytes.
-struct alignas(64) TileConfig {
-    uint8_t palette = 1, start_row = 0, reserved[14] = {};
-    uint16_t bytes_per_row[16] = {};
-    uint8_t rows[16] = {};
-};
-
 // Sixteen rows of 16 32-bit words, transposed in registers: unpacking
 // neighbouring rows' words, then their pairs, then 128-bit lanes twice.
 [[gnu::target("avx512f")]] inline void transpose_16x16(__m512i (&r)[16]) {
@@ -153,18 +146,25 @@ struct alignas(64) TileConfig {
     asm volatile("" : : : "memory");
 }
 
-[[gnu::target("amx-tile")]] void configure_tiles() {
+}  // namespace
+
+// The tile configuration: palette 1, eight tiles of 16 rows x 64 bytes.
+struct alignas(64) TileConfig {
+    uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    uint16_t bytes_per_row[16] = {};
+    uint8_t rows[16] = {};
+};
+
+[[gnu::target("amx-tile")]] void configure_amx_tiles() {
     TileConfig config;
     for (int t = 0; t < 8; t++) config.rows[t] = 16, config.bytes_per_row[t] = 64;
-    // GCC 12 does not see that ldtilecfg reads the configuration and drops the
-    // stores above without this.
+    // GCC 12 does not see that ldtilecfg reads the configuration and may drop
+    // the stores above without this (it did in a bench).
     asm volatile("" : : "r"(&config) : "memory");
     _tile_loadconfig(&config);
 }
 
-[[gnu::target("amx-tile")]] void release_tiles() { _tile_release(); }
-
-}  // namespace
+[[gnu::target("amx-tile")]] void release_amx_tiles() { _tile_release(); }
 
 bool amx_tiles_usable() {
     // The packing and the stores around the tiles are AVX-512.
@@ -180,7 +180,7 @@ void causal_tile_product(bool trans_b, int M, int N, int K, float alpha, const b
     panels.resize((size_t)(N / 16) * panel_words);
     if (trans_b) pack_transposed_panels(panels.data(), B, ldb, N, K);
     else pack_plain_panels(panels.data(), B, ldb, N, K);
-    configure_tiles();
+    configure_amx_tiles();
     alignas(64) float sums[4][256];
     for (int i0 = 0; i0 < M; i0 += 32) {
         const int last_seen = i0 + 31 + lookahead;  // by the block's last row
@@ -191,7 +191,7 @@ void causal_tile_product(bool trans_b, int M, int N, int K, float alpha, const b
             store_block(C + (long)i0 * ldc + j0, ldc, alpha, sums);
         }
     }
-    release_tiles();
+    release_amx_tiles();
 }
 
 }  // namespace hlat

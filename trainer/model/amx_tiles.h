@@ -19,6 +19,11 @@ namespace hlat {
 // this does, the first time it is asked).
 bool amx_tiles_usable();
 
+// Eight tiles of 16 rows x 64 bytes (palette 1) on the calling thread, and
+// the tiles handed back: around every use, since oneDNN configures its own.
+void configure_amx_tiles();
+void release_amx_tiles();
+
 // The shapes causal_tile_product takes: every dimension a multiple of 32.
 inline bool fits_tiles(int M, int N, int K) { return M % 32 == 0 && N % 32 == 0 && K % 32 == 0; }
 

@@ -1,9 +1,15 @@
 #include "trainer/model/peak_probe.h"
 
+#include "trainer/model/amx_tiles.h"
+
+// GCC 12 warns on the AVX-512 intrinsics' own undefined pass-through
+// operands (GCC bug 105593, fixed in GCC 13), as in amx_tiles.cpp.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 #include <omp.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -61,16 +67,8 @@ __attribute__((target("avx512f,avx512bf16"))) float dot_loop(long iterations) {
 // (C_ij += A_i B_j over two A and two B tiles) cover the instruction's latency,
 // as oneDNN's brgemm kernels block it; the operands stay in tiles, so this is
 // the multiplier's rate, not memory's.
-struct alignas(64) TileConfig {
-    uint8_t palette = 1, start_row = 0, reserved[14] = {};
-    uint16_t bytes_per_row[16] = {};
-    uint8_t rows[16] = {};
-};
-
 __attribute__((target("amx-tile,amx-bf16"))) float amx_loop(long iterations) {
-    TileConfig config;
-    for (int t = 0; t < 8; t++) config.bytes_per_row[t] = 64, config.rows[t] = 16;
-    _tile_loadconfig(&config);
+    configure_amx_tiles();
     alignas(64) uint16_t operand[16 * 32];
     for (int i = 0; i < 16 * 32; i++) operand[i] = 0x3c00 + (i & 7);  // small bf16 values: nothing overflows
     _tile_zero(0);
@@ -89,15 +87,8 @@ __attribute__((target("amx-tile,amx-bf16"))) float amx_loop(long iterations) {
     }
     alignas(64) float out[16 * 16];
     _tile_stored(0, out, 64);
-    _tile_release();
+    release_amx_tiles();
     return out[0];
-}
-
-// Linux hands AMX's 8 KiB of tile state only to a process that asks for it.
-bool amx_usable() {
-    if (!__builtin_cpu_supports("amx-bf16")) return false;
-    constexpr long kReqXcompPerm = 0x1023, kXfeatureTileData = 18;
-    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureTileData) == 0;
 }
 
 // Runs `loop` on every thread at once, in GFLOP/s: the best of at least
@@ -144,7 +135,7 @@ double bf16_dot_peak_gflops(int threads) {
 }
 
 double amx_bf16_peak_gflops(int threads) {
-    if (!amx_usable()) return 0.0;
+    if (!amx_tiles_usable()) return 0.0;
     // 16 cycles an instruction: a twentieth of the iterations takes about as long as dot_loop's.
     return rate(amx_loop, 2.0 * 16 * 16 * 32, threads, kIterations / 20, 4);
 }
