@@ -1,0 +1,21 @@
+#include "trainer/model/aligned.h"
+
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <new>
+
+namespace hlat {
+
+void* allocate_buffer(std::size_t bytes) {
+    const bool huge = bytes >= kHugePageBytes;
+    const std::size_t align = huge ? kHugePageBytes : kCacheLineBytes;
+    const std::size_t size = (bytes + align - 1) / align * align;  // aligned_alloc wants a multiple
+    void* p = std::aligned_alloc(align, size == 0 ? align : size);
+    if (!p) throw std::bad_alloc();
+    // A hint: its failure (THP off, an old kernel) leaves ordinary pages.
+    if (huge) madvise(p, size, MADV_HUGEPAGE);
+    return p;
+}
+
+}  // namespace hlat
