@@ -66,5 +66,24 @@ TEST(Buffers, GrowAndCopyLikeAnyVector) {
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(copy.data()) % kHugePageBytes, 0u);
 }
 
+TEST(Buffers, NameTheKernelsHugePageSetting) {
+    const std::string path = testing::TempDir() + "thp_enabled";
+    for (const char* setting : {"always", "madvise", "never"}) {
+        std::string line;
+        for (const char* word : {"always", "madvise", "never"})
+            line += (line.empty() ? "" : " ") + (word == std::string(setting) ? "[" + std::string(word) + "]" : word);
+        std::ofstream(path) << line << "\n";
+        EXPECT_EQ(transparent_huge_pages(path), setting) << line;
+    }
+    std::ofstream(path) << "no brackets here\n";
+    EXPECT_EQ(transparent_huge_pages(path), "unavailable");
+    EXPECT_EQ(transparent_huge_pages(path + ".absent"), "unavailable");
+    // This machine's, where the kernel has THP: one of the three.
+    if (kernel_has_transparent_huge_pages()) {
+        const std::string here = transparent_huge_pages();
+        EXPECT_TRUE(here == "always" || here == "madvise" || here == "never") << here;
+    }
+}
+
 }  // namespace
 }  // namespace hlat

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <new>
 
 namespace hlat {
@@ -16,6 +17,15 @@ void* allocate_buffer(std::size_t bytes) {
     // A hint: its failure (THP off, an old kernel) leaves ordinary pages.
     if (huge) madvise(p, size, MADV_HUGEPAGE);
     return p;
+}
+
+std::string transparent_huge_pages(const std::string& path) {
+    std::ifstream in(path);
+    std::string line;
+    if (!std::getline(in, line)) return "unavailable";
+    const auto open = line.find('['), close = line.find(']');
+    if (open == std::string::npos || close == std::string::npos || close < open) return "unavailable";
+    return line.substr(open + 1, close - open - 1);
 }
 
 }  // namespace hlat

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 namespace hlat {
@@ -29,6 +30,11 @@ constexpr std::size_t kHugePageBytes = std::size_t(2) << 20;
 // `bytes` of memory on a cache line, or on a huge page with the hint given
 // when it is at least one; throws std::bad_alloc. Freed with std::free.
 void* allocate_buffer(std::size_t bytes);
+
+// The kernel's transparent huge page setting, the word in brackets in `path`
+// ("always", "madvise" or "never"), or "unavailable" where the file cannot be
+// read (a kernel without THP): whether allocate_buffer's hint is honoured.
+std::string transparent_huge_pages(const std::string& path = "/sys/kernel/mm/transparent_hugepage/enabled");
 
 template <class T>
 struct BufferAllocator {
