@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdlib>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -32,17 +33,26 @@ constexpr std::size_t kHugePageBytes = std::size_t(2) << 20;
 void* allocate_buffer(std::size_t bytes);
 
 // The kernel's transparent huge page setting, the word in brackets in `path`
-// ("always", "madvise" or "never"), or "unavailable" where the file cannot be
-// read (a kernel without THP): whether allocate_buffer's hint is honoured.
+// ("always", "madvise" or "never"), or "unknown" where the file cannot be
+// read (a kernel without THP, or no /sys): whether allocate_buffer's hint is
+// honoured, unless the kernel runs out of free 2 MiB blocks.
 std::string transparent_huge_pages(const std::string& path = "/sys/kernel/mm/transparent_hugepage/enabled");
+// What this process holds on huge pages, in bytes (AnonHugePages in `path`),
+// or -1 where it cannot be read: what the hint actually got.
+long huge_page_bytes(const std::string& path = "/proc/self/smaps_rollup");
 
 template <class T>
 struct BufferAllocator {
+    // The buffers promise a cache line's alignment, no more.
+    static_assert(alignof(T) <= kCacheLineBytes, "BufferAllocator aligns to a cache line only");
     using value_type = T;
     BufferAllocator() = default;
     template <class U>
     BufferAllocator(const BufferAllocator<U>&) noexcept {}
-    T* allocate(std::size_t n) { return static_cast<T*>(allocate_buffer(n * sizeof(T))); }
+    T* allocate(std::size_t n) {
+        if (n > std::size_t(-1) / sizeof(T)) throw std::bad_array_new_length();
+        return static_cast<T*>(allocate_buffer(n * sizeof(T)));
+    }
     void deallocate(T* p, std::size_t) noexcept { std::free(p); }
     template <class U>
     bool operator==(const BufferAllocator<U>&) const noexcept { return true; }
