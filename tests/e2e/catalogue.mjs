@@ -111,6 +111,9 @@ try {
 
   await page.goto(`${url}static/compare.html?runs=cat-a,cat-b&key=grad_norm`);
   await page.waitForFunction(() => window.hlatCompare?.chart, null, { timeout: 15000 });
+  // With a key in the address the chart is drawn first and the picker filled
+  // after it (compare.js): wait for the picker too.
+  await page.waitForSelector("#key optgroup", { state: "attached", timeout: 15000 });
   const groups = await page.$$eval("#key optgroup", (gs) => gs.map((g) => g.label));
   check(groups.join() === "training,speed,attn", `compare lists the keys by catalogue group (${groups})`);
   const title = await page.locator("#chart .u-title").innerText();
