@@ -150,8 +150,8 @@ void print_profile(const nlohmann::json& p) {
     // Buffers of 2 MiB or more ask for huge pages (aligned.h): what the
     // kernel granted, and where it grants none, what that costs.
     const std::string thp = p["thp_enabled"];
-    const std::string held = p["huge_page_mib"].is_null() ? "unknown"
-                                                           : fmt::format("{:.0f} MiB", p["huge_page_mib"].get<double>());
+    const nlohmann::json& mib = p["huge_page_mib"];
+    const std::string held = mib.is_null() ? "unknown" : fmt::format("{:.0f} MiB", mib.get<double>());
     if (thp == "never" || thp == "unknown")
         fmt::print("transparent huge pages: {}, {} of this process on them (on a KVM Xeon they made config M's step "
                    "5% faster; as root: echo madvise > /sys/kernel/mm/transparent_hugepage/enabled)\n\n",

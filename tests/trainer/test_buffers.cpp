@@ -54,7 +54,8 @@ TEST(Buffers, LargeOnesStartOnAHugePageWithTheHint) {
         if (huge && kernel_has_transparent_huge_pages()) {
             // The whole buffer: madvise splits the mapping where it stops.
             for (const float* element : {v.data(), &v.back()})
-                EXPECT_NE(mapping_flags(element).find(" hg"), std::string::npos) << bytes << ": " << mapping_flags(element);
+                EXPECT_NE(mapping_flags(element).find(" hg"), std::string::npos)
+                    << bytes << ": " << mapping_flags(element);
         }
         EXPECT_EQ(v.back(), 2.0f);
     }
