@@ -51,7 +51,9 @@ std::vector<float> weights_with_specials(int OC, int IC, unsigned seed) {
                               std::ldexp(1.0f, -130),  // denormal
                               -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
                               std::numeric_limits<float>::max(), -0.0f};
-    for (size_t i = 0; i < std::size(specials) && i * 7 < w.size(); i++) w[i * 7] = specials[i];
+    // Spread over the whole matrix, so that every kind of block (inside, on
+    // an edge, in the padding's rows) rounds some of them.
+    for (size_t i = 0; i * 7 < w.size(); i++) w[i * 7] = specials[i % std::size(specials)];
     return w;
 }
 
@@ -60,10 +62,12 @@ TEST(PairedBlocks, EveryValueLandsWhereTheLayoutSaysAndThePaddingIsZero) {
         int t_k, t_n, n_k, n_n;
         bool k_inner;
     };
-    // oneDNN's on AMX (32 x 64, K blocks inner), and shapes it does not use
-    // whose strips (the least common multiple) differ.
-    const Blocks blockings[] = {{32, 64, 32, 64, true}, {4, 16, 8, 48, false}, {2, 3, 6, 5, true}};
-    const std::pair<int, int> shapes[] = {{1, 1}, {45, 130}, {70, 33}, {64, 64}, {130, 67}, {8, 200}};
+    // oneDNN's on AMX (32 x 64, K blocks inner); 32 x 16 and 32 x 48, which
+    // the AVX-512 forms take too; and shapes they do not, whose strips (the
+    // least common multiple) differ.
+    const Blocks blockings[] = {
+        {32, 64, 32, 64, true}, {32, 16, 32, 48, false}, {4, 16, 8, 48, false}, {2, 3, 6, 5, true}};
+    const std::pair<int, int> shapes[] = {{1, 1}, {45, 130}, {70, 33}, {64, 64}, {130, 67}, {8, 200}, {200, 160}};
     const int saved_threads = omp_get_max_threads();
     for (const Blocks& bl : blockings)
         for (auto [OC, IC] : shapes)
