@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -49,7 +50,11 @@ std::vector<float> weights_with_specials(int OC, int IC, unsigned seed) {
     const float specials[] = {1.0f + std::ldexp(1.0f, -8),  // a tie, rounds down to even
                               1.0f + 3 * std::ldexp(1.0f, -8),  // a tie, rounds up to even
                               std::ldexp(1.0f, -130),  // denormal
-                              -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                              -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity(),
+                              std::numeric_limits<float>::quiet_NaN(),
+                              std::bit_cast<float>(0x7f800001u),  // signalling NaN: quieted
+                              std::bit_cast<float>(0xffc00000u),  // negative NaN: the sign kept
+                              std::bit_cast<float>(0x7fffffffu),  // every payload bit: no carry into the sign
                               std::numeric_limits<float>::max(), -0.0f};
     // Spread over the whole matrix, so that every kind of block (inside, on
     // an edge, in the padding's rows) rounds some of them.

@@ -353,8 +353,7 @@ struct Bf16Weight::Storage {
     // optimizer step, as every sgemm it feeds would widen them again.
     AlignedVector<float> widened;
     // oneDNN's: W^T (IC, OC) and W (OC, IC), packed, in buffers of hlat's
-    // own: on huge pages, as oneDNN's allocations are not. On 4 KiB pages,
-    // writing them once a step ran at a third of the speed (see pack_bf16_weights).
+    // own: on huge pages, as oneDNN's allocations are not (see Bf16Weight).
     AlignedVector<bf16> transposed_buffer, natural_buffer;
     dnnl::memory transposed, natural;
     // Their layouts, where hlat packs them itself (pack_weight_pair).

@@ -67,7 +67,7 @@ void set_weight_packer(WeightPacker packer);  // tests and benchmarks
 // per optimizer step, those products run 10-20% faster on the model's shapes,
 // with the same sums to the bit. Both copies lie in hlat's buffers (on huge
 // pages where 2 MiB or more), not in oneDNN's allocations, which are on
-// 4 KiB pages: there the pack took 1.4-1.8x as long on an AMX Xeon, and the
+// 4 KiB pages: there the pack took 1.3-1.8x as long on an AMX Xeon, and the
 // products reading the copies were slower too. The emulated engine keeps W's
 // bf16 values widened to fp32, once per optimizer step, for sgemm to read.
 // The engine is the one in use when the weight is made.

@@ -148,10 +148,10 @@ void transposed_block(uint32_t* out, uint32_t* rows, const PairedBlockLayout& l,
         for (int nn = 0; nn < l.n_block; nn++) out[(long)j * l.n_block + nn] = rows[(long)nn * pairs + j];
 }
 
-// Either copy's block at (k0, n0), made in `block` (with `rows`; in cache, a
-// cache line aligned) by the AVX-512 forms where they apply, then stored past
-// the cache into dst. Stored by the AVX-512 forms straight into dst, the
-// pack was no faster.
+// Either copy's block at (k0, n0), made in `block` (and `rows`: scratch kept
+// in cache, 64-byte aligned), by the AVX-512 forms where they apply, then
+// stored past the cache into dst. Stored by the AVX-512 forms straight into
+// dst, the pack was no faster.
 void write_natural_block(uint32_t* dst, uint32_t* block, const PairedBlockLayout& l, const float* w, int OC, int IC,
                          long k0, long n0) {
 #if defined(__AVX512BW__)
