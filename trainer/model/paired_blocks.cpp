@@ -27,9 +27,11 @@ inline uint32_t paired(float lo, float hi) {
 
 #if defined(__AVX512BW__)
 // AVX-512 forms of the two blocks, for blocks of 32 rows (16 pairs; oneDNN's
-// on AMX are 32 x 64) and a multiple of 16 columns, away from the matrix's
-// edges: the transposed copy's scalar transposition ran at a
-// third of memory bandwidth and was most of the pack's time (AMX Xeon, config M).
+// on AMX, and on avx512_bf16 without it, are 32 x 64) and a multiple of 16
+// columns, away from the matrix's edges. The scalar forms left the pack
+// bound by their arithmetic: config M's weights, packed after 1 GB of other
+// writes, took 22-25 ms with them and 16-20 with these (AMX Xeon; the
+// transposed copy, transposed one element at a time, was the slower half).
 
 // Each lane's bits with its bf16 value, rounded as float_to_bf16_rne rounds,
 // in the high 16 bits; the low 16 bits are left as they fall.
