@@ -118,8 +118,8 @@ class OneDnn {
         stream_.wait();
     }
 
-    // B (K, N) in the packed layout, held in `buffer` (sized here); B is
-    // copied into it by pack().
+    // B (K, N) in the packed layout, held in `buffer` (sized here); filled
+    // by pack_weight_pair, or by pack() where the layout is not paired blocks.
     memory packed(int K, int N, AlignedVector<bf16>& buffer) {
         std::lock_guard<std::mutex> lock(mutex_);
         const memory::desc layout = packed_layout(K, N);
