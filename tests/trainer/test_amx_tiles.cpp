@@ -103,6 +103,49 @@ TEST(AmxTiles, CausalProductsEqualOneDnnsAndAPlainSum) {
         }
 }
 
+// The transposed products of attention's backward (C += A^T B, A's row r
+// zero past r + lookahead: dV += P^T dO, dK += dS^T Q), lookahead 0, 1 and 33,
+// leading dimensions wider than the rows, C holding values already: every
+// entry equals C plus oneDNN's A^T B into a dense block (as attention ran it)
+// bit for bit, and C plus a double-precision sum to fp32 summation error;
+// C's columns past N are untouched. T 128: key blocks whose first visible
+// row lies in the first, second and fourth chunk of 32.
+TEST(AmxTiles, TransposedCausalProductEqualsOneDnnsAndAPlainSum) {
+    if (!amx_tiles_usable()) {
+        EXPECT_FALSE(cpuinfo_reports("amx_bf16"));
+        return;
+    }
+    EngineScope scope;
+    set_bf16_matmul_engine(Bf16MatmulEngine::OneDnn);
+    const int T = 128, HD = 64, lda = T + 32, ldb = HD + 32, ldc = HD + 16;
+    for (int lookahead : {0, 1, 33}) {
+        SCOPED_TRACE(fmt::format("lookahead {}", lookahead));
+        std::vector<bf16> A = random_bf16((long)T * lda, 3), B = random_bf16((long)T * ldb, 4);
+        for (int r = 0; r < T; r++)
+            for (int c = r + lookahead + 1; c < T; c++) A[(long)r * lda + c] = 0;
+        std::vector<float> C((long)T * ldc), onednn((long)T * HD);
+        std::mt19937 rng(5);
+        std::normal_distribution<float> dist(0.0f, 1.0f);
+        for (float& x : C) x = dist(rng);
+        const std::vector<float> before = C;
+        causal_tile_product_transposed(T, HD, T, A.data(), lda, B.data(), ldb, C.data(), ldc, lookahead);
+        gemm_bf16_on_thread(true, false, T, HD, T, 1.0f, A.data(), lda, B.data(), ldb, false, onednn.data(), HD);
+        for (int c = 0; c < T; c++) {
+            for (int n = 0; n < HD; n++) {
+                double sum = 0.0, magnitude = 0.0;
+                for (int r = 0; r < T; r++) {
+                    const double p = (double)bf16_to_float(A[(long)r * lda + c]) * bf16_to_float(B[(long)r * ldb + n]);
+                    sum += p, magnitude += std::fabs(p);
+                }
+                const float got = C[(long)c * ldc + n], was = before[(long)c * ldc + n];
+                ASSERT_NEAR(got, was + sum, (magnitude * T + std::fabs(was + sum)) * 0x1p-24) << c << ", " << n;
+                ASSERT_EQ(bits(got), bits(was + onednn[(long)c * HD + n])) << "against oneDNN at " << c << ", " << n;
+            }
+            for (int n = HD; n < ldc; n++) ASSERT_EQ(bits(C[(long)c * ldc + n]), bits(before[(long)c * ldc + n]));
+        }
+    }
+}
+
 // Whole-head attention, forward and backward, with its causal products on the
 // tiles and on oneDNN: the same bits, with grouped heads, the mask_leak
 // lookahead, and stored and recomputed probabilities (HD 64: two chunks of K

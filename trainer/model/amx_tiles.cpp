@@ -83,18 +83,43 @@ bool cpu_has_amx_bf16() {
 }
 
 // ... and for plain B (K x N): rows 2kp and 2kp + 1 interleaved, 16 values
-// at a time.
-[[gnu::target("avx512f")]] void pack_plain_panels(uint32_t* out, const bf16* B, int ldb, int N, int K) {
+// at a time, each panel from row first_row(p) (even) on: rows above it are
+// never read.
+template <typename FirstRow>
+[[gnu::target("avx512f")]] void pack_plain_panels(uint32_t* out, const bf16* B, int ldb, int N, int K,
+                                                  FirstRow first_row) {
     const int pairs = K / 2;
     for (int p = 0; p < N / 16; p++) {
         uint32_t* panel = out + (long)p * pairs * 16;
-        for (int kp = 0; kp < pairs; kp++) {
+        for (int kp = first_row(p) / 2; kp < pairs; kp++) {
             const bf16* r0 = B + (long)(2 * kp) * ldb + 16 * p;
             const __m512i low = _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256((const __m256i*)r0));
             const __m512i high = _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256((const __m256i*)(r0 + ldb)));
             _mm512_storeu_si512(panel + kp * 16, _mm512_or_si512(low, _mm512_slli_epi32(high, 16)));
         }
     }
+}
+
+// out (N x K, dense) = B^T for bf16 B (K x N, ldb), N and K multiples of 32:
+// 32 x 32 blocks as 16 x 16 blocks of 32-bit words (pairs of B's columns)
+// transposed in registers, each pair then split into its two rows of out.
+[[gnu::target("avx512f,avx512bw")]] void transpose_bf16(bf16* out, const bf16* B, int ldb, int N, int K) {
+    alignas(64) uint16_t even_words[32];
+    for (int i = 0; i < 32; i++) even_words[i] = (uint16_t)(2 * i);  // 32 + j: word j of the second operand
+    const __m512i even = _mm512_load_si512(even_words), odd = _mm512_add_epi16(even, _mm512_set1_epi16(1));
+    for (int k0 = 0; k0 < K; k0 += 32)
+        for (int n0 = 0; n0 < N; n0 += 32) {
+            __m512i top[16], bottom[16];  // rows k0..k0+15 and k0+16..k0+31, 16 column pairs each
+            for (int i = 0; i < 16; i++) top[i] = _mm512_loadu_si512(B + (long)(k0 + i) * ldb + n0);
+            for (int i = 0; i < 16; i++) bottom[i] = _mm512_loadu_si512(B + (long)(k0 + 16 + i) * ldb + n0);
+            transpose_16x16(top);
+            transpose_16x16(bottom);
+            for (int j = 0; j < 16; j++) {
+                _mm512_storeu_si512(out + (long)(n0 + 2 * j) * K + k0, _mm512_permutex2var_epi16(top[j], even, bottom[j]));
+                _mm512_storeu_si512(out + (long)(n0 + 2 * j + 1) * K + k0,
+                                    _mm512_permutex2var_epi16(top[j], odd, bottom[j]));
+            }
+        }
 }
 
 // C's 32 x 32 block at (i0, j0) = alpha * the four sum tiles: through a
@@ -112,11 +137,23 @@ bool cpu_has_amx_bf16() {
     }
 }
 
-// The 32 x 32 block at (i0, j0) of A @ op(B), summed over K's chunks [0,
-// k_end) in order, into `sums`.
+// A 16 x 16 block of C (ldc) += sums^T (sums 16 x 16, row-major): for the
+// product whose tiles hold C transposed.
+[[gnu::target("avx512f")]] void add_transposed(float* C, int ldc, const float* sums) {
+    __m512i r[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_load_si512(sums + i * 16);
+    transpose_16x16(r);
+    for (int j = 0; j < 16; j++) {
+        float* c = C + (long)j * ldc;
+        _mm512_storeu_ps(c, _mm512_add_ps(_mm512_loadu_ps(c), _mm512_castsi512_ps(r[j])));
+    }
+}
+
+// The 32 x 32 block at (i0, j0) of A @ op(B), summed over K's chunks
+// [k_begin, k_end) in order, into `sums`.
 [[gnu::target("amx-tile,amx-bf16")]] void block_sums(float (&sums)[4][256], const bf16* A, int lda,
                                                      const uint32_t* panels, long panel_words, int i0, int j0,
-                                                     int k_end) {
+                                                     int k_begin, int k_end) {
     // GCC 12's tile loads and stores are asm statements that do not say they
     // touch memory: these barriers keep the packed panels written before the
     // loads read them, and `sums` read only after the stores, once inlined.
@@ -129,7 +166,7 @@ bool cpu_has_amx_bf16() {
     const uint32_t* right = left + panel_words;
     const bf16* top = A + (long)i0 * lda;
     const bf16* bottom = top + 16L * lda;
-    for (int k0 = 0; k0 < k_end; k0 += 32) {
+    for (int k0 = k_begin; k0 < k_end; k0 += 32) {
         _tile_loadd(4, top + k0, lda * (int)sizeof(bf16));
         _tile_loadd(5, bottom + k0, lda * (int)sizeof(bf16));
         _tile_loadd(6, left + k0 / 2 * 16, 64);
@@ -169,6 +206,7 @@ struct alignas(64) TileConfig {
 bool amx_tiles_usable() {
     // The packing and the stores around the tiles are AVX-512.
     static const bool usable = cpu_has_amx_bf16() && __builtin_cpu_supports("avx512f") &&
+                               __builtin_cpu_supports("avx512bw") &&
                                syscall(SYS_arch_prctl, kArchRequestXcompPerm, kXfeatureTileData) == 0;
     return usable;
 }
@@ -179,7 +217,7 @@ void causal_tile_product(bool trans_b, int M, int N, int K, float alpha, const b
     const long panel_words = (long)K / 2 * 16;
     panels.resize((size_t)(N / 16) * panel_words);
     if (trans_b) pack_transposed_panels(panels.data(), B, ldb, N, K);
-    else pack_plain_panels(panels.data(), B, ldb, N, K);
+    else pack_plain_panels(panels.data(), B, ldb, N, K, [](int) { return 0; });
     configure_amx_tiles();
     alignas(64) float sums[4][256];
     for (int i0 = 0; i0 < M; i0 += 32) {
@@ -187,10 +225,39 @@ void causal_tile_product(bool trans_b, int M, int N, int K, float alpha, const b
         const int k_end = trans_b ? K : std::min(K, (last_seen + 32) / 32 * 32);
         const int j_end = trans_b ? std::min(N, (last_seen + 32) / 32 * 32) : N;
         for (int j0 = 0; j0 < j_end; j0 += 32) {
-            block_sums(sums, A, lda, panels.data(), panel_words, i0, j0, k_end);
+            block_sums(sums, A, lda, panels.data(), panel_words, i0, j0, 0, k_end);
             store_block(C + (long)i0 * ldc + j0, ldc, alpha, sums);
         }
     }
+    release_amx_tiles();
+}
+
+// The tiles hold C^T = B^T A: their left operand is B^T (N x K), transposed
+// once, and their right A itself in panels (A's rows are the sums' index),
+// each from the chunk of 32 rows where its columns' first visible row lies.
+// A sum skips only rows where A is zero: the same sums in the same order as
+// oneDNN's A^T B, whose chunks there add zeros to zero.
+void causal_tile_product_transposed(int M, int N, int K, const bf16* A, int lda, const bf16* B, int ldb, float* C,
+                                    int ldc, int lookahead) {
+    static thread_local AlignedVector<uint32_t> panels;
+    static thread_local AlignedVector<bf16> b_transposed;
+    const long panel_words = (long)K / 2 * 16;
+    panels.resize((size_t)(M / 16) * panel_words);
+    b_transposed.resize((size_t)N * K);
+    // Column c of A is seen from row c - lookahead on; a 32-column block from
+    // the chunk holding its first column's.
+    auto first_chunk = [lookahead](int c0) { return c0 - lookahead <= 0 ? 0 : (c0 - lookahead) / 32 * 32; };
+    pack_plain_panels(panels.data(), A, lda, M, K, [&](int p) { return first_chunk(p / 2 * 32); });
+    transpose_bf16(b_transposed.data(), B, ldb, N, K);
+    configure_amx_tiles();
+    alignas(64) float sums[4][256];
+    for (int c0 = 0; c0 < M; c0 += 32)
+        for (int n0 = 0; n0 < N; n0 += 32) {
+            block_sums(sums, b_transposed.data(), K, panels.data(), panel_words, n0, c0, first_chunk(c0), K);
+            // sums[2 * top_or_bottom + left_or_right]: rows n0 (+16) of C^T, columns c0 (+16)
+            for (int t = 0; t < 4; t++)
+                add_transposed(C + (long)(c0 + (t & 1) * 16) * ldc + n0 + (t >> 1) * 16, ldc, sums[t]);
+        }
     release_amx_tiles();
 }
 

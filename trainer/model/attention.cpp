@@ -390,9 +390,14 @@ const float* packed_columns(AlignedVector<float>& packed, const float* P, int T,
 
 // Y (T, HD, ld ldy) += P^T (T, T) @ X: key block [c0, c1) is seen by query
 // rows [c0 - lookahead, T) only.
+// Where a block is the whole head on the tiles, one tile product that skips
+// the chunks of rows each key block does not see (half of them).
 template <typename Op>
 void causal_matmul_transposed(float* Y, int ldy, const Op* P, Slice<Op> X, int T, int HD, int lookahead, int rows,
                               AlignedVector<float>& packed) {
+    if constexpr (std::is_same_v<Op, bf16>)
+        if (rows == T && bf16_on_tiles() && fits_tiles(T, HD, T))
+            return causal_tile_product_transposed(T, HD, T, P, T, X.data, X.ld, Y, ldy, lookahead);
     for (int c0 = 0; c0 < T; c0 += rows) {
         int c1 = block_end(c0, T, rows);
         int first_row = c0 - lookahead > 0 ? c0 - lookahead : 0;
