@@ -82,20 +82,26 @@ bool cpu_has_amx_bf16() {
     }
 }
 
-// ... and for plain B (K x N): rows 2kp and 2kp + 1 interleaved, 16 values
-// at a time, each panel from row first_row(p) (even) on: rows above it are
-// never read.
+// ... and for plain B (K x N): rows 2kp and 2kp + 1 interleaved, 32 values
+// (two panels) at a time, each pair of panels from row first_row(p) (even,
+// p even) on: rows above it are never read. N a multiple of 32.
 template <typename FirstRow>
-[[gnu::target("avx512f")]] void pack_plain_panels(uint32_t* out, const bf16* B, int ldb, int N, int K,
-                                                  FirstRow first_row) {
+[[gnu::target("avx512f,avx512bw")]] void pack_plain_panels(uint32_t* out, const bf16* B, int ldb, int N, int K,
+                                                           FirstRow first_row) {
     const int pairs = K / 2;
-    for (int p = 0; p < N / 16; p++) {
+    alignas(64) uint16_t left_words[32], right_words[32];  // 32 + j: word j of the second row
+    for (int n = 0; n < 16; n++) {
+        left_words[2 * n] = (uint16_t)n, left_words[2 * n + 1] = (uint16_t)(32 + n);
+        right_words[2 * n] = (uint16_t)(16 + n), right_words[2 * n + 1] = (uint16_t)(48 + n);
+    }
+    const __m512i left = _mm512_load_si512(left_words), right = _mm512_load_si512(right_words);
+    for (int p = 0; p < N / 16; p += 2) {
         uint32_t* panel = out + (long)p * pairs * 16;
         for (int kp = first_row(p) / 2; kp < pairs; kp++) {
             const bf16* r0 = B + (long)(2 * kp) * ldb + 16 * p;
-            const __m512i low = _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256((const __m256i*)r0));
-            const __m512i high = _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256((const __m256i*)(r0 + ldb)));
-            _mm512_storeu_si512(panel + kp * 16, _mm512_or_si512(low, _mm512_slli_epi32(high, 16)));
+            const __m512i even_row = _mm512_loadu_si512(r0), odd_row = _mm512_loadu_si512(r0 + ldb);
+            _mm512_storeu_si512(panel + kp * 16, _mm512_permutex2var_epi16(even_row, left, odd_row));
+            _mm512_storeu_si512(panel + (pairs + kp) * 16, _mm512_permutex2var_epi16(even_row, right, odd_row));
         }
     }
 }
