@@ -108,7 +108,8 @@ TEST(AmxTiles, CausalProductsEqualOneDnnsAndAPlainSum) {
 // leading dimensions wider than the rows, C holding values already: every
 // entry equals C plus oneDNN's A^T B into a dense block (as attention ran it)
 // bit for bit, and C plus a double-precision sum to fp32 summation error;
-// C's columns past N are untouched. T 128: key blocks whose first visible
+// C's columns past N are untouched. Not accumulated, into a C of NaNs: zero
+// plus oneDNN's product, bit for bit. T 128: key blocks whose first visible
 // row lies in the first, second and fourth chunk of 32.
 TEST(AmxTiles, TransposedCausalProductEqualsOneDnnsAndAPlainSum) {
     if (!amx_tiles_usable()) {
@@ -128,7 +129,9 @@ TEST(AmxTiles, TransposedCausalProductEqualsOneDnnsAndAPlainSum) {
         std::normal_distribution<float> dist(0.0f, 1.0f);
         for (float& x : C) x = dist(rng);
         const std::vector<float> before = C;
-        causal_tile_product_transposed(T, HD, T, A.data(), lda, B.data(), ldb, C.data(), ldc, lookahead);
+        std::vector<float> written((long)T * ldc, NAN);  // not accumulated: never read
+        causal_tile_product_transposed(T, HD, T, A.data(), lda, B.data(), ldb, C.data(), ldc, lookahead, true);
+        causal_tile_product_transposed(T, HD, T, A.data(), lda, B.data(), ldb, written.data(), ldc, lookahead, false);
         gemm_bf16_on_thread(true, false, T, HD, T, 1.0f, A.data(), lda, B.data(), ldb, false, onednn.data(), HD);
         for (int c = 0; c < T; c++) {
             for (int n = 0; n < HD; n++) {
@@ -140,8 +143,13 @@ TEST(AmxTiles, TransposedCausalProductEqualsOneDnnsAndAPlainSum) {
                 const float got = C[(long)c * ldc + n], was = before[(long)c * ldc + n];
                 ASSERT_NEAR(got, was + sum, (magnitude * T + std::fabs(was + sum)) * 0x1p-24) << c << ", " << n;
                 ASSERT_EQ(bits(got), bits(was + onednn[(long)c * HD + n])) << "against oneDNN at " << c << ", " << n;
+                ASSERT_EQ(bits(written[(long)c * ldc + n]), bits(0.0f + onednn[(long)c * HD + n]))
+                    << "written, against oneDNN at " << c << ", " << n;
             }
-            for (int n = HD; n < ldc; n++) ASSERT_EQ(bits(C[(long)c * ldc + n]), bits(before[(long)c * ldc + n]));
+            for (int n = HD; n < ldc; n++) {
+                ASSERT_EQ(bits(C[(long)c * ldc + n]), bits(before[(long)c * ldc + n]));
+                ASSERT_TRUE(std::isnan(written[(long)c * ldc + n]));
+            }
         }
     }
 }

@@ -143,15 +143,17 @@ template <typename FirstRow>
     }
 }
 
-// A 16 x 16 block of C (ldc) += sums^T (sums 16 x 16, row-major): for the
-// product whose tiles hold C transposed.
-[[gnu::target("avx512f")]] void add_transposed(float* C, int ldc, const float* sums) {
+// A 16 x 16 block of C (ldc) = sums^T + C, or sums^T + 0 (sums 16 x 16,
+// row-major): for the product whose tiles hold C transposed. Without
+// accumulate, the same bits as adding to a C of zeros (-0 comes out +0).
+[[gnu::target("avx512f")]] void add_transposed(float* C, int ldc, const float* sums, bool accumulate) {
     __m512i r[16];
     for (int i = 0; i < 16; i++) r[i] = _mm512_load_si512(sums + i * 16);
     transpose_16x16(r);
     for (int j = 0; j < 16; j++) {
         float* c = C + (long)j * ldc;
-        _mm512_storeu_ps(c, _mm512_add_ps(_mm512_loadu_ps(c), _mm512_castsi512_ps(r[j])));
+        const __m512 to = accumulate ? _mm512_loadu_ps(c) : _mm512_setzero_ps();
+        _mm512_storeu_ps(c, _mm512_add_ps(_mm512_castsi512_ps(r[j]), to));
     }
 }
 
@@ -244,7 +246,7 @@ void causal_tile_product(bool trans_b, int M, int N, int K, float alpha, const b
 // A sum skips only rows where A is zero: the same sums in the same order as
 // oneDNN's A^T B, whose chunks there add zeros to zero.
 void causal_tile_product_transposed(int M, int N, int K, const bf16* A, int lda, const bf16* B, int ldb, float* C,
-                                    int ldc, int lookahead) {
+                                    int ldc, int lookahead, bool accumulate) {
     static thread_local AlignedVector<uint32_t> panels;
     static thread_local AlignedVector<bf16> b_transposed;
     const long panel_words = (long)K / 2 * 16;
@@ -262,7 +264,7 @@ void causal_tile_product_transposed(int M, int N, int K, const bf16* A, int lda,
             block_sums(sums, b_transposed.data(), K, panels.data(), panel_words, n0, c0, first_chunk(c0), K);
             // sums[2 * top_or_bottom + left_or_right]: rows n0 (+16) of C^T, columns c0 (+16)
             for (int t = 0; t < 4; t++)
-                add_transposed(C + (long)(c0 + (t & 1) * 16) * ldc + n0 + (t >> 1) * 16, ldc, sums[t]);
+                add_transposed(C + (long)(c0 + (t & 1) * 16) * ldc + n0 + (t >> 1) * 16, ldc, sums[t], accumulate);
         }
     release_amx_tiles();
 }

@@ -388,16 +388,22 @@ const float* packed_columns(AlignedVector<float>& packed, const float* P, int T,
     return packed.data();
 }
 
-// Y (T, HD, ld ldy) += P^T (T, T) @ X: key block [c0, c1) is seen by query
-// rows [c0 - lookahead, T) only.
-// Where a block is the whole head on the tiles, one tile product that skips
-// the chunks of rows each key block does not see (half of them).
+// Y (T, HD, ld ldy) += P^T (T, T) @ X, or = with `first` (the first query
+// head of a kv group): key block [c0, c1) is seen by query rows [c0 -
+// lookahead, T) only. Where a block is the whole head on the tiles, one tile
+// product that skips the chunks of rows each key block does not see (half of
+// them) and, for the first head, writes Y without reading it; else Y is
+// zeroed first: the same bits either way. Zeroing Y's rows, HD floats a row
+// apart in the (B, T, QKV) gradient, ran at memory latency (config M, a Xeon
+// with AMX: ~10 ms a step).
 template <typename Op>
 void causal_matmul_transposed(float* Y, int ldy, const Op* P, Slice<Op> X, int T, int HD, int lookahead, int rows,
-                              AlignedVector<float>& packed) {
+                              AlignedVector<float>& packed, bool first) {
     if constexpr (std::is_same_v<Op, bf16>)
         if (rows == T && bf16_on_tiles() && fits_tiles(T, HD, T))
-            return causal_tile_product_transposed(T, HD, T, P, T, X.data, X.ld, Y, ldy, lookahead);
+            return causal_tile_product_transposed(T, HD, T, P, T, X.data, X.ld, Y, ldy, lookahead, !first);
+    if (first)
+        for (int i = 0; i < T; i++) std::memset(Y + (long)i * ldy, 0, sizeof(float) * HD);
     for (int c0 = 0; c0 < T; c0 += rows) {
         int c1 = block_end(c0, T, rows);
         int first_row = c0 - lookahead > 0 ? c0 - lookahead : 0;
@@ -509,10 +515,6 @@ void attention_backward_group(float* dqkv, float* thread_scratch, const float* d
     float* dk = dbase + (NH + g) * HD;
     float* dv = dbase + (NH + NKV + g) * HD;
     const int rows = query_block_rows<Ops>(T);
-    for (int i = 0; i < T; i++) {
-        std::memset(dk + (long)i * QKV, 0, sizeof(float) * HD);
-        std::memset(dv + (long)i * QKV, 0, sizeof(float) * HD);
-    }
     for (int h = g * group; h < (g + 1) * group; h++) {
         Slice<Op> q = head_operand<Ops>(qkv, b, h, T, NH, NKV, HD, s.q);
         Slice<Op> dO = dout_operand<Ops>(dout + (long)b * T * CA + h * HD, CA, T, HD, s.dout);
@@ -526,8 +528,9 @@ void attention_backward_group(float* dqkv, float* thread_scratch, const float* d
                                        scale, lookahead, r0, r1);
         }
         // dV += P^T dO, dK += dS^T Q
-        causal_matmul_transposed(dv, QKV, static_cast<const Op*>(P_op), dO, T, HD, lookahead, rows, s.columns);
-        causal_matmul_transposed(dk, QKV, static_cast<const Op*>(dS_op), q, T, HD, lookahead, rows, s.columns);
+        const bool first = h == g * group;
+        causal_matmul_transposed(dv, QKV, static_cast<const Op*>(P_op), dO, T, HD, lookahead, rows, s.columns, first);
+        causal_matmul_transposed(dk, QKV, static_cast<const Op*>(dS_op), q, T, HD, lookahead, rows, s.columns, first);
     }
 }
 
