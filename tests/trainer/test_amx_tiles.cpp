@@ -21,6 +21,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <utility>
 
 namespace hlat {
 namespace {
@@ -109,8 +110,9 @@ TEST(AmxTiles, CausalProductsEqualOneDnnsAndAPlainSum) {
 // entry equals C plus oneDNN's A^T B into a dense block (as attention ran it)
 // bit for bit, and C plus a double-precision sum to fp32 summation error;
 // C's columns past N are untouched. Not accumulated, into a C of NaNs: zero
-// plus oneDNN's product, bit for bit. T 128: key blocks whose first visible
-// row lies in the first, second and fourth chunk of 32.
+// plus oneDNN's product, bit for bit. A 128 x 128 (key blocks whose first
+// visible row lies in the first, second and fourth chunk), 160 x 128 (more
+// rows than columns) and config M's 512 x 512.
 TEST(AmxTiles, TransposedCausalProductEqualsOneDnnsAndAPlainSum) {
     if (!amx_tiles_usable()) {
         EXPECT_FALSE(cpuinfo_reports("amx_bf16"));
@@ -118,40 +120,44 @@ TEST(AmxTiles, TransposedCausalProductEqualsOneDnnsAndAPlainSum) {
     }
     EngineScope scope;
     set_bf16_matmul_engine(Bf16MatmulEngine::OneDnn);
-    const int T = 128, HD = 64, lda = T + 32, ldb = HD + 32, ldc = HD + 16;
-    for (int lookahead : {0, 1, 33}) {
-        SCOPED_TRACE(fmt::format("lookahead {}", lookahead));
-        std::vector<bf16> A = random_bf16((long)T * lda, 3), B = random_bf16((long)T * ldb, 4);
-        for (int r = 0; r < T; r++)
-            for (int c = r + lookahead + 1; c < T; c++) A[(long)r * lda + c] = 0;
-        std::vector<float> C((long)T * ldc), onednn((long)T * HD);
-        std::mt19937 rng(5);
-        std::normal_distribution<float> dist(0.0f, 1.0f);
-        for (float& x : C) x = dist(rng);
-        const std::vector<float> before = C;
-        std::vector<float> written((long)T * ldc, NAN);  // not accumulated: never read
-        causal_tile_product_transposed(T, HD, T, A.data(), lda, B.data(), ldb, C.data(), ldc, lookahead, true);
-        causal_tile_product_transposed(T, HD, T, A.data(), lda, B.data(), ldb, written.data(), ldc, lookahead, false);
-        gemm_bf16_on_thread(true, false, T, HD, T, 1.0f, A.data(), lda, B.data(), ldb, false, onednn.data(), HD);
-        for (int c = 0; c < T; c++) {
-            for (int n = 0; n < HD; n++) {
-                double sum = 0.0, magnitude = 0.0;
-                for (int r = 0; r < T; r++) {
-                    const double p = (double)bf16_to_float(A[(long)r * lda + c]) * bf16_to_float(B[(long)r * ldb + n]);
-                    sum += p, magnitude += std::fabs(p);
+    const int N = 64, ldb = N + 32, ldc = N + 16;
+    for (auto [K, M] : {std::pair{128, 128}, std::pair{160, 128}, std::pair{512, 512}})
+        for (int lookahead : {0, 1, 33}) {
+            SCOPED_TRACE(fmt::format("A {} x {}, lookahead {}", K, M, lookahead));
+            const int lda = M + 32;
+            std::vector<bf16> A = random_bf16((long)K * lda, 3), B = random_bf16((long)K * ldb, 4);
+            for (int r = 0; r < K; r++)
+                for (int c = r + lookahead + 1; c < M; c++) A[(long)r * lda + c] = 0;
+            std::vector<float> C((long)M * ldc), onednn((long)M * N);
+            std::mt19937 rng(5);
+            std::normal_distribution<float> dist(0.0f, 1.0f);
+            for (float& x : C) x = dist(rng);
+            const std::vector<float> before = C;
+            std::vector<float> written((long)M * ldc, NAN);  // not accumulated: never read
+            causal_tile_product_transposed(M, N, K, A.data(), lda, B.data(), ldb, C.data(), ldc, lookahead, true);
+            causal_tile_product_transposed(M, N, K, A.data(), lda, B.data(), ldb, written.data(), ldc, lookahead,
+                                           false);
+            gemm_bf16_on_thread(true, false, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, false, onednn.data(), N);
+            for (int c = 0; c < M; c++) {
+                for (int n = 0; n < N; n++) {
+                    double sum = 0.0, magnitude = 0.0;
+                    for (int r = 0; r < K; r++) {
+                        const double p =
+                            (double)bf16_to_float(A[(long)r * lda + c]) * bf16_to_float(B[(long)r * ldb + n]);
+                        sum += p, magnitude += std::fabs(p);
+                    }
+                    const float got = C[(long)c * ldc + n], was = before[(long)c * ldc + n];
+                    ASSERT_NEAR(got, was + sum, (magnitude * K + std::fabs(was + sum)) * 0x1p-24) << c << ", " << n;
+                    ASSERT_EQ(bits(got), bits(was + onednn[(long)c * N + n])) << "against oneDNN at " << c << ", " << n;
+                    ASSERT_EQ(bits(written[(long)c * ldc + n]), bits(0.0f + onednn[(long)c * N + n]))
+                        << "written, against oneDNN at " << c << ", " << n;
                 }
-                const float got = C[(long)c * ldc + n], was = before[(long)c * ldc + n];
-                ASSERT_NEAR(got, was + sum, (magnitude * T + std::fabs(was + sum)) * 0x1p-24) << c << ", " << n;
-                ASSERT_EQ(bits(got), bits(was + onednn[(long)c * HD + n])) << "against oneDNN at " << c << ", " << n;
-                ASSERT_EQ(bits(written[(long)c * ldc + n]), bits(0.0f + onednn[(long)c * HD + n]))
-                    << "written, against oneDNN at " << c << ", " << n;
-            }
-            for (int n = HD; n < ldc; n++) {
-                ASSERT_EQ(bits(C[(long)c * ldc + n]), bits(before[(long)c * ldc + n]));
-                ASSERT_TRUE(std::isnan(written[(long)c * ldc + n]));
+                for (int n = N; n < ldc; n++) {
+                    ASSERT_EQ(bits(C[(long)c * ldc + n]), bits(before[(long)c * ldc + n]));
+                    ASSERT_TRUE(std::isnan(written[(long)c * ldc + n]));
+                }
             }
         }
-    }
 }
 
 // Whole-head attention, forward and backward, with its causal products on the
@@ -177,7 +183,9 @@ TEST(AmxTiles, AttentionOnTilesGivesOneDnnsBits) {
         std::vector<float> out, dqkv;
     };
     auto run = [&](int lookahead, bool stored) {
-        Result r{std::vector<float>((long)B * T * CA), std::vector<float>(qkv.size())};
+        // NaN to start: attention must write every element of dqkv (dk and dv
+        // by a group's first head, which on the tiles does not add).
+        Result r{std::vector<float>((long)B * T * CA), std::vector<float>(qkv.size(), NAN)};
         std::vector<float> att((long)B * NH * T * T, NAN);
         float* probs = stored ? att.data() : nullptr;
         attention_forward(r.out.data(), probs, scratch.data(), heads.data(), B, T, NH, NKV, HD, lookahead);

@@ -424,7 +424,8 @@ TEST(Bf16Attention, ProductsInBf16AgreeWithFp32AndAcrossEngines) {
     std::vector<float> att((long)B * NH * T * T);
     for (int lookahead : {0, 1}) {
         SCOPED_TRACE(fmt::format("lookahead {}", lookahead));
-        std::vector<float> out32((long)B * T * CA), dqkv32(qkv.size());
+        // Gradients start as NaN: attention must write every element of dqkv.
+        std::vector<float> out32((long)B * T * CA), dqkv32(qkv.size(), NAN);
         std::fill(att.begin(), att.end(), NAN);
         attention_forward(out32.data(), att.data(), scratch.data(), qkv.data(), B, T, NH, NKV, HD, lookahead);
         attention_backward(dqkv32.data(), scratch.data(), dout_rounded.data(), qkv.data(), att.data(), B, T, NH, NKV,
@@ -437,7 +438,8 @@ TEST(Bf16Attention, ProductsInBf16AgreeWithFp32AndAcrossEngines) {
             set_attention_blocking(blocking);
             SCOPED_TRACE(fmt::format("{}, {}", bf16_matmul_engine_name(),
                                      blocking == AttentionBlocking::WholeHead ? "whole head" : "row blocks"));
-            std::vector<float> out(out32.size()), out_ckpt(out32.size()), dqkv(qkv.size()), dqkv_ckpt(qkv.size());
+            std::vector<float> out(out32.size()), out_ckpt(out32.size()), dqkv(qkv.size(), NAN),
+                dqkv_ckpt(qkv.size(), NAN);
             std::fill(att.begin(), att.end(), NAN);
             attention_forward(out.data(), att.data(), scratch.data(), heads.data(), B, T, NH, NKV, HD, lookahead);
             attention_forward(out_ckpt.data(), nullptr, scratch.data(), heads.data(), B, T, NH, NKV, HD, lookahead);

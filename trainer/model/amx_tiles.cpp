@@ -121,7 +121,8 @@ template <typename FirstRow>
             transpose_16x16(top);
             transpose_16x16(bottom);
             for (int j = 0; j < 16; j++) {
-                _mm512_storeu_si512(out + (long)(n0 + 2 * j) * K + k0, _mm512_permutex2var_epi16(top[j], even, bottom[j]));
+                _mm512_storeu_si512(out + (long)(n0 + 2 * j) * K + k0,
+                                    _mm512_permutex2var_epi16(top[j], even, bottom[j]));
                 _mm512_storeu_si512(out + (long)(n0 + 2 * j + 1) * K + k0,
                                     _mm512_permutex2var_epi16(top[j], odd, bottom[j]));
             }
@@ -244,7 +245,8 @@ void causal_tile_product(bool trans_b, int M, int N, int K, float alpha, const b
 // once, and their right A itself in panels (A's rows are the sums' index),
 // each from the chunk of 32 rows where its columns' first visible row lies.
 // A sum skips only rows where A is zero: the same sums in the same order as
-// oneDNN's A^T B, whose chunks there add zeros to zero.
+// oneDNN's A^T B, whose chunks there add zeros to zero (where B is finite:
+// there oneDNN's 0 x Inf would give NaN).
 void causal_tile_product_transposed(int M, int N, int K, const bf16* A, int lda, const bf16* B, int ldb, float* C,
                                     int ldc, int lookahead, bool accumulate) {
     static thread_local AlignedVector<uint32_t> panels;

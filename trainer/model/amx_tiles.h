@@ -46,7 +46,9 @@ void causal_tile_product(bool trans_b, int M, int N, int K, float alpha, const b
 // lookahead, as above): the transposed products of attention's backward, dV
 // += P^T dO and dK += dS^T Q. The sums for a block of 32 columns of A start
 // at the chunk of 32 rows holding its first visible row: the same bits as
-// oneDNN's A^T B into a dense block, then added to C. Without accumulate C is
+// oneDNN's A^T B into a dense block, then added to C, where B is finite (the
+// rows skipped hold no 0 x Inf; one core, 512 x 512 by 512 x 64: 32-37 us,
+// oneDNN's 58-81 over the whole matrix). Without accumulate C is
 // not read: the bits of adding to a C of zeros. M, N, K multiples of 32; on
 // the calling thread; needs amx_tiles_usable().
 void causal_tile_product_transposed(int M, int N, int K, const bf16* A, int lda, const bf16* B, int ldb, float* C,
