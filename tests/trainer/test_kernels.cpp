@@ -8,9 +8,12 @@
 
 #include <fmt/format.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <bit>
+#include <cstring>
 #include <functional>
+#include <tuple>
 
 namespace hlat {
 namespace {
@@ -101,6 +104,35 @@ TEST(Matmul, AWeightGradientWithManyRowsAndFewColumnsMatchesReference) {
     for (int t = 0; t < 2; t++) matmul_dweight(per_thread[t].data(), dout.data(), inp.data(), N, IC, OC, false);
     for (int t = 0; t < 2; t++)
         EXPECT_LT(relative_error(per_thread[t], fresh_ref), 1e-5) << "thread " << t << ": dweight must be overwritten";
+}
+
+// config M's o_proj weight gradient (512 x 512, dout's rows 512 floats apart)
+// takes sgemm's path that copies dout's rows further apart first (sgemm.cpp):
+// oneDNN's own product's bits, accumulated and overwriting NaN, from one
+// thread and from each thread of a parallel region; and the plain sum's values.
+TEST(Matmul, AWeightGradientWhoseRowsLieTwoKibApartGivesOneDnnsBits) {
+    for (auto [N, IC, OC] : {std::tuple{96, 512, 512}, std::tuple{200, 256, 512}, std::tuple{64, 512, 1024}}) {
+        SCOPED_TRACE(fmt::format("N {} IC {} OC {}", N, IC, OC));
+        auto inp = random_vector(N * IC, 11), w = random_vector(OC * IC, 12), dout = random_vector(N * OC, 13);
+        for (bool accumulate : {true, false}) {
+            const float start = accumulate ? 0.25f : NAN;
+            std::vector<float> dw(OC * IC, start), onednn(OC * IC, 0.25f), dinp(N * IC), dw_ref(OC * IC, 0.0f);
+            matmul_dweight(dw.data(), dout.data(), inp.data(), N, IC, OC, accumulate);
+            ASSERT_EQ(dnnl_sgemm('T', 'N', OC, IC, N, 1.0f, dout.data(), OC, inp.data(), IC, accumulate ? 1.0f : 0.0f,
+                                 onednn.data(), IC),
+                      dnnl_success);
+            ASSERT_EQ(std::memcmp(dw.data(), onednn.data(), sizeof(float) * dw.size()), 0) << "accumulate " << accumulate;
+            reference::matmul_backward(dinp.data(), dw_ref.data(), dout.data(), inp.data(), w.data(), N, IC, OC);
+            if (accumulate)
+                for (float& x : dw_ref) x += 0.25f;
+            EXPECT_LT(relative_error(dw, dw_ref), 1e-5) << "accumulate " << accumulate;
+            std::vector<std::vector<float>> per_thread(2, std::vector<float>(OC * IC, start));
+#pragma omp parallel for num_threads(2)
+            for (int t = 0; t < 2; t++) matmul_dweight(per_thread[t].data(), dout.data(), inp.data(), N, IC, OC, accumulate);
+            for (int t = 0; t < 2; t++)
+                EXPECT_LT(relative_error(per_thread[t], dw_ref), 1e-5) << "thread " << t << ", accumulate " << accumulate;
+        }
+    }
 }
 
 TEST(Matmul, BackwardMatchesFiniteDifferences) {
